@@ -1,0 +1,56 @@
+"""What every Konduktor command line shares: the Typer app shape, `--debug`, and exit codes."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from typing import Annotated
+
+import typer
+
+from konduktor.cli.console import err, report_error
+from konduktor.errors import KonduktorError
+
+
+class Debug:
+    """Whether to show tracebacks; set by the `--debug` option, read by the error handler outside Typer."""
+
+    enabled = False
+
+
+def new_app(name: str, help_text: str) -> typer.Typer:
+    app = typer.Typer(
+        name=name, help=help_text, no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False
+    )
+
+    @app.callback()
+    def options(
+        debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+    ) -> None:
+        Debug.enabled = debug
+
+    return app
+
+
+def run_app(app: typer.Typer, argv: list[str] | None, prog_name: str) -> int:
+    """Run a CLI and map every outcome to an exit code (0 ok, 1 failed, 2 usage, 3 preflight, 4 partial, 101 bug)."""
+    try:
+        # Standalone mode: Typer prints its own usage errors (exit 2) and turns typer.Exit into SystemExit.
+        app(args=argv, prog_name=prog_name)
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except KonduktorError as problem:
+        report_error(problem)
+        if Debug.enabled:
+            traceback.print_exc()
+        return problem.exit_code
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+    except Exception:
+        if Debug.enabled:
+            traceback.print_exc()
+        else:
+            err.print(f"[bold red]bug:[/] {sys.exc_info()[1]!r} (re-run with --debug for the traceback)")
+        return 101
+    return 0

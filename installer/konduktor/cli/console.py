@@ -1,0 +1,69 @@
+"""Where the CLI writes: data to stdout, progress and status to stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from ruamel.yaml import YAML
+
+from konduktor.errors import KonduktorError
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+OutputFormat = Literal["table", "json", "yaml"]
+
+
+def report_error(error: KonduktorError) -> None:
+    # Messages quote user input and YAML paths such as nodeLabels[nvidia.com/gpu.product]: not markup.
+    err.print(f"[bold red]error:[/] {escape(error.message)}", markup=True, highlight=False)
+    if error.detail:
+        for line in error.detail.rstrip().splitlines():
+            err.print(f"  {line}", markup=False)
+    if error.hint:
+        for line in error.hint.splitlines():
+            err.print(f"[yellow]hint:[/] {escape(line)}", markup=True, highlight=False)
+
+
+@contextmanager
+def status(message: str) -> Iterator[Any]:
+    """A spinner on a terminal; nothing when stderr is a pipe (callers print plain lines then)."""
+    if err.is_terminal:
+        with err.status(message) as spinner:
+            yield spinner
+    else:
+        yield None
+
+
+@contextmanager
+def progress(label: str, quiet: Callable[[str], bool] = lambda _m: False) -> Iterator[Callable[[str], None]]:
+    """A reporter for long work: updates the spinner, or prints each message that `quiet` does not filter."""
+    with status(label) as spinner:
+
+        def report(message: str) -> None:
+            if spinner is not None:
+                spinner.update(f"{label}: {message}")
+            elif not quiet(message):
+                err.print(f"{label}: {message}", markup=False)
+
+        yield report
+
+
+def print_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], output: OutputFormat) -> None:
+    if output == "json":
+        sys.stdout.write(json.dumps(list(rows), indent=2, default=str) + "\n")
+    elif output == "yaml":
+        YAML().dump(
+            [{k: (str(v) if not isinstance(v, int | float | bool) else v) for k, v in r.items()} for r in rows],
+            sys.stdout,
+        )
+    else:
+        table = Table(*[c.upper() for c in columns], box=None, pad_edge=False)
+        for row in rows:
+            table.add_row(*[str(row.get(c, "")) for c in columns])
+        Console(soft_wrap=True).print(table)

@@ -1,0 +1,23 @@
+"""The `konduktor-install` command line."""
+
+from __future__ import annotations
+
+import sys
+
+from konduktor.cli import quotas, sim, tools
+from konduktor.cli.app import new_app, run_app
+
+app = new_app(
+    "konduktor-install", "Install, check and operate Konduktor on a GPU cluster (or on the simulated cluster)."
+)
+app.add_typer(tools.app, name="tools")
+app.add_typer(sim.app, name="sim")
+quotas.register(app)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_app(app, argv, "konduktor-install")
+
+
+def run() -> None:
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,61 @@
+"""CPU and memory that go with a number of GPUs of one type.
+
+A team's cpu/memory quota is its share of the type's GPUs applied to what the nodes leave for jobs:
+`gpus / (nodes * gpusPerNode) * nodes * (allocatable - reserve)`. Kueue needs cpu and memory quota in the
+same resource group as the GPUs (otherwise a GPU pod's cpu request is not covered and never admitted),
+and Kueue does not check quotas against the nodes, so the split must not promise more than exists.
+Values are rounded down (millicores, MiB), so shares of a type never add up to more than its pool.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from konduktor.config.model import GpuType, ResourceReserve
+from konduktor.config.quantity import MEBI, cpu_millicores, format_cpu, format_memory, parse_quantity
+
+
+@dataclass(frozen=True)
+class NodeShare:
+    """CPU (millicores) and memory (MiB) available to quota-managed pods."""
+
+    cpu_millicores: int
+    memory_mebibytes: int
+
+    @property
+    def cpu(self) -> str:
+        return format_cpu(self.cpu_millicores)
+
+    @property
+    def memory(self) -> str:
+        return format_memory(self.memory_mebibytes)
+
+
+def _pool(gpu_type: GpuType, reserve: ResourceReserve) -> tuple[Fraction, Fraction]:
+    """Millicores and bytes of all nodes of the type after the per-node reserve (may be negative)."""
+    cpu = cpu_millicores(gpu_type.node_allocatable.cpu) - cpu_millicores(reserve.cpu)
+    memory = parse_quantity(gpu_type.node_allocatable.memory) - parse_quantity(reserve.memory)
+    return cpu * gpu_type.nodes, memory * gpu_type.nodes
+
+
+def usable_per_node(gpu_type: GpuType, reserve: ResourceReserve) -> tuple[Fraction, Fraction]:
+    """Millicores and bytes one node leaves for jobs; <= 0 means the reserve eats the node."""
+    cpu, memory = _pool(gpu_type, reserve)
+    return cpu / gpu_type.nodes, memory / gpu_type.nodes
+
+
+def pool_share(gpu_type: GpuType, reserve: ResourceReserve) -> NodeShare:
+    """Everything the type's nodes offer to quota-managed pods."""
+    return share_for(gpu_type.capacity, gpu_type, reserve)
+
+
+def share_for(gpus: int, gpu_type: GpuType, reserve: ResourceReserve) -> NodeShare:
+    """The cpu and memory that go with `gpus` GPUs of this type, rounded down."""
+    cpu, memory = _pool(gpu_type, reserve)
+    ratio = Fraction(gpus, gpu_type.capacity)
+    return NodeShare(
+        cpu_millicores=max(math.floor(cpu * ratio), 0),
+        memory_mebibytes=max(math.floor(memory * ratio / MEBI), 0),
+    )

@@ -1,0 +1,202 @@
+"""The installer's `config.yaml` (version 1): cluster, Kueue settings, GPU types, priorities and teams.
+
+The models check shapes and types only. Rules that need the whole config (names, capacity, limits vs
+cohort, namespaces) live in `konduktor.config.lint`, so every problem can be reported with its line.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+)
+from pydantic.alias_generators import to_camel
+
+from konduktor.config.quantity import parse_quantity
+
+GPU_RESOURCE = "nvidia.com/gpu"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+Sharing = Literal["fair", "classic", "none"]
+PreemptionStrategy = Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
+
+_GO_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _scalar_text(value: Any) -> Any:
+    # YAML reads `cpu: 192` as an int; Kubernetes treats it as the quantity "192".
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+def _valid_quantity(text: str) -> str:
+    if parse_quantity(text) < 0:
+        raise ValueError("must be >= 0")
+    return text
+
+
+def _valid_duration(text: str | None) -> str | None:
+    if text is None or text == "":
+        return None
+    if not _GO_DURATION.match(text):
+        raise ValueError(f"{text!r} is not a duration (e.g. 10m, 90s, 1h30m)")
+    if duration_seconds(text) <= 0:
+        raise ValueError('must be > 0 (write "" to turn the gang timeout off)')
+    return text
+
+
+def duration_seconds(text: str) -> float:
+    return sum(
+        float(amount) * _DURATION_UNITS[unit]
+        for amount, _, unit in re.findall(r"(\d+(\.\d+)?)(ns|us|µs|ms|s|m|h)", text)
+    )
+
+
+Quantity = Annotated[
+    str,
+    BeforeValidator(_scalar_text),
+    AfterValidator(_valid_quantity),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "string"}, {"type": "number", "minimum": 0}],
+            "description": "Kubernetes quantity, e.g. 192, 500m, 1900Gi",
+        }
+    ),
+]
+Duration = Annotated[
+    str | None,
+    AfterValidator(_valid_duration),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "string"}, {"type": "null"}],
+            "description": 'Go duration, e.g. 10m; "" or null turns it off',
+        }
+    ),
+]
+Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
+
+
+class Model(BaseModel):
+    # strict: a quoted "16" where a count belongs is a typo worth reporting, not coercing.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, alias_generator=to_camel,
+                              field_title_generator=lambda name, _: to_camel(name))
+
+
+class Cluster(Model):
+    name: str = Field(description="Cluster name: labels every rendered object and names the root cohort")
+
+
+class BorrowWithinCohort(Model):
+    policy: Literal["Never", "LowerPriority"] = "Never"
+    max_priority_threshold: Int32 | None = None
+
+
+def _default_strategies() -> list[PreemptionStrategy]:
+    # One strategy: both together have an open preemption-loop bug (kubernetes-sigs/kueue#14543).
+    return ["LessThanInitialShare"]
+
+
+class KueueSettings(Model):
+    sharing: Sharing = Field(
+        default="fair",
+        description="fair: weighted fair sharing; classic: borrow/reclaim by priority; none: no cohort",
+    )
+    fair_sharing_strategies: list[PreemptionStrategy] = Field(default_factory=_default_strategies)
+    gang_timeout: Duration = Field(default="10m", description="waitForPodsReady.timeout")
+    exclude_resource_prefixes: list[str] = Field(default_factory=lambda: ["ephemeral-storage", "smarter-devices/"])
+    borrow_within_cohort: BorrowWithinCohort | None = Field(
+        default=None, description="Classic sharing only: may a borrowing team preempt to borrow?"
+    )
+
+
+class ResourceReserve(Model):
+    cpu: Quantity = "0"
+    memory: Quantity = "0"
+
+
+class NodeAllocatable(Model):
+    cpu: Quantity
+    memory: Quantity
+
+
+class Topology(Model):
+    name: str = "gpu-topology"
+    levels: list[str] = Field(description="Node labels, widest first; kubernetes.io/hostname last")
+
+
+class Toleration(Model):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class GpuType(Model):
+    product: str = Field(description="nvidia.com/gpu.product value, e.g. NVIDIA-H100-80GB-HBM3")
+    node_labels: dict[str, str] | None = Field(
+        default=None, description="Labels selecting these nodes; default: the nvidia.com/gpu.product label"
+    )
+    tolerations: list[Toleration] = Field(default_factory=list)
+    nodes: int = Field(ge=1)
+    gpus_per_node: int = Field(ge=1)
+    node_allocatable: NodeAllocatable
+
+    @property
+    def capacity(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def selector(self) -> dict[str, str]:
+        """The labels that select this type's nodes (the ResourceFlavor's nodeLabels)."""
+        return dict(self.node_labels) if self.node_labels is not None else {PRODUCT_LABEL: self.product}
+
+
+class GpuQuota(Model):
+    quota: int = Field(ge=0, description="Guaranteed GPUs (Kueue nominalQuota)")
+    borrow_limit: int | None = Field(default=None, ge=0, description="Extra GPUs it may borrow; unset = no limit")
+    lend_limit: int | None = Field(default=None, ge=0, description="GPUs it may lend; unset = all idle ones")
+
+
+class Team(Model):
+    namespaces: list[str] = Field(min_length=1)
+    groups: list[str] = Field(default_factory=list, description="IdP groups bound to the team namespaces")
+    fair_share_weight: float = Field(default=1.0, ge=0)
+    department: str | None = Field(default=None, description="Parent cohort shared with other teams")
+    gpus: dict[str, GpuQuota] = Field(min_length=1)
+
+
+def _default_priorities() -> dict[str, int]:
+    # Work on borrowed capacity should be `opportunistic`: Kueue preempts the lowest priority first.
+    return {"opportunistic": 100, "standard": 1000, "urgent": 10000}
+
+
+class Config(Model):
+    version: Literal[1]
+    cluster: Cluster
+    kueue: KueueSettings = Field(default_factory=KueueSettings)
+    capacity_reserve: ResourceReserve = Field(
+        default_factory=ResourceReserve, description="Per node, kept out of every quota (system pods)"
+    )
+    topology: Topology | None = None
+    gpu_types: dict[str, GpuType] = Field(min_length=1)
+    priorities: dict[str, Int32] = Field(default_factory=_default_priorities)
+    teams: dict[str, Team] = Field(min_length=1)
+
+    def teams_using(self, gpu_type: str) -> list[str]:
+        return [name for name, team in self.teams.items() if gpu_type in team.gpus]
+
+    @property
+    def shares(self) -> bool:
+        """Whether teams are put in a cohort to borrow each other's idle quota."""
+        return self.kueue.sharing != "none"

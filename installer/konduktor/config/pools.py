@@ -1,0 +1,55 @@
+"""The config's GPU types as fake-node pools for the simulated cluster."""
+
+from __future__ import annotations
+
+from konduktor.config.load import LoadedConfig
+from konduktor.config.model import Config, Toleration
+from konduktor.sim.nodes import NodePool
+
+
+def node_pools(source: Config | LoadedConfig) -> list[NodePool]:
+    """One pool per GPU type: its node count, GPUs, allocatable, selecting labels and the taints it tolerates.
+
+    The fake nodes carry exactly what the rendered ResourceFlavors select and tolerate, so quotas rendered
+    from the same config admit onto them.
+    """
+    config = _config_of(source)
+    return [
+        NodePool(
+            gpu_type=type_name,
+            count=gpu_type.nodes,
+            gpus=gpu_type.gpus_per_node,
+            product=gpu_type.product,
+            cpu=gpu_type.node_allocatable.cpu,
+            memory=gpu_type.node_allocatable.memory,
+            labels=gpu_type.selector,
+            taints=_taints(gpu_type.tolerations),
+        )
+        for type_name, gpu_type in config.gpu_types.items()
+    ]
+
+
+def topology_levels(source: Config | LoadedConfig) -> tuple[str, ...]:
+    """The node labels of the config's topology, widest first; empty without a topology."""
+    config = _config_of(source)
+    return tuple(config.topology.levels) if config.topology is not None else ()
+
+
+def _config_of(source: Config | LoadedConfig) -> Config:
+    # Callers holding what load_config returned need not unwrap it.
+    return source.config if isinstance(source, LoadedConfig) else source
+
+
+def _taints(tolerations: list[Toleration]) -> list[dict[str, str]]:
+    # A toleration implies the taint real nodes of this type carry (e.g. nvidia.com/gpu:NoSchedule on GKE).
+    # One without a key tolerates everything and implies nothing; one without an effect matches NoSchedule.
+    taints: list[dict[str, str]] = []
+    for toleration in tolerations:
+        if toleration.key is None:
+            continue
+        taint = {"key": toleration.key, "effect": toleration.effect or "NoSchedule"}
+        if toleration.operator == "Equal" and toleration.value:
+            taint["value"] = toleration.value
+        if taint not in taints:
+            taints.append(taint)
+    return taints

@@ -1,0 +1,266 @@
+"""The one place that talks to the Kubernetes API.
+
+Objects are plain dicts. Writes of objects Konduktor owns are server-side applies with one field manager, so
+re-running a command converges instead of conflicting, and fields set by others are left alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from konduktor.errors import KonduktorError
+
+FIELD_MANAGER = "konduktor"
+APPLY_PATCH = "application/apply-patch+yaml"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind lives in the API: its URL prefix, plural name and scope."""
+
+    prefix: str
+    plural: str
+    namespaced: bool
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        parts = [self.prefix]
+        if self.namespaced and namespace:
+            parts += ["namespaces", namespace]
+        parts.append(self.plural)
+        if name:
+            parts.append(name)
+        if subresource:
+            parts.append(subresource)
+        return "/".join(parts)
+
+
+class ApiError(KonduktorError):
+    """The API server refused a request or could not be reached."""
+
+    def __init__(self, message: str, status: int | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.status = status
+
+
+def api_prefix(api_version: str) -> str:
+    return "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+
+
+class Kube:
+    """A client for one cluster (a kubeconfig file and optional context)."""
+
+    def __init__(self, kubeconfig: Path | None = None, context: str | None = None, timeout: float = 30) -> None:
+        configuration = client.Configuration()
+        try:
+            config.load_kube_config(
+                config_file=str(kubeconfig) if kubeconfig else None,
+                context=context,
+                client_configuration=configuration,
+            )
+        except (config.ConfigException, OSError) as problem:
+            raise KonduktorError(
+                f"cannot load kubeconfig {kubeconfig or '(default)'}: {problem}",
+                hint="pass --kubeconfig, set KUBECONFIG, or start the simulated cluster: konduktor-install sim up",
+            ) from problem
+        configuration.retries = 2
+        self.server = configuration.host
+        self.kubeconfig = kubeconfig
+        self.api = client.ApiClient(configuration)
+        self.timeout = timeout
+        self._resources: dict[str, dict[str, Resource]] = {}
+
+    def close(self) -> None:
+        self.api.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+    ) -> Any:
+        """One API call; returns the decoded JSON body. Errors become ApiError with the server's message."""
+        data = self.send(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+        return json.loads(data) if data else None
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+    ) -> bytes:
+        """One API call; returns the raw body."""
+        # Apply patches are YAML; a dict body is sent as JSON, which is valid YAML.
+        method, url, headers, payload, _ = self.api.param_serialize(
+            method,
+            path,
+            query_params=list((query or {}).items()),
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self.api.call_api(
+                method, url, header_params=headers, body=payload, _request_timeout=timeout or self.timeout
+            )
+            data = response.read()
+        except ApiException as problem:
+            raise ApiError(describe(problem.status, problem.body, method, path), status=problem.status) from problem
+        except (urllib3.exceptions.HTTPError, OSError) as problem:
+            raise ApiError(
+                f"cannot reach the API server at {self.server}: {problem.__class__.__name__}",
+                hint="is the cluster running? (`konduktor-install sim status` for the simulated cluster)",
+            ) from problem
+        if response.status >= 400:
+            raise ApiError(describe(response.status, data, method, path), status=response.status)
+        return bytes(data or b"")
+
+    def resource(self, api_version: str, kind: str) -> Resource:
+        """Discovery for one group/version, cached; refreshed once when a kind is missing (new CRDs)."""
+        for attempt in range(2):
+            if attempt or api_version not in self._resources:
+                listing = self.request("GET", api_prefix(api_version))
+                self._resources[api_version] = {
+                    item["kind"]: Resource(api_prefix(api_version), item["name"], item["namespaced"])
+                    for item in listing.get("resources", [])
+                    if "/" not in item["name"]
+                }
+            if kind in self._resources[api_version]:
+                return self._resources[api_version][kind]
+        raise ApiError(
+            f"the API server does not serve {kind} in {api_version}", status=404, hint="is the CRD installed?"
+        )
+
+    def _locate(self, obj: dict[str, Any]) -> tuple[Resource, str | None, str]:
+        meta = obj.get("metadata", {})
+        resource = self.resource(obj["apiVersion"], obj["kind"])
+        return resource, meta.get("namespace"), meta["name"]
+
+    def apply(
+        self, obj: dict[str, Any], field_manager: str = FIELD_MANAGER, force: bool = True, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Server-side apply of one object; `force` takes ownership of fields another manager set."""
+        resource, namespace, name = self._locate(obj)
+        # Strict: a misspelt or unknown field is an error instead of being dropped silently.
+        query: dict[str, Any] = {
+            "fieldManager": field_manager,
+            "force": str(force).lower(),
+            "fieldValidation": "Strict",
+        }
+        if dry_run:
+            query["dryRun"] = "All"
+        result: dict[str, Any] = self.request(
+            "PATCH", resource.path(namespace, name), query=query, body=obj, content_type=APPLY_PATCH
+        )
+        return result
+
+    def apply_all(
+        self, objects: Iterable[dict[str, Any]], field_manager: str = FIELD_MANAGER, dry_run: bool = False
+    ) -> list[dict[str, Any]]:
+        return [self.apply(obj, field_manager, dry_run=dry_run) for obj in objects]
+
+    def apply_status(self, obj: dict[str, Any], field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
+        resource, namespace, name = self._locate(obj)
+        result: dict[str, Any] = self.request(
+            "PATCH",
+            resource.path(namespace, name, "status"),
+            query={"fieldManager": field_manager, "force": "true"},
+            body=obj,
+            content_type=APPLY_PATCH,
+        )
+        return result
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        resource = self.resource(api_version, kind)
+        try:
+            found: dict[str, Any] = self.request("GET", resource.path(namespace, name))
+        except ApiError as problem:
+            if problem.status == 404:
+                return None
+            raise
+        return found
+
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[dict[str, Any]]:
+        resource = self.resource(api_version, kind)
+        query = {k: v for k, v in {"labelSelector": label_selector, "fieldSelector": field_selector}.items() if v}
+        items: list[dict[str, Any]] = self.request("GET", resource.path(namespace), query=query).get("items", [])
+        for item in items:  # list responses omit each item's apiVersion/kind
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+        return items
+
+    def patch(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        patch: dict[str, Any],
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """A JSON merge patch, for fields of objects Konduktor does not own (a taint on a Node)."""
+        resource = self.resource(api_version, kind)
+        result: dict[str, Any] = self.request(
+            "PATCH", resource.path(namespace, name, subresource), body=patch, content_type=MERGE_PATCH
+        )
+        return result
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        resource, namespace, _ = self._locate(obj)
+        result: dict[str, Any] = self.request("POST", resource.path(namespace), body=obj)
+        return result
+
+    def delete(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None, propagation: str = "Background"
+    ) -> bool:
+        """Deletes if present; returns whether there was something to delete."""
+        resource = self.resource(api_version, kind)
+        try:
+            self.request("DELETE", resource.path(namespace, name), body={"propagationPolicy": propagation})
+        except ApiError as problem:
+            if problem.status == 404:
+                return False
+            raise
+        return True
+
+    def version(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", "/version")
+        return result
+
+    def ready(self) -> bool:
+        """True when the API server answers /readyz."""
+        try:
+            return self.send("GET", "/readyz", timeout=5).strip() == b"ok"
+        except ApiError:
+            return False
+
+
+def describe(status: int | None, body: bytes | str | None, method: str, path: str) -> str:
+    try:
+        message = json.loads(body or "{}").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return f"{method} {path}: {status} {message or (body or b'')[:200]!r}"

@@ -1,0 +1,265 @@
+"""A checked config -> the Kubernetes objects that implement its team quotas.
+
+Only `kueue.x-k8s.io/v1beta2` (the storage version; v1beta1 is deprecated and v1alpha1 Cohorts are no
+longer served). Objects come in apply order (namespaces and cluster-scoped kinds before what refers to
+them) and within a kind sorted by namespace and name, so the same config always gives the same bytes.
+The config must have passed lint (`konduktor.config.load_config` does that).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from konduktor.config.capacity import share_for
+from konduktor.config.model import GPU_RESOURCE, Config, GpuQuota, GpuType, Team
+
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+KUEUE_CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
+RBAC_API = "rbac.authorization.k8s.io/v1"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "konduktor"
+CONFIG_LABEL = "konduktor.ai/config"
+TEAM_LABEL = "konduktor.ai/team"
+DEFAULT_LOCAL_QUEUE = "default"  # Kueue puts unlabelled Jobs and Pods of the namespace in a LocalQueue so named
+BATCH_USER_ROLE = "kueue-batch-user-role"
+EDIT_ROLE = "edit"  # users create Jobs and Pods; they get no write access to queues
+COVERED_RESOURCES = ["cpu", "memory", GPU_RESOURCE]
+KIND_ORDER = (
+    "Namespace",
+    "WorkloadPriorityClass",
+    "Topology",
+    "ResourceFlavor",
+    "Cohort",
+    "ClusterQueue",
+    "LocalQueue",
+    "RoleBinding",
+)
+
+KubeObject = dict[str, Any]
+
+
+def render(config: Config) -> list[KubeObject]:
+    """All objects for the config's teams, in apply order."""
+    objects = [
+        *namespaces(config),
+        *workload_priority_classes(config),
+        *topologies(config),
+        *resource_flavors(config),
+        *cohorts(config),
+        *cluster_queues(config),
+        *local_queues(config),
+        *role_bindings(config),
+    ]
+    return sorted(objects, key=_apply_order)
+
+
+def _apply_order(obj: KubeObject) -> tuple[int, str, str]:
+    metadata = obj["metadata"]
+    return KIND_ORDER.index(obj["kind"]), metadata.get("namespace", ""), metadata["name"]
+
+
+def _metadata(config: Config, name: str, *, namespace: str | None = None, team: str | None = None) -> KubeObject:
+    # The ownership labels let apply prune exactly what this config made, and nothing else.
+    labels = {MANAGED_BY_LABEL: MANAGED_BY, CONFIG_LABEL: config.cluster.name}
+    if team is not None:
+        labels[TEAM_LABEL] = team
+    metadata: KubeObject = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    metadata["labels"] = labels
+    return metadata
+
+
+def namespaces(config: Config) -> list[KubeObject]:
+    """Team namespaces, labelled with the team its ClusterQueue selects."""
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": _metadata(config, namespace, team=team_name)}
+        for team_name, team in config.teams.items()
+        for namespace in team.namespaces
+    ]
+
+
+def workload_priority_classes(config: Config) -> list[KubeObject]:
+    return [
+        {"apiVersion": KUEUE_API, "kind": "WorkloadPriorityClass", "metadata": _metadata(config, name), "value": value}
+        for name, value in config.priorities.items()
+    ]
+
+
+def topologies(config: Config) -> list[KubeObject]:
+    if config.topology is None:
+        return []
+    return [
+        {
+            "apiVersion": KUEUE_API,
+            "kind": "Topology",
+            "metadata": _metadata(config, config.topology.name),
+            "spec": {"levels": [{"nodeLabel": level} for level in config.topology.levels]},
+        }
+    ]
+
+
+def resource_flavors(config: Config) -> list[KubeObject]:
+    """One flavor per GPU type; with a topology each is topology-aware, so a pod is admitted only where it fits."""
+    flavors = []
+    for type_name, gpu_type in config.gpu_types.items():
+        spec: KubeObject = {"nodeLabels": gpu_type.selector}
+        if gpu_type.tolerations:
+            spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in gpu_type.tolerations]
+        if config.topology is not None:
+            spec["topologyName"] = config.topology.name
+        flavors.append(
+            {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": _metadata(config, type_name), "spec": spec}
+        )
+    return flavors
+
+
+def root_cohort(config: Config) -> str | None:
+    """The cohort every sharing team (or its department) belongs to; None when teams do not share."""
+    return config.cluster.name if config.shares else None
+
+
+def cohort_of(config: Config, team: Team) -> str | None:
+    root = root_cohort(config)
+    if root is None:
+        return None
+    return team.department or root
+
+
+def cohorts(config: Config) -> list[KubeObject]:
+    """The root cohort, and one child per department (no quota of their own: Kueue would add it on top)."""
+    root = root_cohort(config)
+    if root is None:
+        return []
+    objects: list[KubeObject] = [
+        {"apiVersion": KUEUE_API, "kind": "Cohort", "metadata": _metadata(config, root), "spec": {}}
+    ]
+    departments = sorted({team.department for team in config.teams.values() if team.department})
+    objects.extend(
+        {
+            "apiVersion": KUEUE_API,
+            "kind": "Cohort",
+            "metadata": _metadata(config, department),
+            "spec": {"parentName": root},
+        }
+        for department in departments
+    )
+    return objects
+
+
+def cluster_queues(config: Config) -> list[KubeObject]:
+    return [cluster_queue(config, team_name, team) for team_name, team in config.teams.items()]
+
+
+def cluster_queue(config: Config, team_name: str, team: Team) -> KubeObject:
+    spec: KubeObject = {}
+    cohort = cohort_of(config, team)
+    if cohort is not None:
+        spec["cohortName"] = cohort
+    # An explicit selector: a nil one admits from no namespace at all.
+    spec["namespaceSelector"] = {"matchLabels": {TEAM_LABEL: team_name}}
+    spec["queueingStrategy"] = "BestEffortFIFO"
+    if config.kueue.sharing == "fair":
+        spec["fairSharing"] = {"weight": _decimal_text(team.fair_share_weight)}
+    # Kueue's defaults are Never: a team's nominal quota would not be guaranteed once others borrow it.
+    preemption: KubeObject = {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"}
+    borrow = config.kueue.borrow_within_cohort
+    if config.kueue.sharing == "classic" and borrow is not None:
+        preemption["borrowWithinCohort"] = borrow.model_dump(by_alias=True, exclude_none=True)
+    spec["preemption"] = preemption
+    # Flavors keep the team's listing order: Kueue tries them in order for jobs that fit several types.
+    flavors = [
+        {"name": type_name, "resources": _flavor_resources(config, config.gpu_types[type_name], limits)}
+        for type_name, limits in team.gpus.items()
+    ]
+    spec["resourceGroups"] = [{"coveredResources": list(COVERED_RESOURCES), "flavors": flavors}]
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "ClusterQueue",
+        "metadata": _metadata(config, team_name, team=team_name),
+        "spec": spec,
+    }
+
+
+def _flavor_resources(config: Config, gpu_type: GpuType, limits: GpuQuota) -> list[KubeObject]:
+    """cpu, memory and GPUs of one flavor; cpu/memory limits follow the GPU limits in proportion."""
+    reserve = config.capacity_reserve
+    nominal = share_for(limits.quota, gpu_type, reserve)
+    resources: list[KubeObject] = [
+        {"name": "cpu", "nominalQuota": nominal.cpu},
+        {"name": "memory", "nominalQuota": nominal.memory},
+        {"name": GPU_RESOURCE, "nominalQuota": str(limits.quota)},
+    ]
+    # Kueue rejects limits on a ClusterQueue without a cohort.
+    if not config.shares:
+        return resources
+    for key, gpus in (("borrowingLimit", limits.borrow_limit), ("lendingLimit", limits.lend_limit)):
+        if gpus is None:
+            continue
+        share = share_for(gpus, gpu_type, reserve)
+        resources[0][key] = share.cpu
+        resources[1][key] = share.memory
+        resources[2][key] = str(gpus)
+    return resources
+
+
+def local_queues(config: Config) -> list[KubeObject]:
+    return [
+        {
+            "apiVersion": KUEUE_API,
+            "kind": "LocalQueue",
+            "metadata": _metadata(config, DEFAULT_LOCAL_QUEUE, namespace=namespace, team=team_name),
+            "spec": {"clusterQueue": team_name},
+        }
+        for team_name, team in config.teams.items()
+        for namespace in team.namespaces
+    ]
+
+
+def role_bindings(config: Config) -> list[KubeObject]:
+    """Team groups may submit to their queues (batch user) and create Jobs and Pods (edit), per namespace."""
+    bindings = []
+    for team_name, team in config.teams.items():
+        if not team.groups:
+            continue
+        subjects = [{"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"} for group in team.groups]
+        for namespace in team.namespaces:
+            for suffix, role in (("kueue-batch-user", BATCH_USER_ROLE), ("edit", EDIT_ROLE)):
+                bindings.append(
+                    {
+                        "apiVersion": RBAC_API,
+                        "kind": "RoleBinding",
+                        "metadata": _metadata(config, f"{team_name}-{suffix}", namespace=namespace, team=team_name),
+                        "subjects": [dict(subject) for subject in subjects],
+                        "roleRef": {"kind": "ClusterRole", "name": role, "apiGroup": "rbac.authorization.k8s.io"},
+                    }
+                )
+    return bindings
+
+
+def kueue_manager_settings(config: Config) -> KubeObject:
+    """The parts of Kueue's `Configuration` (config.kueue.x-k8s.io/v1beta2) that the config implies.
+
+    To be merged into the chart's controllerManagerConfigYaml, which the chart replaces as a whole.
+    """
+    settings: KubeObject = {"metrics": {"enableClusterQueueResources": True}}
+    timeout = config.kueue.gang_timeout
+    if timeout:
+        # blockAdmission stays off: it admits one workload at a time cluster-wide.
+        settings["waitForPodsReady"] = {
+            "timeout": timeout,
+            "blockAdmission": False,
+            "recoveryTimeout": "3m",
+            "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 60, "backoffMaxSeconds": 3600},
+        }
+    if config.kueue.sharing == "fair":
+        settings["fairSharing"] = {"preemptionStrategies": list(config.kueue.fair_sharing_strategies)}
+    if config.kueue.exclude_resource_prefixes:
+        settings["resources"] = {"excludeResourcePrefixes": list(config.kueue.exclude_resource_prefixes)}
+    return settings
+
+
+def _decimal_text(value: float) -> str:
+    """A float as a Kubernetes quantity without exponent or trailing zeros: 1.0 -> "1", 0.25 -> "0.25"."""
+    return format(Decimal(repr(value)).normalize(), "f")

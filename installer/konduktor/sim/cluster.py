@@ -1,0 +1,459 @@
+"""The simulated GPU cluster: a real control plane (kwokctl's binary runtime), fake GPU nodes, and Kueue.
+
+State lives in `<state dir>/<name>/`: kwokctl's work dir, the kubeconfig, Kueue's config, certificates, pid and
+log, and `sim.json` (what was asked for). Every step checks what is already there, so `up` after a failure or
+after `up` converges instead of failing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+from ruamel.yaml import YAML
+
+from konduktor.errors import KonduktorError
+from konduktor.kube.client import Kube
+from konduktor.paths import state_dir
+from konduktor.sim import kueue
+from konduktor.sim.nodes import DEFAULT_TOPOLOGY, NodePool, node_manifests
+from konduktor.sim.pki import write_serving_pki
+from konduktor.sim.tools import Toolbox, module_dir
+from konduktor.waiting import wait_until
+
+DEFAULT_NAME = "konduktor"
+KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")  # fixed in Kueue's main when internal certs are off
+Progress = Callable[[str], None]
+SIM_BINARIES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kwok",
+    "kwokctl",
+    "kueue",
+)
+
+
+@dataclass
+class SimSpec:
+    """What a simulated cluster was asked to be; kept in sim.json so status and re-runs know it."""
+
+    pools: list[NodePool]
+    levels: tuple[str, ...] = DEFAULT_TOPOLOGY
+    job_seconds: float = 5.0
+    # Parts of Kueue's Configuration a config implies (fair sharing, waitForPodsReady, ...).
+    kueue_settings: dict[str, Any] = field(default_factory=dict)
+    kueue_ports: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> SimSpec:
+        data = json.loads(text)
+        return cls(
+            pools=[NodePool(**pool) for pool in data["pools"]],
+            levels=tuple(data["levels"]),
+            job_seconds=float(data["job_seconds"]),
+            kueue_settings=dict(data.get("kueue_settings", {})),
+            kueue_ports=dict(data.get("kueue_ports", {})),
+        )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); it is not serving anything.
+    with contextlib.suppress(OSError):
+        if Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z"):
+            return False
+    return True
+
+
+class SimCluster:
+    def __init__(
+        self, name: str = DEFAULT_NAME, toolbox: Toolbox | None = None, progress: Progress | None = None
+    ) -> None:
+        self.name = name
+        self.root = state_dir() / name
+        self.progress = progress or (lambda _message: None)
+        self.toolbox = toolbox or Toolbox(progress=self.progress)
+
+    # -- paths -------------------------------------------------------------------------------------------
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig.yaml"
+
+    @property
+    def kwok_workdir(self) -> Path:
+        return self.root / "kwok"
+
+    @property
+    def cluster_dir(self) -> Path:
+        return self.kwok_workdir / "clusters" / self.name
+
+    @property
+    def kueue_dir(self) -> Path:
+        return self.root / "kueue"
+
+    @property
+    def spec_file(self) -> Path:
+        return self.root / "sim.json"
+
+    def spec(self) -> SimSpec | None:
+        try:
+            return SimSpec.from_json(self.spec_file.read_text())
+        except (OSError, ValueError, KeyError):
+            return None
+
+    # -- kwokctl ---------------------------------------------------------------------------------------------
+    def kwokctl(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        kubectl = self.toolbox.path("kubectl")
+        env = dict(os.environ)
+        env["KWOK_WORKDIR"] = str(self.kwok_workdir)
+        # kwokctl looks for kubectl on PATH before it would try to download one.
+        env["PATH"] = f"{kubectl.parent}{os.pathsep}{env.get('PATH', '')}"
+        return subprocess.run(
+            [str(self.toolbox.path("kwokctl")), *args, "--name", self.name],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def component_logs(self) -> str:
+        logs = sorted((self.cluster_dir / "logs").glob("*.log"))
+        return "\n".join(f"--- {log.name} (last lines)\n{tail(log, 8)}" for log in logs) or "(no component logs)"
+
+    def created(self) -> bool:
+        return (self.cluster_dir / "kwok.yaml").exists()
+
+    def api_ready(self) -> bool:
+        if not self.kubeconfig.exists():
+            return False
+        try:
+            kube = Kube(self.kubeconfig, timeout=5)
+        except KonduktorError:
+            return False
+        try:
+            return kube.ready()
+        finally:
+            kube.close()
+
+    def kwokctl_config(self, spec: SimSpec) -> str:
+        binary = self.toolbox.path
+        options = {
+            "runtime": "binary",
+            "bindAddress": "127.0.0.1",
+            "kubeApiserverBinary": str(binary("kube-apiserver")),
+            "kubeControllerManagerBinary": str(binary("kube-controller-manager")),
+            "kubeSchedulerBinary": str(binary("kube-scheduler")),
+            "kubectlBinary": str(binary("kubectl")),
+            "kwokControllerBinary": str(binary("kwok")),
+            "etcdBinary": str(binary("etcd")),
+            "kubeVersion": self.toolbox.tools["kubernetes"].version,
+            "etcdVersion": self.toolbox.tools["etcd"].version,
+            "kwokVersion": self.toolbox.tools["kwok"].version,
+        }
+        documents: list[dict[str, Any]] = [
+            {
+                "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+                "kind": "KwokctlConfiguration",
+                "options": options,
+                "componentsPatches": [
+                    # Without a default route kube-apiserver cannot pick an address to advertise.
+                    {"name": "kube-apiserver", "extraArgs": [{"key": "advertise-address", "value": "127.0.0.1"}]},
+                ],
+            },
+            *kueue.stages(module_dir(self.toolbox.tools["kwok"]), spec.job_seconds),
+        ]
+        path = self.root / "kwokctl.yaml"
+        with path.open("w") as handle:
+            YAML(typ="safe").dump_all(documents, handle)
+        return str(path)
+
+    def start_control_plane(self, spec: SimSpec) -> None:
+        if self.created() and self.api_ready():
+            self.progress("control plane: already running")
+            return
+        if self.created():
+            self.progress("control plane: starting the existing cluster")
+            result = self.kwokctl("start", "cluster", "--wait", "5m")
+        else:
+            config = self.kwokctl_config(spec)
+            self.progress("control plane: starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok")
+            result = self.kwokctl(
+                "create",
+                "cluster",
+                "--config",
+                config,
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--wait",
+                "5m",
+            )
+        if result.returncode != 0 or not self.api_ready():
+            raise KonduktorError(
+                f"the control plane of sim cluster {self.name!r} did not start (kwokctl exited {result.returncode})",
+                detail=(result.stderr or result.stdout)[-2000:] + "\n" + self.component_logs(),
+                hint="a port may be in use or a component crashed: read the logs above; "
+                "`konduktor-install sim down` then `sim up` starts clean",
+            )
+
+    # -- Kueue ------------------------------------------------------------------------------------------------
+    def kueue_pid(self) -> int | None:
+        try:
+            pid = int((self.kueue_dir / "kueue.pid").read_text())
+        except (OSError, ValueError):
+            return None
+        return pid if alive(pid) else None
+
+    def kueue_healthy(self, spec: SimSpec) -> bool:
+        port = spec.kueue_ports.get("health")
+        if not port or self.kueue_pid() is None:
+            return False
+        try:
+            return requests.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def metrics_certs(self) -> None:
+        """Kueue loads its metrics certificate from a fixed path when its internal cert manager is off."""
+        if (KUEUE_METRICS_CERTS / "tls.crt").exists() and (KUEUE_METRICS_CERTS / "tls.key").exists():
+            return
+        try:
+            KUEUE_METRICS_CERTS.mkdir(parents=True, exist_ok=True)
+            for name in ("tls.crt", "tls.key"):
+                shutil.copy(self.kueue_dir / "certs" / name, KUEUE_METRICS_CERTS / name)
+        except OSError as problem:
+            raise KonduktorError(
+                f"Kueue needs its metrics certificate in {KUEUE_METRICS_CERTS}, which is not writable: {problem}",
+                hint=f"run once: sudo install -d -o $USER {KUEUE_METRICS_CERTS}",
+            ) from problem
+
+    def start_kueue(self, kube: Kube, spec: SimSpec) -> None:
+        module = module_dir(self.toolbox.tools["kueue"])
+        self.progress("kueue: installing CRDs")
+        kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": kueue.NAMESPACE}})
+        for crd in kueue.crds(module):
+            kube.apply(crd)
+        wait_until(
+            "Kueue CRDs to be established",
+            lambda: all(
+                any(
+                    c["type"] == "Established" and c["status"] == "True"
+                    for c in (
+                        kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd["metadata"]["name"]) or {}
+                    )
+                    .get("status", {})
+                    .get("conditions", [])
+                )
+                for crd in kueue.crds(module)
+            ),
+            timeout=60,
+        )
+        ca = write_serving_pki(self.kueue_dir / "certs", "kueue-webhook", ["kueue-webhook-service.kueue-system.svc"])
+        config_path = self.kueue_dir / "config.yaml"
+        ports = spec.kueue_ports or {"webhook": free_port(), "health": free_port(), "metrics": free_port()}
+        configuration = kueue.manager_configuration(
+            ports["webhook"], ports["health"], ports["metrics"], self.kueue_dir / "certs", spec.kueue_settings
+        )
+        unchanged = config_path.exists() and YAML(typ="safe").load(config_path.read_text()) == configuration
+        if not (unchanged and self.kueue_healthy(spec)):
+            self.stop_kueue()
+            spec.kueue_ports = ports
+            self.spec_file.write_text(spec.to_json())
+            self.metrics_certs()
+            with config_path.open("w") as handle:
+                YAML(typ="safe").dump(configuration, handle)
+            self.progress("kueue: starting the controller manager")
+            log_path = self.kueue_dir / "kueue.log"
+            with log_path.open("ab") as log:
+                process = subprocess.Popen(
+                    [
+                        str(self.toolbox.path("kueue")),
+                        "--config",
+                        str(config_path),
+                        "--kubeconfig",
+                        str(self.kubeconfig),
+                        "--feature-gates=VisibilityOnDemand=false",
+                        "--zap-log-level=info",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            (self.kueue_dir / "kueue.pid").write_text(str(process.pid))
+            wait_until(
+                "Kueue to become ready",
+                lambda: self.kueue_healthy(spec),
+                timeout=120,
+                on_timeout=lambda: KonduktorError(
+                    "Kueue did not become ready", detail=tail(log_path, 20), hint=f"full log: {log_path}"
+                ),
+            )
+        # Webhooks only after Kueue listens: they fail closed and would block Jobs while it is down.
+        self.progress("kueue: registering webhooks")
+        for configuration in kueue.webhook_configurations(module, spec.kueue_ports["webhook"], ca.read_bytes()):
+            kube.apply(configuration)
+
+    def stop_kueue(self) -> None:
+        pid = self.kueue_pid()
+        if pid is not None:
+            stop_process(pid)
+        (self.kueue_dir / "kueue.pid").unlink(missing_ok=True)
+
+    # -- nodes ------------------------------------------------------------------------------------------------
+    def apply_nodes(self, kube: Kube, spec: SimSpec) -> list[str]:
+        nodes = node_manifests(spec.pools, spec.levels)
+        self.progress(f"nodes: applying {len(nodes)} fake GPU nodes")
+
+        def apply(node: dict[str, Any]) -> None:
+            status = node.pop("status")
+            kube.apply(node)
+            # Capacity is status: it goes through the status subresource, as a kubelet reports it.
+            kube.apply_status({"apiVersion": "v1", "kind": "Node", "metadata": node["metadata"], "status": status})
+
+        # A few requests in flight: a thousand nodes take seconds, not minutes, and the API server keeps up.
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(apply, nodes))
+        return [n["metadata"]["name"] for n in nodes]
+
+    def wait_nodes_ready(self, kube: Kube, names: list[str], timeout: float = 120) -> None:
+        wanted = set(names)
+
+        def ready() -> bool:
+            items = kube.list("v1", "Node", label_selector="type=kwok")
+            done = {
+                n["metadata"]["name"]
+                for n in items
+                if any(
+                    c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", [])
+                )
+            }
+            return wanted <= done
+
+        wait_until(f"{len(names)} nodes to be Ready", ready, timeout=timeout, interval=1)
+
+    # -- commands ---------------------------------------------------------------------------------------------
+    def up(self, spec: SimSpec) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.kueue_dir.mkdir(exist_ok=True)
+        previous = self.spec()
+        if previous is not None:
+            spec.kueue_ports = previous.kueue_ports
+        self.spec_file.write_text(spec.to_json())
+        for binary in SIM_BINARIES:  # build what is missing before anything starts
+            self.toolbox.path(binary)
+        self.start_control_plane(spec)
+        kube = Kube(self.kubeconfig)
+        try:
+            self.start_kueue(kube, spec)
+            names = self.apply_nodes(kube, spec)
+            self.wait_nodes_ready(kube, names)
+        finally:
+            kube.close()
+
+    def down(self, keep: bool = False) -> None:
+        self.stop_kueue()
+        if self.created():
+            result = self.kwokctl("stop" if keep else "delete", "cluster")
+            if result.returncode != 0:
+                raise KonduktorError(
+                    f"kwokctl could not {'stop' if keep else 'delete'} sim cluster {self.name!r}",
+                    detail=(result.stderr or result.stdout)[-2000:],
+                )
+        self.kill_leftovers()
+        if not keep:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def kill_leftovers(self) -> None:
+        """Stops any process still running from this cluster's binaries or pid files (after a crash)."""
+        for pidfile in (self.cluster_dir / "pids").glob("*.pid"):
+            with contextlib.suppress(OSError, ValueError):
+                pid = int(pidfile.read_text())
+                if alive(pid) and str(self.cluster_dir) in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
+                    stop_process(pid)
+
+    def status(self) -> dict[str, Any]:
+        spec = self.spec()
+        report: dict[str, Any] = {
+            "name": self.name,
+            "kubeconfig": str(self.kubeconfig),
+            "exists": self.created(),
+            "components": {},
+            "nodes": 0,
+            "ready_nodes": 0,
+            "gpus": 0,
+        }
+        if not self.created():
+            return report
+        for pidfile in sorted((self.cluster_dir / "pids").glob("*.pid")):
+            with contextlib.suppress(OSError, ValueError):
+                report["components"][pidfile.stem] = "running" if alive(int(pidfile.read_text())) else "stopped"
+        report["components"]["kueue"] = (
+            "ready" if spec and self.kueue_healthy(spec) else ("running" if self.kueue_pid() else "stopped")
+        )
+        if not self.api_ready():
+            report["components"]["kube-apiserver"] = "not answering"
+            return report
+        kube = Kube(self.kubeconfig)
+        try:
+            nodes = kube.list("v1", "Node")
+        finally:
+            kube.close()
+        report["nodes"] = len(nodes)
+        report["ready_nodes"] = sum(
+            1
+            for n in nodes
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", []))
+        )
+        report["gpus"] = sum(int(n.get("status", {}).get("allocatable", {}).get("nvidia.com/gpu", 0)) for n in nodes)
+        return report
+
+
+def stop_process(pid: int, grace: float = 10) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and alive(pid):
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)

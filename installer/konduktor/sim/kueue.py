@@ -1,0 +1,119 @@
+"""Kueue as a local process beside the simulated control plane.
+
+The CRDs and webhook configurations come from the Kueue module at the pinned tag. The webhooks are pointed at
+https://127.0.0.1:<port> with our own CA, and get the namespace exemptions Kueue's release manifests add.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+
+NAMESPACE = "kueue-system"
+WEBHOOK_PREFIX = "kueue-"
+# Kueue's release manifests exempt these namespaces from the job and pod webhooks; pods there must never
+# depend on Kueue being up.
+EXEMPT_NAMESPACES = ["kube-system", NAMESPACE]
+# Integrations the simulated cluster serves: Jobs, and plain Pods (SkyPilot submits pods with queue labels).
+FRAMEWORKS = ["batch/job", "pod"]
+
+
+def load_documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in YAML(typ="safe").load_all(path.read_text()) if doc]
+
+
+def crds(module_dir: Path) -> list[dict[str, Any]]:
+    bases = module_dir / "config" / "components" / "crd" / "bases"
+    return [doc for path in sorted(bases.glob("*.yaml")) for doc in load_documents(path)]
+
+
+def webhook_configurations(module_dir: Path, port: int, ca_pem: bytes) -> list[dict[str, Any]]:
+    """Kueue's webhook configurations, reached on 127.0.0.1:`port` and trusted through `ca_pem`."""
+    manifests = module_dir / "config" / "components" / "webhook" / "manifests.yaml"
+    ca_bundle = base64.b64encode(ca_pem).decode()
+    result = []
+    for source in load_documents(manifests):
+        config = copy.deepcopy(source)
+        config["metadata"] = {
+            "name": WEBHOOK_PREFIX + source["metadata"]["name"],
+            "labels": {"app.kubernetes.io/managed-by": "konduktor", "konduktor.ai/sim": "kueue"},
+        }
+        for hook in config.get("webhooks", []):
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca_bundle}
+            groups = {group for rule in hook.get("rules", []) for group in rule.get("apiGroups", [])}
+            if "kueue.x-k8s.io" not in groups:
+                hook["namespaceSelector"] = {
+                    "matchExpressions": [
+                        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": EXEMPT_NAMESPACES}
+                    ]
+                }
+        result.append(config)
+    return result
+
+
+def manager_configuration(
+    webhook_port: int, health_port: int, metrics_port: int, cert_dir: Path, settings: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Kueue's Configuration for a single local process: no leader election, our certificates, loopback only.
+
+    `settings` are what a config implies (fair sharing, waitForPodsReady, ...); sections merge one level deep.
+    """
+    configuration: dict[str, Any] = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": NAMESPACE,
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+        "metrics": {"bindAddress": f"127.0.0.1:{metrics_port}", "enableClusterQueueResources": True},
+        "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(cert_dir)},
+        "leaderElection": {"leaderElect": False},
+        # The certificates are ours; Kueue's internal cert manager would rotate in a CA the
+        # API server does not know for a Service that does not exist.
+        "internalCertManagement": {"enable": False},
+        "clientConnection": {"qps": 300, "burst": 500},
+        "integrations": {"frameworks": FRAMEWORKS},
+    }
+    for section, values in (settings or {}).items():
+        if isinstance(values, dict) and isinstance(configuration.get(section), dict):
+            configuration[section] = {**configuration[section], **values}
+        else:
+            configuration[section] = values
+    return configuration
+
+
+def stages(kwok_module_dir: Path, job_seconds: float) -> list[dict[str, Any]]:
+    """kwok Stages: nodes become Ready and keep a lease; pods start at once and Job pods finish after `job_seconds`.
+
+    Supplying any Stage replaces kwok's whole default set, so node and pod stages are all listed here. The
+    per-pod annotations `pod-complete.stage.kwok.x-k8s.io/delay` etc. still override the defaults.
+    """
+    base = kwok_module_dir / "kustomize" / "stage"
+    files = [
+        base / "node" / "fast" / "node-initialize.yaml",
+        base / "node" / "heartbeat-with-lease" / "node-heartbeat-with-lease.yaml",
+        *[
+            base / "pod" / "general" / f"{name}.yaml"
+            for name in (
+                "pod-create",
+                "pod-init-container-running",
+                "pod-init-container-completed",
+                "pod-ready",
+                "pod-complete",
+                "pod-delete",
+            )
+        ],
+    ]
+    result = []
+    for path in files:
+        for stage in load_documents(path):
+            name = stage["metadata"]["name"]
+            delay = stage["spec"].get("delay")
+            if delay is not None and name.startswith("pod-"):
+                delay["durationMilliseconds"] = int(job_seconds * 1000) if name == "pod-complete" else 100
+                delay.pop("jitterDurationMilliseconds", None)  # jitter is an upper bound; none means exact
+            result.append(stage)
+    return result

@@ -1,0 +1,120 @@
+"""Fake GPU nodes for the simulated cluster: pools from a config or `--nodes 4x10:H100`, rendered to Node objects."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from konduktor.errors import UsageError
+
+# nvidia.com/gpu.product values as GPU Feature Discovery publishes them, keyed by the short names users type.
+PRODUCTS = {
+    "A100": "NVIDIA-A100-SXM4-80GB",
+    "H100": "NVIDIA-H100-80GB-HBM3",
+    "H200": "NVIDIA-H200",
+    "B200": "NVIDIA-B200",
+    "GB200": "NVIDIA-GB200",
+    "L40S": "NVIDIA-L40S",
+}
+
+HOSTNAME = "kubernetes.io/hostname"
+# Topology labels of the default simulated datacenter: 2 nodes per rack, 2 racks per block, so TAS has
+# more than one domain to choose from at every level.
+DEFAULT_TOPOLOGY = ("konduktor.ai/topology-block", "konduktor.ai/topology-rack", HOSTNAME)
+NODES_PER_RACK = 2
+RACKS_PER_BLOCK = 2
+
+SPEC = re.compile(r"^(?P<count>\d+)x(?P<gpus>\d+)(?::(?P<product>[A-Za-z0-9._-]+))?$")
+
+
+@dataclass(frozen=True)
+class NodePool:
+    """`count` identical GPU nodes of one GPU type."""
+
+    gpu_type: str
+    count: int
+    gpus: int
+    product: str
+    cpu: str = "96"
+    memory: str = "1024Gi"
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: list[dict[str, str]] = field(default_factory=list)
+
+
+def parse_nodes_spec(spec: str) -> list[NodePool]:
+    """`4x10:H100,2x8:A100` -> pools. The product defaults to H100."""
+    pools = []
+    for part in spec.split(","):
+        match = SPEC.match(part.strip())
+        if not match:
+            raise UsageError(
+                f"--nodes {spec}: cannot read {part.strip()!r}",
+                hint="write COUNTxGPUS[:PRODUCT], e.g. 4x10:H100 or 2x8:A100,2x8:H100",
+            )
+        count, gpus = int(match["count"]), int(match["gpus"])
+        if count < 1 or gpus < 1:
+            raise UsageError(f"--nodes {spec}: node and GPU counts must be at least 1")
+        short = (match["product"] or "H100").upper()
+        product = PRODUCTS.get(short, match["product"] or "")
+        pools.append(NodePool(gpu_type=short.lower(), count=count, gpus=gpus, product=product))
+    names = [p.gpu_type for p in pools]
+    if len(set(names)) != len(names):
+        raise UsageError(f"--nodes {spec}: each GPU type may appear once")
+    return pools
+
+
+def node_name(pool: NodePool, index: int) -> str:
+    return f"gpu-{pool.gpu_type}-{index:04d}"
+
+
+def topology_values(levels: tuple[str, ...], position: int) -> dict[str, str]:
+    """Labels for the node at `position` in the whole fleet, for every non-hostname level.
+
+    The widest level changes slowest; each narrower level holds NODES_PER_RACK or RACKS_PER_BLOCK children.
+    """
+    labels = {}
+    upper = [level for level in levels if level != HOSTNAME]
+    for depth, level in enumerate(upper):
+        narrower = len(upper) - depth - 1
+        width = NODES_PER_RACK * (RACKS_PER_BLOCK ** max(narrower, 0))
+        suffix = level.rsplit("/", 1)[-1].removeprefix("topology-").removeprefix("gce-topology-")
+        labels[level] = f"{suffix}-{position // width}"
+    return labels
+
+
+def node_manifests(pools: list[NodePool], levels: tuple[str, ...] = DEFAULT_TOPOLOGY) -> list[dict[str, Any]]:
+    """Node objects with GPU capacity and labels; kwok's controller manages every node in the sim cluster."""
+    nodes = []
+    position = 0
+    for pool in pools:
+        for index in range(pool.count):
+            name = node_name(pool, index)
+            resources = {"cpu": pool.cpu, "memory": pool.memory, "pods": "110", "nvidia.com/gpu": str(pool.gpus)}
+            labels = {
+                HOSTNAME: name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.product": pool.product,
+                "nvidia.com/gpu.count": str(pool.gpus),
+                "konduktor.ai/gpu-type": pool.gpu_type,
+                **topology_values(levels, position),
+                **pool.labels,
+            }
+            nodes.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": name,
+                        "labels": labels,
+                        "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                    },
+                    "spec": {"taints": list(pool.taints)} if pool.taints else {},
+                    "status": {"capacity": dict(resources), "allocatable": dict(resources)},
+                }
+            )
+            position += 1
+    return nodes

@@ -1,0 +1,400 @@
+"""Pinned tools built from their Go modules into a versioned cache.
+
+Each tool in versions.toml is built in a small wrapper module of its own (a module with replace
+directives, such as k8s.io/kubernetes, cannot be `go install`ed), so every binary is the upstream
+code at the pinned tag. A finished build leaves a manifest; a warm run only reads it.
+"""
+
+from __future__ import annotations
+
+import collections
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import tomllib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from konduktor.errors import KonduktorError, UsageError
+from konduktor.paths import cache_dir
+
+VERSIONS_FILE = Path(__file__).with_name("versions.toml")
+MANIFEST = "manifest.json"
+MIN_GO = (1, 26)
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One Go module at one tag and the binaries built from it."""
+
+    name: str
+    module: str
+    version: str
+    packages: tuple[str, ...]
+    binary: str | None = None
+    ldflags: tuple[str, ...] = field(default=())
+
+    def package_paths(self) -> list[str]:
+        return [self.module if p == "." else f"{self.module}/{p}" for p in self.packages]
+
+    def binaries(self) -> list[str]:
+        names = []
+        for package in self.packages:
+            if package == ".":
+                names.append(self.binary or self.module.rstrip("/").split("/")[-1])
+            else:
+                names.append(package.rstrip("/").split("/")[-1])
+        return names
+
+    def linker_flags(self) -> str:
+        semver = self.version.removeprefix("v")
+        settings = [f"-X '{flag.format(version=self.version, semver=semver)}'" for flag in self.ldflags]
+        return " ".join(["-s", "-w", *settings])
+
+    def install_dir(self, root: Path) -> Path:
+        return root / "tools" / f"{self.name}-{self.version}"
+
+
+def load_tools(path: Path = VERSIONS_FILE) -> dict[str, Tool]:
+    with path.open("rb") as handle:
+        table = tomllib.load(handle)
+    return {
+        name: Tool(
+            name=name,
+            module=entry["module"],
+            version=entry["version"],
+            packages=tuple(entry["packages"]),
+            binary=entry.get("binary"),
+            ldflags=tuple(entry.get("ldflags", ())),
+        )
+        for name, entry in table.items()
+    }
+
+
+def with_versions(tools: Mapping[str, Tool], overrides: Mapping[str, str]) -> dict[str, Tool]:
+    """The pinned set with some versions replaced (`--version kueue=v0.19.3`)."""
+    unknown = sorted(set(overrides) - set(tools))
+    if unknown:
+        raise UsageError(
+            f"unknown tool {', '.join(unknown)}",
+            hint=f"tools are: {', '.join(sorted(tools))}",
+        )
+    result = dict(tools)
+    for name, version in overrides.items():
+        if not re.fullmatch(r"v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?", version):
+            raise UsageError(f"--version {name}={version}: not a module tag", hint="write it like v1.2.3")
+        result[name] = replace(tools[name], version=version)
+    return result
+
+
+def parse_overrides(values: list[str]) -> dict[str, str]:
+    overrides = {}
+    for value in values:
+        name, sep, version = value.partition("=")
+        if not sep or not name or not version:
+            raise UsageError(f"--version {value}: expected TOOL=VERSION", hint="e.g. --version kueue=v0.19.2")
+        overrides[name] = version
+    return overrides
+
+
+def directives(gomod: str, keyword: str) -> list[str]:
+    """The bodies of `replace` or `exclude` directives of a go.mod, single-line and block forms."""
+    found = []
+    block = False
+    for raw in gomod.splitlines():
+        line = raw.split("//", 1)[0].strip()
+        if block:
+            if line == ")":
+                block = False
+            elif line:
+                found.append(line)
+        elif line == f"{keyword} (":
+            block = True
+        elif line.startswith(f"{keyword} "):
+            found.append(line.removeprefix(f"{keyword} ").strip())
+    return found
+
+
+def staging_replaces(kubernetes_gomod: str, version: str) -> list[str]:
+    """Replace lines that point each ./staging module of k8s.io/kubernetes at its published v0.X.Y tag."""
+    published = "v0." + version.removeprefix("v").split(".", 1)[1]
+    modules = [r.split()[0] for r in directives(kubernetes_gomod, "replace") if "=> ./staging/" in r]
+    return [f"{module} => {module} {published}" for module in sorted(set(modules))]
+
+
+def wrapper_directives(tool_gomod: str, kubernetes_replaces: list[str]) -> tuple[list[str], list[str]]:
+    """Replaces and excludes for a module that requires the tool.
+
+    A dependency's replace and exclude directives are ignored, so the wrapper repeats the tool's own (all but
+    local paths, which only exist in the tool's repository). Where the tool replaces a module itself, its
+    choice wins over the shared Kubernetes libraries.
+    """
+    own = [r for r in directives(tool_gomod, "replace") if "=> ./" not in r and "=> ../" not in r]
+    replaced = {r.split("=>")[0].split()[0] for r in own}
+    shared = [r for r in kubernetes_replaces if r.split()[0] not in replaced]
+    return own + shared, directives(tool_gomod, "exclude")
+
+
+def wrapper_gomod(tool: Tool, replaces: Sequence[str], excludes: Sequence[str] = ()) -> str:
+    lines = [f"module konduktor.build/{tool.name}", "", f"go {MIN_GO[0]}.{MIN_GO[1]}", ""]
+    lines.append(f"require {tool.module} {tool.version}")
+    for keyword, entries in (("replace", replaces), ("exclude", excludes)):
+        if entries:
+            lines += ["", f"{keyword} (", *[f"\t{e}" for e in entries], ")"]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Installed:
+    tool: Tool
+    paths: dict[str, Path]
+    built_at: str
+    seconds: float
+
+
+def installed(tool: Tool, root: Path | None = None) -> Installed | None:
+    """The finished build of this exact tool version, if there is one and its binaries still exist."""
+    directory = tool.install_dir(root or cache_dir())
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    paths = {name: Path(p) for name, p in manifest.get("binaries", {}).items()}
+    if manifest.get("module") != tool.module or sorted(paths) != sorted(tool.binaries()):
+        return None
+    if not all(p.is_file() for p in paths.values()):
+        return None
+    return Installed(tool, paths, manifest.get("built_at", ""), float(manifest.get("seconds", 0)))
+
+
+Progress = Callable[[str], None]
+
+
+class GoBuild:
+    """Runs the go command for one tool, keeping the output for error reports."""
+
+    def __init__(self, tool: Tool, workdir: Path, progress: Progress) -> None:
+        self.tool = tool
+        self.workdir = workdir
+        self.progress = progress
+        self.tail: collections.deque[str] = collections.deque(maxlen=40)
+        self.log = workdir / "build.log"
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(CGO_ENABLED="0", GOFLAGS="-mod=mod", GOTOOLCHAIN=env.get("GOTOOLCHAIN", "local"))
+        return env
+
+    def download(self, module: Tool) -> dict[str, str]:
+        """Fetches a module (of this tool, or the Kubernetes libraries) and returns go's description of it."""
+        output = self.run(
+            "mod",
+            "download",
+            "-json",
+            f"{module.module}@{module.version}",
+            step=f"downloading {module.module}@{module.version}",
+            check=False,
+        )
+        try:
+            info: dict[str, str] = json.loads(output)
+        except ValueError:
+            info = {"Error": output.strip()}
+        if "Error" in info or "GoMod" not in info:
+            message = info.get("Error", "no module information")
+            raise KonduktorError(
+                f"could not build {self.tool.name} {self.tool.version}: {message.splitlines()[0]}",
+                hint=build_hint(message, module),
+                detail=f"(full log: {self.log})",
+            )
+        return info
+
+    def run(self, *args: str, step: str, check: bool = True) -> str:
+        command = ["go", *args]
+        self.progress(f"{self.tool.name} {self.tool.version}: {step}")
+        output: list[str] = []
+        with self.log.open("a") as log:
+            log.write(f"$ {' '.join(command)}\n")
+            process = subprocess.Popen(
+                command,
+                cwd=self.workdir,
+                env=self.env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            assert process.stdout is not None
+            for line in process.stdout:
+                log.write(line)
+                output.append(line)
+                self.tail.append(line.rstrip())
+                if step.startswith("compiling"):
+                    self.progress(f"{self.tool.name} {self.tool.version}: {step} {line.strip()[:70]}")
+            code = process.wait()
+        if code != 0 and check:
+            raise KonduktorError(
+                f"could not build {self.tool.name} {self.tool.version} ({self.tool.module}): "
+                f"`go {' '.join(args[:2])}` exited {code}",
+                hint=build_hint("\n".join(self.tail), self.tool),
+                detail="\n".join(list(self.tail)[-15:]) + f"\n(full log: {self.log})",
+            )
+        return "".join(output)
+
+
+def build_hint(output: str, tool: Tool) -> str:
+    if any(sign in output for sign in ("unknown revision", "invalid version", "not found", "not available")):
+        return f"{tool.module} has no version {tool.version}; pick a published tag (see versions.toml)"
+    if "requires go >=" in output or "toolchain" in output:
+        return f"install Go {MIN_GO[0]}.{MIN_GO[1]} or newer"
+    if "dial tcp" in output or "proxyconnect" in output or "i/o timeout" in output:
+        return "the Go module proxy is not reachable; set GOPROXY or warm the cache on a connected machine"
+    return "read the log above; re-running resumes from Go's module and build caches"
+
+
+def go_version() -> tuple[int, int] | None:
+    go = shutil.which("go")
+    if go is None:
+        return None
+    out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=False).stdout
+    match = re.match(r"go(\d+)\.(\d+)", out.strip())
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def require_go() -> None:
+    version = go_version()
+    if version is None:
+        raise KonduktorError(
+            "the go command is not installed; Konduktor builds its pinned tools from Go modules",
+            hint=f"install Go {MIN_GO[0]}.{MIN_GO[1]}+ (e.g. from go.dev or your distribution) and re-run",
+        )
+    if version < MIN_GO:
+        raise KonduktorError(
+            f"go {version[0]}.{version[1]} is too old to build the pinned tools",
+            hint=f"install Go {MIN_GO[0]}.{MIN_GO[1]} or newer",
+        )
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Serialises builds of one tool version between processes (parallel test workers, two shells)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build(tool: Tool, kubernetes: Tool, progress: Progress, root: Path | None = None) -> Installed:
+    """Build the tool unless this version is already in the cache.
+
+    Every wrapper pins the k8s.io/* libraries to the cluster's Kubernetes patch (the staging replaces), so
+    the tools link the same library code and a cold build compiles it once, not once per tool.
+    """
+    root = root or cache_dir()
+    directory = tool.install_dir(root)
+    with locked(root / "tools" / f".{tool.name}-{tool.version}.lock"):
+        if done := installed(tool, root):
+            return done
+        require_go()
+        started = time.monotonic()
+        workdir = directory / "src"
+        bindir = directory / "bin"
+        shutil.rmtree(directory, ignore_errors=True)
+        workdir.mkdir(parents=True)
+        bindir.mkdir()
+        go = GoBuild(tool, workdir, progress)
+        kubernetes_replaces = staging_replaces(Path(go.download(kubernetes)["GoMod"]).read_text(), kubernetes.version)
+        source = go.download(tool)
+        replaces, excludes = wrapper_directives(Path(source["GoMod"]).read_text(), kubernetes_replaces)
+        (workdir / "go.mod").write_text(wrapper_gomod(tool, replaces, excludes))
+        # The tool's own go.sum vouches for its dependencies, some of which the checksum database does not
+        # serve (e.g. pre-release modules); the go command still verifies every download against it.
+        tool_sums = Path(source["Dir"]) / "go.sum"
+        if tool_sums.is_file():
+            shutil.copyfile(tool_sums, workdir / "go.sum")
+        packages = tool.package_paths()
+        go.run("get", "-tool", *[f"{p}@{tool.version}" for p in packages], step="downloading modules")
+        for package, binary in zip(packages, tool.binaries(), strict=True):
+            go.run(
+                "build",
+                "-v",
+                "-trimpath",
+                "-ldflags",
+                tool.linker_flags(),
+                "-o",
+                str(bindir / binary),
+                package,
+                step=f"compiling {binary}",
+            )
+        seconds = time.monotonic() - started
+        manifest = {
+            "module": tool.module,
+            "version": tool.version,
+            "binaries": {name: str(bindir / name) for name in tool.binaries()},
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "seconds": round(seconds, 1),
+        }
+        (directory / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    result = installed(tool, root)
+    assert result is not None, "a finished build always has its manifest"
+    return result
+
+
+class Toolbox:
+    """The binaries of the pinned tool set, built on first use."""
+
+    def __init__(
+        self,
+        tools: Mapping[str, Tool] | None = None,
+        progress: Progress | None = None,
+        root: Path | None = None,
+    ) -> None:
+        self.tools = dict(tools or load_tools())
+        self.progress = progress or (lambda _message: None)
+        self.root = root or cache_dir()
+
+    def provider(self, binary: str) -> Tool:
+        for tool in self.tools.values():
+            if binary in tool.binaries():
+                return tool
+        raise KeyError(binary)
+
+    def path(self, binary: str) -> Path:
+        return build(self.provider(binary), self.tools["kubernetes"], self.progress, self.root).paths[binary]
+
+    def install(self, names: list[str] | None = None) -> list[Installed]:
+        selected = names or list(self.tools)
+        unknown = [n for n in selected if n not in self.tools]
+        if unknown:
+            raise UsageError(f"unknown tool {', '.join(unknown)}", hint=f"tools are: {', '.join(self.tools)}")
+        return [build(self.tools[n], self.tools["kubernetes"], self.progress, self.root) for n in selected]
+
+
+def module_dir(tool: Tool) -> Path:
+    """The tool's module source in Go's module cache (its manifests: CRDs, webhooks, kwok stages)."""
+    require_go()
+    result = subprocess.run(
+        ["go", "mod", "download", "-json", f"{tool.module}@{tool.version}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "GOFLAGS": "-mod=mod"},
+        cwd=cache_dir() if cache_dir().exists() else None,
+    )
+    try:
+        info = json.loads(result.stdout)
+    except ValueError:
+        info = {}
+    if result.returncode != 0 or "Dir" not in info:
+        raise KonduktorError(
+            f"cannot download {tool.module}@{tool.version}: {info.get('Error') or result.stderr.strip()}",
+            hint=build_hint(result.stdout + result.stderr, tool),
+        )
+    return Path(info["Dir"])

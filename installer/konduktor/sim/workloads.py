@@ -1,0 +1,113 @@
+"""GPU Jobs and their Kueue state on a cluster: what the demo submits and what acceptance tests observe."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from konduktor.kube.client import Kube
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+# kwok's pod-complete stage reads this annotation: how long this pod "runs" before it succeeds.
+RUN_FOR = "pod-complete.stage.kwok.x-k8s.io/delay"
+
+
+def gpu_job(
+    name: str,
+    namespace: str,
+    gpus: int,
+    queue: str | None = "default",
+    run_for: str | None = None,
+    pods: int = 1,
+    priority: str | None = None,
+    node: str | None = None,
+) -> dict[str, Any]:
+    """A batch Job whose pods each ask for `gpus` GPUs (requests == limits, as extended resources require)."""
+    labels = {QUEUE_LABEL: queue} if queue else {}
+    if priority:
+        labels[PRIORITY_LABEL] = priority
+    annotations = {RUN_FOR: run_for} if run_for else {}
+    resources = {"nvidia.com/gpu": str(gpus), "cpu": "1", "memory": "1Gi"}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "parallelism": pods,
+            "completions": pods,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"annotations": annotations},
+                "spec": {
+                    "restartPolicy": "Never",
+                    **({"nodeSelector": {"kubernetes.io/hostname": node}} if node else {}),
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                            "resources": {"requests": resources, "limits": resources},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def workload_of(kube: Kube, namespace: str, job_name: str) -> dict[str, Any] | None:
+    """Kueue's Workload for a Job (owned by it)."""
+    for workload in kube.list("kueue.x-k8s.io/v1beta2", "Workload", namespace):
+        owners = workload["metadata"].get("ownerReferences", [])
+        if any(o.get("kind") == "Job" and o.get("name") == job_name for o in owners):
+            return workload
+    return None
+
+
+def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    for item in (obj or {}).get("status", {}).get("conditions", []):
+        if item.get("type") == kind:
+            return dict(item)
+    return None
+
+
+def is_true(obj: dict[str, Any] | None, kind: str) -> bool:
+    found = condition(obj, kind)
+    return bool(found and found.get("status") == "True")
+
+
+def job_state(kube: Kube, namespace: str, name: str) -> str:
+    """One word for where a Job is: suspended, pending-admission, running, complete, failed, missing."""
+    job = kube.get("batch/v1", "Job", name, namespace)
+    if job is None:
+        return "missing"
+    if is_true(job, "Complete"):
+        return "complete"
+    if is_true(job, "Failed"):
+        return "failed"
+    if job["spec"].get("suspend"):
+        return "suspended"
+    return "running"
+
+
+def workload_gpus(workload: dict[str, Any]) -> int:
+    """GPUs a Workload asks for: pods x GPUs per pod, summed over its pod sets."""
+    total = 0
+    for pod_set in workload.get("spec", {}).get("podSets", []):
+        containers = pod_set["template"]["spec"].get("containers", [])
+        per_pod = sum(int(c.get("resources", {}).get("requests", {}).get("nvidia.com/gpu", 0)) for c in containers)
+        total += per_pod * int(pod_set.get("count", 1))
+    return total
+
+
+def admitted_gpus(kube: Kube, namespace: str) -> int:
+    """GPUs held right now by the namespace's admitted, unfinished Workloads."""
+    return sum(
+        workload_gpus(w)
+        for w in kube.list("kueue.x-k8s.io/v1beta2", "Workload", namespace)
+        if is_true(w, "Admitted") and not is_true(w, "Finished")
+    )
+
+
+def was_evicted(workload: dict[str, Any]) -> bool:
+    """Kueue records every eviction or preemption as a condition; it stays after the Workload is requeued."""
+    return any(c.get("type") in ("Evicted", "Preempted") for c in workload.get("status", {}).get("conditions", []))

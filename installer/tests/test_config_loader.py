@@ -1,0 +1,291 @@
+"""Loading config.yaml: every error at once, each with its line, words a user understands, and hints."""
+
+from __future__ import annotations
+
+import textwrap
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+from quota_samples import EXAMPLES, config, seed
+
+from konduktor.config import ConfigError, load_config, parse_config
+from konduktor.config.capacity import pool_share, share_for
+from konduktor.config.pools import node_pools, topology_levels
+from konduktor.config.quantity import format_cpu, format_memory, parse_quantity
+from konduktor.config.schema import SCHEMA_FILE, config_schema, config_schema_text
+from konduktor.errors import UsageError
+from konduktor.quotas.manifests import to_yaml
+from konduktor.sim.nodes import node_manifests
+
+VALID = textwrap.dedent("""\
+    version: 1
+    cluster:
+      name: gpu-lab
+    capacityReserve: {cpu: "8", memory: 64Gi}
+    topology:
+      levels: [kubernetes.io/hostname]
+    gpuTypes:
+      h100:
+        product: NVIDIA-H100-80GB-HBM3
+        nodes: 4
+        gpusPerNode: 10
+        nodeAllocatable: {cpu: "192", memory: 1900Gi}
+    teams:
+      team-a:
+        namespaces: [team-a]
+        gpus:
+          h100: {quota: 20}
+      team-b:
+        namespaces: [team-b]
+        gpus:
+          h100:
+            quota: 20
+    """)
+
+
+def errors_of(text: str) -> list[str]:
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text, "config.yaml")
+    return [f.located("config.yaml") for f in raised.value.findings if f.is_error]
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "multi-department.yaml", "gke-topology.yaml"])
+def test_config_examples_validate_cleanly(name: str) -> None:
+    loaded = load_config(EXAMPLES / name)
+    assert loaded.warnings == []
+
+
+def test_config_seed_example_is_the_problem_statement() -> None:
+    example = load_config(EXAMPLES / "config.yaml").config
+    [h100] = example.gpu_types.values()
+    assert (h100.nodes, h100.gpus_per_node) == (4, 10)
+    assert {name: team.gpus["h100"].quota for name, team in example.teams.items()} == {"team-a": 20, "team-b": 20}
+    assert example.kueue.sharing != "none"
+    assert all(t.gpus["h100"].borrow_limit and t.gpus["h100"].lend_limit for t in example.teams.values())
+
+
+def test_config_valid_text_loads_with_lines() -> None:
+    loaded = parse_config(VALID)
+    assert loaded.config.teams["team-b"].gpus["h100"].quota == 20
+    assert loaded.lines[("teams", "team-b", "gpus", "h100", "quota")] == 22
+    assert loaded.lines[("topology", "levels", 0)] == 6
+
+
+def test_config_schema_errors_carry_their_lines_and_all_come_at_once() -> None:
+    text = (
+        VALID.replace("gpusPerNode: 10", "gpusPerNode: 0")
+        .replace("h100: {quota: 20}", "h100: {quota: -1}")
+        .replace("  name: gpu-lab", "  name: gpu-lab\n  zone: eu")
+    )
+    assert errors_of(text) == [
+        "config.yaml:4: cluster.zone: unknown key",
+        "config.yaml:12: gpuTypes.h100.gpusPerNode: must be >= 1",
+        "config.yaml:18: teams.team-a.gpus.h100.quota: must be >= 0",
+    ]
+
+
+def test_config_error_message_lists_every_error_with_hints() -> None:
+    text = VALID.replace("gpusPerNode", "gpus_per_node").replace("quota: 20}", "quota: -1}")
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text, "config.yaml")
+    problem = raised.value
+    assert isinstance(problem, UsageError) and problem.exit_code == 2
+    assert problem.message == "config.yaml: 3 errors"
+    assert problem.detail is not None
+    assert problem.detail.splitlines() == [
+        "config.yaml:8: gpuTypes.h100.gpusPerNode: required but missing",
+        "config.yaml:11: gpuTypes.h100.gpus_per_node: unknown key",
+        "  hint: did you mean 'gpusPerNode'?",
+        "config.yaml:17: teams.team-a.gpus.h100.quota: must be >= 0",
+    ]
+
+
+def test_config_single_error_is_the_message_and_its_hint_the_hint() -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config(VALID.replace("gpuTypes:", "gpuType:"), "config.yaml")
+    # gpuType is unknown and gpuTypes then missing: two errors; take the unknown key alone.
+    unknown = [f for f in raised.value.findings if f.message == "unknown key"]
+    assert [f.hint for f in unknown] == ["did you mean 'gpuTypes'?"]
+    with pytest.raises(ConfigError) as raised:
+        parse_config(VALID.replace("h100: {quota: 20}", "h100: {quota: 20, borowLimit: 4}"), "config.yaml")
+    assert raised.value.message == "config.yaml:17: teams.team-a.gpus.h100.borowLimit: unknown key"
+    assert raised.value.hint == "did you mean 'borrowLimit'?"
+
+
+@pytest.mark.parametrize(
+    ("key", "hint"),
+    [
+        ("capacityReserv", "did you mean 'capacityReserve'?"),
+        ("Teams", "did you mean 'teams'?"),
+        ("gpu_types", "did you mean 'gpuTypes'?"),
+        (
+            "components",
+            "valid keys here: version, cluster, kueue, capacityReserve, topology, gpuTypes, priorities, teams",
+        ),
+    ],
+)
+def test_config_unknown_top_level_keys_suggest_the_right_one(key: str, hint: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config(VALID + f"{key}: {{}}\n", "config.yaml")
+    [finding] = [f for f in raised.value.findings if f.path == (key,)]
+    assert (finding.message, finding.hint, finding.line) == ("unknown key", hint, 23)
+
+
+def test_config_bad_choice_suggests_the_close_one() -> None:
+    [message] = errors_of(VALID + "kueue: {sharing: fiar}\n")
+    assert message == "config.yaml:23: kueue.sharing: must be 'fair', 'classic' or 'none' (got the string 'fiar')"
+
+
+def test_config_types_are_strict_and_say_what_they_got() -> None:
+    assert errors_of(VALID.replace("h100: {quota: 20}", 'h100: {quota: "20"}')) == [
+        "config.yaml:17: teams.team-a.gpus.h100.quota: must be a whole number (got the string '20')"
+    ]
+    assert errors_of(VALID.replace("nodes: 4", "nodes: 4.5")) == [
+        "config.yaml:10: gpuTypes.h100.nodes: must be a whole number (got 4.5)"
+    ]
+    assert errors_of(VALID.replace("    namespaces: [team-b]", "    namespaces: team-b")) == [
+        "config.yaml:19: teams.team-b.namespaces: must be a list (got the string 'team-b')"
+    ]
+
+
+def test_config_quantities_accept_numbers_and_reject_nonsense() -> None:
+    loaded = parse_config(VALID.replace('{cpu: "192", memory: 1900Gi}', "{cpu: 192, memory: 1900Gi}"))
+    assert loaded.config.gpu_types["h100"].node_allocatable.cpu == "192"
+    assert errors_of(VALID.replace("memory: 1900Gi", "memory: 1900GB")) == [
+        "config.yaml:12: gpuTypes.h100.nodeAllocatable.memory: "
+        "'1900GB' is not a Kubernetes quantity (e.g. 192, 500m, 1900Gi)"
+    ]
+
+
+@pytest.mark.parametrize(("value", "expected"), [("10m", "10m"), ('""', None), ("null", None), ("1h30m", "1h30m")])
+def test_config_gang_timeout(value: str, expected: str | None) -> None:
+    assert parse_config(VALID + f"kueue: {{gangTimeout: {value}}}\n").config.kueue.gang_timeout == expected
+
+
+@pytest.mark.parametrize("value", ["0s", "ten", "10"])
+def test_config_bad_gang_timeout(value: str) -> None:
+    [message] = errors_of(VALID + f"kueue: {{gangTimeout: '{value}'}}\n")
+    assert message.startswith("config.yaml:23: kueue.gangTimeout: ")
+
+
+def test_config_yaml_syntax_error_has_a_line() -> None:
+    [message] = errors_of(VALID.replace("  team-b:\n", "  team-b: [\n"))
+    assert message.startswith("config.yaml:") and "invalid YAML" in message
+
+
+def test_config_duplicate_keys_are_errors() -> None:
+    [message] = errors_of(
+        VALID.replace("    gpus:\n      h100: {quota: 20}", "    gpus:\n      h100: {quota: 20}\n    gpus: {}")
+    )
+    assert message.startswith("config.yaml:18: invalid YAML") and 'duplicate key "gpus"' in message
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", "config.yaml: the file is empty"),
+        ("- a\n- b\n", "config.yaml:1: the top level must be a mapping of settings"),
+        ("cluster: {name: x}\n", "config.yaml:1: version: required but missing"),
+        ("version: 2\n", "config.yaml:1: version: must be 1 (got 2)"),
+    ],
+)
+def test_config_whole_file_problems(text: str, expected: str) -> None:
+    assert errors_of(text)[0] == expected
+
+
+def test_config_lint_errors_carry_lines_and_warnings_are_returned() -> None:
+    assert errors_of(VALID.replace("h100: {quota: 20}", "h10: {quota: 20}")) == [
+        "config.yaml:17: teams.team-a.gpus.h10: unknown GPU type 'h10'"
+    ]
+    loaded = parse_config(VALID.replace("quota: 20\n", "quota: 10\n"))
+    assert [w.located("x.yaml") for w in loaded.warnings] == [
+        "x.yaml:8: gpuTypes.h100: 10 of 40 h100 GPUs are in no team's quota; "
+        "Kueue admits nothing onto them, not even borrowed work"
+    ]
+
+
+def test_config_missing_file_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="no such file"):
+        load_config(tmp_path / "config.yaml")
+
+
+def test_config_schema_file_is_current() -> None:
+    assert SCHEMA_FILE.read_text(encoding="utf-8") == config_schema_text(), (
+        "regenerate: konduktor-install schema > installer/konduktor/config/config.schema.json"
+    )
+
+
+def test_config_schema_forbids_unknown_keys() -> None:
+    schema = config_schema()
+    assert schema["additionalProperties"] is False
+    assert set(schema["required"]) == {"version", "cluster", "gpuTypes", "teams"}
+    assert schema["$defs"]["GpuQuota"]["properties"]["quota"]["minimum"] == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("192", 192),
+        ("500m", "1/2"),
+        ("1900Gi", 1900 * 2**30),
+        ("1e3", 1000),
+        ("1E3", 1000),
+        ("1E", 10**18),
+        ("2k", 2000),
+        ("1.5", "3/2"),
+        ("64Mi", 64 * 2**20),
+    ],
+)
+def test_config_quantities_are_exact(text: str, value: int | str) -> None:
+    assert parse_quantity(text) == Fraction(value)
+
+
+@pytest.mark.parametrize("text", ["", "12x", "Gi", "1.2.3", "1 Gi"])
+def test_config_bad_quantities(text: str) -> None:
+    with pytest.raises(ValueError, match="not a Kubernetes quantity"):
+        parse_quantity(text)
+
+
+def test_config_quantity_formatting() -> None:
+    assert [format_cpu(m) for m in (368000, 367500, 0)] == ["368", "367500m", "0"]
+    assert [format_memory(m) for m in (3672 * 1024, 1500, 2 * 2**20, 0)] == ["3672Gi", "1500Mi", "2Ti", "0"]
+
+
+def test_config_derived_cpu_memory_follow_the_gpu_share() -> None:
+    # quotas.md 7.3: 4 nodes x 8 GPUs, 192 CPU / 1900Gi, reserve 8 / 64Gi; 16 GPUs -> 368 CPU, 3672Gi.
+    h100 = config({"gpuTypes": {"h100": {"gpusPerNode": 8}}})
+    gpu_type, reserve = h100.gpu_types["h100"], h100.capacity_reserve
+    assert (share_for(16, gpu_type, reserve).cpu, share_for(16, gpu_type, reserve).memory) == ("368", "3672Gi")
+    assert (pool_share(gpu_type, reserve).cpu, pool_share(gpu_type, reserve).memory) == ("736", "7344Gi")
+    # 1 of 40 GPUs: 736/40 CPU is not whole; rounded down to the millicore, never up.
+    seed_type = config().gpu_types["h100"]
+    assert share_for(1, seed_type, reserve).cpu == "18400m"
+    assert share_for(3, seed_type, reserve).memory == "564019Mi"  # 550.8Gi, rounded down to the MiB
+
+
+def test_config_node_pools_match_what_the_flavors_select() -> None:
+    loaded = config()
+    [pool] = node_pools(loaded)
+    assert (pool.gpu_type, pool.count, pool.gpus, pool.product) == ("h100", 4, 10, "NVIDIA-H100-80GB-HBM3")
+    assert (pool.cpu, pool.memory) == ("192", "1900Gi")
+    assert pool.labels == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert pool.taints == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+    assert topology_levels(loaded) == ("konduktor.ai/topology-rack", "kubernetes.io/hostname")
+    nodes = node_manifests(node_pools(loaded), topology_levels(loaded))
+    assert len(nodes) == 4
+    assert all(set(topology_levels(loaded)) <= set(n["metadata"]["labels"]) for n in nodes)
+
+
+def test_config_node_pools_for_gke_labels_and_valued_taints() -> None:
+    gke = load_config(EXAMPLES / "gke-topology.yaml").config
+    [pool] = node_pools(gke)
+    assert pool.labels == {"cloud.google.com/gke-accelerator": "nvidia-h100-mega-80gb"}
+    assert pool.taints == [{"key": "nvidia.com/gpu", "effect": "NoSchedule", "value": "present"}]
+    assert topology_levels(gke)[-1] == "kubernetes.io/hostname"
+    assert topology_levels(config({"topology": None})) == ()
+
+
+def test_config_seed_sample_round_trips_through_yaml() -> None:
+    # The sample used by the other tests is itself a valid file.
+    assert parse_config(to_yaml([seed()]).removeprefix("---\n")).warnings == []

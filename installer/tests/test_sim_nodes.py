@@ -1,0 +1,57 @@
+"""Fake GPU node pools and the Node objects rendered from them."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from konduktor.errors import UsageError
+from konduktor.sim.nodes import DEFAULT_TOPOLOGY, HOSTNAME, node_manifests, parse_nodes_spec
+
+
+def test_nodes_spec() -> None:
+    [pool] = parse_nodes_spec("4x10:H100")
+    assert (pool.count, pool.gpus, pool.product, pool.gpu_type) == (4, 10, "NVIDIA-H100-80GB-HBM3", "h100")
+    pools = parse_nodes_spec("2x8:A100,1x8:custom-gpu")
+    assert [p.product for p in pools] == ["NVIDIA-A100-SXM4-80GB", "custom-gpu"]
+    assert parse_nodes_spec("3x4")[0].product == "NVIDIA-H100-80GB-HBM3"
+
+
+@pytest.mark.parametrize("spec", ["", "4", "4x", "x8", "0x8", "4x0", "4x8:H100,2x8:H100", "4*8"])
+def test_bad_nodes_spec(spec: str) -> None:
+    with pytest.raises(UsageError, match="--nodes"):
+        parse_nodes_spec(spec)
+
+
+def test_node_objects_carry_gpu_capacity_and_labels() -> None:
+    nodes = node_manifests(parse_nodes_spec("4x10:H100"))
+    assert [n["metadata"]["name"] for n in nodes] == [f"gpu-h100-000{i}" for i in range(4)]
+    first = nodes[0]
+    assert first["status"]["allocatable"]["nvidia.com/gpu"] == "10"
+    assert first["status"]["capacity"] == first["status"]["allocatable"]
+    labels = first["metadata"]["labels"]
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert labels[HOSTNAME] == "gpu-h100-0000"
+    # 2 nodes per rack, 2 racks per block
+    racks = [n["metadata"]["labels"]["konduktor.ai/topology-rack"] for n in nodes]
+    blocks = [n["metadata"]["labels"]["konduktor.ai/topology-block"] for n in nodes]
+    assert racks == ["rack-0", "rack-0", "rack-1", "rack-1"]
+    assert blocks == ["block-0"] * 4
+
+
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(1, 16)), min_size=1, max_size=4))
+def test_every_node_has_every_topology_level(shapes: list[tuple[int, int]]) -> None:
+    """TAS needs the full label set on every node; names are unique across pools."""
+    spec = ",".join(f"{count}x{gpus}:T{i}" for i, (count, gpus) in enumerate(shapes))
+    nodes = node_manifests(parse_nodes_spec(spec))
+    assert len(nodes) == sum(count for count, _ in shapes)
+    assert len({n["metadata"]["name"] for n in nodes}) == len(nodes)
+    for node in nodes:
+        assert set(DEFAULT_TOPOLOGY) <= set(node["metadata"]["labels"])
+    # a rack never spans two blocks
+    rack_block = {}
+    for node in nodes:
+        labels = node["metadata"]["labels"]
+        rack, block = labels["konduktor.ai/topology-rack"], labels["konduktor.ai/topology-block"]
+        assert rack_block.setdefault(rack, block) == block
