@@ -1,0 +1,281 @@
+"""Signals -> findings: what a kernel report, a DCGM sample, a GPU count or a burn-in verdict says about a node.
+
+Pure functions over the catalog and the settings, plus two small stateful filters (duplicates, lost-GPU
+grace) whose clock is injected so that tests control time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from konduktor.burnin.results import NodeVerdict, Verdict
+from konduktor.controller.catalog import (
+    CATALOG,
+    DCGM_RULES,
+    DCGM_XID_FIELD,
+    Catalog,
+    CatalogEntry,
+    RecommendedAction,
+    ReportKind,
+    Severity,
+)
+from konduktor.controller.kernel_log import KernelReport
+from konduktor.controller.settings import HealthSettings
+
+FindingKind = Literal["xid", "sxid", "peermem", "gpu_lost", "dcgm", "burnin"]
+DedupKey = tuple[str, str, str | None, RecommendedAction]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One judged signal about one node: how bad, what fixes it, whether to quarantine, and the evidence.
+
+    `reason` is CamelCase (a Node condition / Event reason); `evidence` is the log line or the metric and
+    its value, shown to the on-call engineer as-is.
+    """
+
+    node: str
+    kind: FindingKind
+    code: int | None
+    gpu: str | None
+    name: str
+    meaning: str
+    severity: Severity
+    action: RecommendedAction
+    quarantine: bool
+    node_unusable: bool
+    reason: str
+    evidence: str
+
+    @property
+    def dedup_key(self) -> DedupKey:
+        # The action is part of the key so that an escalation (Xid 154 "GPU Reset" -> "Node Reboot")
+        # on the same GPU is not mistaken for a repeat.
+        return (self.node, self.reason, self.gpu, self.action)
+
+
+@dataclass(frozen=True)
+class DcgmSample:
+    """One DCGM exporter series for one GPU. `value`: the gauge's value, or a counter's increase over the
+    query window (the watch loop's PromQL decides which); above zero means the fault happened."""
+
+    node: str
+    gpu: str
+    metric: str
+    value: float
+
+
+def catalog_entry(
+    kind: ReportKind, code: int | None, message: str, settings: HealthSettings, catalog: Catalog = CATALOG
+) -> CatalogEntry:
+    """The catalog's judgement of one report, with the rules the table alone cannot express."""
+    entry = catalog.lookup(kind, code)
+    if entry is None:
+        # Unknown codes warn; quarantining them is opt-in because an unmapped code that defaulted to
+        # fatal caused NVSentinel's false-quarantine floods (health.md 7, NVS #1710).
+        action = RecommendedAction.QUARANTINE if settings.quarantine_unknown else RecommendedAction.NONE
+        return CatalogEntry(
+            kind,
+            code,
+            f"UNKNOWN_{kind.upper()}",
+            "not in the catalog",
+            Severity.WARNING,
+            action,
+            quarantine=settings.quarantine_unknown,
+        )
+    if kind == "xid" and code == 154:
+        recovery = _last_parenthesised(message).lower()
+        return catalog.xid_154_recovery.get(recovery) or replace(
+            entry, severity=Severity.WARNING, meaning=f"unrecognised recovery action {recovery!r}"
+        )
+    if kind == "sxid" and not entry.quarantine and _sxid_token(message) == "fatal":
+        # NVSentinel treats the driver's Fatal/Non-fatal token as authoritative (health.md 4.2): a
+        # "Fatal" report of a code the guide lists as non-fatal still takes the node out.
+        return replace(
+            entry,
+            severity=Severity.CRITICAL,
+            action=RecommendedAction.CONTACT_SUPPORT,
+            quarantine=True,
+            meaning=f"{entry.meaning} (reported fatal)",
+        )
+    return entry
+
+
+def classify_report(report: KernelReport, node: str, settings: HealthSettings, catalog: Catalog = CATALOG) -> Finding:
+    """Judge one kernel log report from `node`."""
+    entry = catalog_entry(report.kind, report.code, report.message, settings, catalog)
+    return _finding(node, report.kind, entry, report.pci, report.raw)
+
+
+def classify_dcgm(sample: DcgmSample, settings: HealthSettings, catalog: Catalog = CATALOG) -> Finding | None:
+    """Judge one DCGM sample; None when it shows no fault or is not a health series."""
+    if not (math.isfinite(sample.value) and sample.value > 0):
+        return None
+    evidence = f'{sample.metric}{{gpu="{sample.gpu}"}} = {sample.value:g}'
+    if sample.metric == DCGM_XID_FIELD:
+        # This gauge holds the code of the last Xid, so it is judged by the Xid catalog.
+        entry = catalog_entry("xid", int(sample.value), "", settings, catalog)
+        return _finding(sample.node, "xid", entry, sample.gpu, evidence)
+    rule = DCGM_RULES.get(sample.metric)
+    if rule is None:
+        return None
+    return Finding(
+        sample.node,
+        "dcgm",
+        None,
+        sample.gpu,
+        rule.field_name,
+        rule.meaning,
+        rule.severity,
+        rule.action,
+        rule.quarantine,
+        False,
+        rule.reason,
+        evidence,
+    )
+
+
+def burnin_finding(result: NodeVerdict) -> Finding | None:
+    """A failed burn-in is hardware evidence in its own right; WARN is worth an Event; the rest judge nothing."""
+    if result.verdict is Verdict.FAIL:
+        return Finding(
+            result.node,
+            "burnin",
+            None,
+            None,
+            "BURNIN_FAILED",
+            "Burn-in failed",
+            Severity.CRITICAL,
+            RecommendedAction.CONTACT_SUPPORT,
+            True,
+            False,
+            "BurnInFailed",
+            verdict_detail(result),
+        )
+    if result.verdict is Verdict.WARN:
+        return Finding(
+            result.node,
+            "burnin",
+            None,
+            None,
+            "BURNIN_WARNED",
+            "Burn-in passed with warnings",
+            Severity.WARNING,
+            RecommendedAction.NONE,
+            False,
+            False,
+            "BurnInWarned",
+            verdict_detail(result),
+        )
+    return None
+
+
+def verdict_detail(result: NodeVerdict) -> str:
+    """Why the node got its verdict, in one line: the checks that decided it and their reasons."""
+    deciding = [c for c in result.checks if c.verdict is result.verdict]
+    if not deciding:
+        return f"{len(result.checks)} checks, verdict {result.verdict}"
+    return "; ".join(f"{c.check}: {c.summary or ', '.join(c.reasons) or c.verdict}" for c in deciding)
+
+
+def _finding(node: str, kind: FindingKind, entry: CatalogEntry, gpu: str | None, evidence: str) -> Finding:
+    prefix = {"xid": "Xid", "sxid": "SXid"}.get(kind)
+    reason = f"{prefix}{entry.code}" if prefix and entry.code is not None else "PeermemError"
+    return Finding(
+        node,
+        kind,
+        entry.code,
+        gpu,
+        entry.name,
+        entry.meaning,
+        entry.severity,
+        entry.action,
+        entry.quarantine,
+        entry.node_unusable,
+        reason,
+        evidence,
+    )
+
+
+def _last_parenthesised(message: str) -> str:
+    start, end = message.rfind("("), message.rfind(")")
+    return message[start + 1 : end].strip() if 0 <= start < end else ""
+
+
+def _sxid_token(message: str) -> str:
+    return message.split(",", 1)[0].strip().lower()
+
+
+class DuplicateFilter:
+    """Lets the first finding of a fault through and drops repeats (same node, reason, GPU, action) for a
+    window, so that a burst of identical lines costs no cluster writes. A fault still reporting after the
+    window passes through again, which the decision step turns into no write when nothing changed."""
+
+    def __init__(self, window_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._window = window_seconds
+        self._clock = clock
+        # Insertion order is first-seen order, so expired keys are always at the front.
+        self._first_seen: dict[DedupKey, float] = {}
+
+    def admit(self, finding: Finding) -> bool:
+        now = self._clock()
+        self._forget_expired(now)
+        key = finding.dedup_key
+        if key in self._first_seen:
+            return False
+        self._first_seen[key] = now
+        return True
+
+    def __len__(self) -> int:
+        return len(self._first_seen)
+
+    def _forget_expired(self, now: float) -> None:
+        while self._first_seen:
+            key, seen = next(iter(self._first_seen.items()))
+            if now - seen < self._window:
+                return
+            del self._first_seen[key]
+
+
+class LostGpuWatch:
+    """Reports a node whose allocatable `nvidia.com/gpu` stays below its expected count for a grace period.
+
+    The grace rides out device-plugin restarts, which withdraw a node's GPUs from allocatable for a few
+    seconds; a GPU that fell off the bus stays missing.
+    """
+
+    def __init__(self, grace_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._grace = grace_seconds
+        self._clock = clock
+        self._short_since: dict[str, float] = {}
+
+    def observe(self, node: str, allocatable: int, expected: int) -> Finding | None:
+        if allocatable >= expected:
+            self._short_since.pop(node, None)
+            return None
+        now = self._clock()
+        since = self._short_since.setdefault(node, now)
+        if now - since < self._grace:
+            return None
+        return Finding(
+            node,
+            "gpu_lost",
+            None,
+            None,
+            "GPU_LOST",
+            "GPUs missing from allocatable",
+            Severity.CRITICAL,
+            RecommendedAction.REBOOT,
+            True,
+            False,
+            "GPULost",
+            f"allocatable nvidia.com/gpu {allocatable} < expected {expected} for {now - since:.0f}s",
+        )
+
+    def forget(self, node: str) -> None:
+        """The node is gone from the cluster."""
+        self._short_since.pop(node, None)

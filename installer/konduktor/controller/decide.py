@@ -1,0 +1,427 @@
+"""Findings, burn-in results and node state -> the cluster writes to make: the controller's safety rules.
+
+Pure: the caller passes the nodes as it sees them, the breaker state and the clock, and gets back a
+`Plan` (writes, notices, the next breaker state). The rules:
+
+- only taints we placed are ever removed; a taint is ours when it carries our key *and* the node has our
+  `quarantined-at` annotation. Cordons are never touched (no action here can write `unschedulable`);
+- a node labelled with the opt-out label gets no write at all;
+- new quarantines go through a fleet circuit breaker (a fraction of GPU nodes and an absolute cap per
+  window); once tripped it stays open until an operator resets it, while releases continue;
+- NoExecute only for faults the catalog marks node-unusable, and only when the config allows it;
+- dry-run plans the same writes but returns them as `withheld`, never as `actions`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Literal
+
+from konduktor.burnin.results import NodeVerdict, Verdict
+from konduktor.controller.catalog import Severity
+from konduktor.controller.classify import Finding, burnin_finding, verdict_detail
+from konduktor.controller.settings import BreakerSettings, HealthSettings
+
+TAINT_KEY = "konduktor.ai/gpu-health"
+TAINT_VALUE = "unhealthy"
+CONDITION_TYPE = "GPUHealthy"
+QUARANTINED_AT = "konduktor.ai/quarantined-at"
+QUARANTINE_REASON = "konduktor.ai/quarantine-reason"
+REQUALIFIED_AT = "konduktor.ai/requalified-at"
+REQUALIFICATION_RESULT = "konduktor.ai/requalification-result"
+# Kubernetes truncates longer Event notes; cut them ourselves so the evidence keeps its start.
+MESSAGE_LIMIT = 1024
+
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+_REQUALIFICATION_REASONS = {
+    Verdict.PASS: "RequalificationPassed",
+    Verdict.WARN: "RequalificationWarned",
+    Verdict.FAIL: "RequalificationFailed",
+    Verdict.ERROR: "RequalificationError",
+    Verdict.SKIPPED: "RequalificationSkipped",
+}
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    effect: TaintEffect
+    value: str = ""
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What the decision needs to know about one GPU node, read from the Node and its burn-in Jobs."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    gpu_healthy: bool | None = None  # our GPUHealthy condition's status; None when the Node has none
+    gpu_allocatable: int | None = None
+    gpu_expected: int | None = None
+    requalification_running: bool = False
+
+
+@dataclass(frozen=True)
+class UpdateNode:
+    """One patch of the Node's taints and annotations (an annotation set to None is removed)."""
+
+    node: str
+    add_taints: tuple[Taint, ...] = ()
+    remove_taints: tuple[Taint, ...] = ()
+    annotations: Mapping[str, str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SetCondition:
+    """Set the Node's GPUHealthy condition (status subresource)."""
+
+    node: str
+    healthy: bool
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RecordEvent:
+    node: str
+    event_type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class StartRequalification:
+    """Create the burn-in Job for a quarantined node (it tolerates our taint)."""
+
+    node: str
+
+
+Action = UpdateNode | SetCondition | RecordEvent | StartRequalification
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something to log and count that is not a cluster write (a tripped breaker is `error`)."""
+
+    level: Literal["info", "warning", "error"]
+    node: str | None
+    message: str
+
+
+@dataclass(frozen=True)
+class BreakerState:
+    """New quarantines in the current window, and when the breaker tripped. An operator's reset is
+    `BreakerState()`: it also forgets the window, since the operator has judged that storm."""
+
+    recent: tuple[float, ...] = ()
+    tripped_at: float | None = None
+
+    @property
+    def tripped(self) -> bool:
+        return self.tripped_at is not None
+
+
+@dataclass(frozen=True)
+class Plan:
+    actions: tuple[Action, ...]
+    withheld: tuple[Action, ...]  # dry-run: what would have been written
+    notices: tuple[Notice, ...]
+    breaker: BreakerState
+
+
+def breaker_limit(gpu_nodes: int, settings: BreakerSettings) -> int:
+    """New quarantines allowed per window: max(1, min(fraction of GPU nodes, cap))."""
+    # The epsilon keeps 0.29 x 100 at 29 despite binary floating point.
+    return max(1, min(math.floor(settings.max_fraction * gpu_nodes + 1e-9), settings.max_nodes))
+
+
+def quarantined_by_us(node: NodeState) -> bool:
+    return QUARANTINED_AT in node.annotations and _carries_taint_key(node)
+
+
+def _carries_taint_key(node: NodeState) -> bool:
+    return any(t.key == TAINT_KEY for t in node.taints)
+
+
+def restore_breaker(nodes: Mapping[str, NodeState], settings: BreakerSettings, now: float) -> BreakerState:
+    """After a restart: the quarantines of the window that are still in place, read from our annotations
+    (one released within the window is not counted, which errs towards allowing a quarantine)."""
+    times = (_parse_time(n.annotations.get(QUARANTINED_AT)) for n in nodes.values() if quarantined_by_us(n))
+    return BreakerState(tuple(sorted(t for t in times if t is not None and now - t < settings.window_seconds)))
+
+
+def decide(
+    findings: Sequence[Finding],
+    nodes: Mapping[str, NodeState],
+    breaker: BreakerState,
+    settings: HealthSettings,
+    now: float,
+    results: Sequence[NodeVerdict] = (),
+) -> Plan:
+    """Plan the writes for new findings and burn-in results, then start due requalifications.
+
+    `nodes` holds every GPU node by name (the breaker's fraction is of these); `now` is wall-clock
+    seconds since the epoch, as recorded in the annotations.
+    """
+    planner = _Planner(nodes, breaker, settings, now)
+    for result in results:
+        planner.burnin_result(result)
+    for finding in findings:
+        planner.finding(finding)
+    planner.start_requalifications()
+    writes = tuple(planner.writes)
+    return Plan(
+        actions=() if settings.dry_run else writes,
+        withheld=writes if settings.dry_run else (),
+        notices=tuple(planner.notices),
+        breaker=BreakerState(tuple(planner.recent), planner.tripped_at),
+    )
+
+
+class _Planner:
+    """The working state of one `decide` call: nodes are updated as writes are planned, so that a second
+    finding for a node quarantined a moment ago sees it quarantined."""
+
+    def __init__(
+        self, nodes: Mapping[str, NodeState], breaker: BreakerState, settings: HealthSettings, now: float
+    ) -> None:
+        self.nodes = dict(nodes)
+        self.settings = settings
+        self.now = now
+        self.stamp = _stamp(now)
+        self.limit = breaker_limit(len(nodes), settings.breaker)
+        self.recent = [t for t in breaker.recent if now - t < settings.breaker.window_seconds]
+        self.tripped_at = breaker.tripped_at
+        self.writes: list[Action] = []
+        self.notices: list[Notice] = []
+        # Nodes with a fault or a burn-in result in this call: requalification waits for a later call.
+        self.fresh: set[str] = set()
+
+    def burnin_result(self, result: NodeVerdict) -> None:
+        node = self._managed(result.node)
+        if node is None:
+            return
+        if quarantined_by_us(node):
+            if result.verdict is Verdict.PASS:
+                self._release(node, verdict_detail(result))
+            else:
+                self._record_attempt(node, result)
+            return
+        if result.verdict is Verdict.PASS:
+            if node.gpu_healthy is False:
+                self._condition(node, True, _REQUALIFICATION_REASONS[Verdict.PASS], verdict_detail(result))
+            if _carries_taint_key(node):
+                self._notice(
+                    "info",
+                    node.name,
+                    "burn-in passed; the gpu-health taint was not placed by this controller and stays",
+                )
+            return
+        finding = burnin_finding(result)
+        if finding is None:
+            self._notice("warning", node.name, f"burn-in ended in {result.verdict}: {verdict_detail(result)}")
+        else:
+            self.finding(finding)
+
+    def finding(self, finding: Finding) -> None:
+        node = self._managed(finding.node)
+        if node is None:
+            return
+        if not finding.quarantine:
+            event_type: Literal["Normal", "Warning"] = "Normal" if finding.severity == Severity.INFO else "Warning"
+            self._event(node.name, event_type, finding.reason, _describe(finding))
+        elif quarantined_by_us(node):
+            self._already_quarantined(node, finding)
+        elif _carries_taint_key(node):
+            # Someone else put our taint key on the node: report, but do not claim it (we would remove it
+            # on release) and do not count it against the breaker.
+            self._notice("info", node.name, "gpu-health taint already present and not ours; not claiming it")
+            self._unhealthy(node, finding)
+        elif self._breaker_allows(node.name):
+            self._quarantine(node, finding)
+        else:
+            self._unhealthy(node, finding)
+            self._event(
+                node.name,
+                "Warning",
+                "QuarantineSuppressed",
+                f"circuit breaker open (tripped at {_stamp(self.tripped_at)}; limit {self.limit} "
+                f"per {self.settings.breaker.window_seconds:g}s); reset it to resume. " + _describe(finding),
+            )
+
+    def start_requalifications(self) -> None:
+        running = sum(1 for n in self.nodes.values() if n.requalification_running)
+        slots = self.settings.max_concurrent_requalifications - running
+        due = sorted((self._rested_since(n), n.name) for n in self.nodes.values() if self._due(n))
+        for _, name in due[: max(slots, 0)]:
+            self.writes.append(StartRequalification(name))
+
+    def _managed(self, name: str) -> NodeState | None:
+        node = self.nodes.get(name)
+        if node is None:
+            self._notice("warning", name, "not a known GPU node; ignored")
+        elif self._opted_out(node):
+            self._notice("info", name, f"opted out ({self.settings.opt_out_label}=true); no action")
+            return None
+        return node
+
+    def _opted_out(self, node: NodeState) -> bool:
+        return node.labels.get(self.settings.opt_out_label) == "true"
+
+    def _breaker_allows(self, name: str) -> bool:
+        if self.tripped_at is None and len(self.recent) >= self.limit:
+            self.tripped_at = self.now
+            self._notice(
+                "error",
+                None,
+                f"circuit breaker tripped: {len(self.recent)} quarantines in "
+                f"{self.settings.breaker.window_seconds:g}s reached the limit of "
+                f"{self.limit}; no more quarantines until it is reset",
+            )
+        if self.tripped_at is not None:
+            self._notice("error", name, "quarantine suppressed: circuit breaker open")
+            return False
+        self.recent.append(self.now)
+        return True
+
+    def _quarantine(self, node: NodeState, finding: Finding) -> None:
+        taint = Taint(TAINT_KEY, self._effect(finding), TAINT_VALUE)
+        reason = f"{finding.reason} {finding.name}" + (f" on {finding.gpu}" if finding.gpu else "")
+        annotations = {QUARANTINED_AT: self.stamp, QUARANTINE_REASON: reason}
+        self.writes.append(UpdateNode(node.name, add_taints=(taint,), annotations=annotations))
+        node = self._store(replace(node, taints=(*node.taints, taint), annotations={**node.annotations, **annotations}))
+        self._unhealthy(node, finding)
+        self._event(node.name, "Warning", finding.reason, f"quarantined ({taint.effect}): {_describe(finding)}")
+        self.fresh.add(node.name)
+
+    def _already_quarantined(self, node: NodeState, finding: Finding) -> None:
+        self.fresh.add(node.name)
+        ours = {t.effect for t in node.taints if t.key == TAINT_KEY}
+        effect = self._effect(finding)
+        if effect not in ours and effect == "NoExecute":
+            # Not a new quarantine (the node is already out of scheduling), so the breaker is not asked.
+            taint = Taint(TAINT_KEY, effect, TAINT_VALUE)
+            self.writes.append(UpdateNode(node.name, add_taints=(taint,)))
+            self._store(replace(node, taints=(*node.taints, taint)))
+            self._event(
+                node.name, "Warning", finding.reason, f"quarantine escalated to NoExecute: {_describe(finding)}"
+            )
+        elif node.annotations.get(QUARANTINE_REASON, "").split(" ", 1)[0] != finding.reason:
+            # A further fault on a quarantined node: evidence for the engineer, no state change.
+            self._event(node.name, "Warning", finding.reason, f"also: {_describe(finding)}")
+
+    def _release(self, node: NodeState, detail: str) -> None:
+        ours = tuple(t for t in node.taints if t.key == TAINT_KEY)
+        annotations: dict[str, str | None] = {
+            QUARANTINED_AT: None,
+            QUARANTINE_REASON: None,
+            REQUALIFIED_AT: self.stamp,
+            REQUALIFICATION_RESULT: _cut(f"PASS: {detail}"),
+        }
+        self.writes.append(UpdateNode(node.name, remove_taints=ours, annotations=annotations))
+        node = self._store(
+            replace(
+                node,
+                taints=tuple(t for t in node.taints if t not in ours),
+                annotations=_merged(node.annotations, annotations),
+            )
+        )
+        self._condition(node, True, _REQUALIFICATION_REASONS[Verdict.PASS], detail)
+        self._event(node.name, "Normal", _REQUALIFICATION_REASONS[Verdict.PASS], f"released: {detail}")
+        self.fresh.add(node.name)
+
+    def _record_attempt(self, node: NodeState, result: NodeVerdict) -> None:
+        """Anything but PASS keeps the node out: WARN needs a human, ERROR/SKIPPED judged nothing. The
+        stamp restarts the cooldown before the next attempt."""
+        detail = verdict_detail(result)
+        annotations: dict[str, str | None] = {
+            REQUALIFIED_AT: self.stamp,
+            REQUALIFICATION_RESULT: _cut(f"{result.verdict}: {detail}"),
+        }
+        self.writes.append(UpdateNode(node.name, annotations=annotations))
+        self._store(replace(node, annotations=_merged(node.annotations, annotations)))
+        self._event(node.name, "Warning", _REQUALIFICATION_REASONS[result.verdict], f"stays quarantined: {detail}")
+        self.fresh.add(node.name)
+
+    def _unhealthy(self, node: NodeState, finding: Finding) -> None:
+        if node.gpu_healthy is not False:
+            self._condition(
+                node, False, finding.reason, f"{finding.name}: {finding.meaning}; recommended action: {finding.action}"
+            )
+
+    def _condition(self, node: NodeState, healthy: bool, reason: str, message: str) -> None:
+        self.writes.append(SetCondition(node.name, healthy, reason, _cut(message)))
+        self._store(replace(self.nodes[node.name], gpu_healthy=healthy))
+
+    def _event(self, node: str, event_type: Literal["Normal", "Warning"], reason: str, message: str) -> None:
+        self.writes.append(RecordEvent(node, event_type, reason, _cut(message)))
+
+    def _notice(self, level: Literal["info", "warning", "error"], node: str | None, message: str) -> None:
+        self.notices.append(Notice(level, node, message))
+
+    def _effect(self, finding: Finding) -> TaintEffect:
+        return "NoExecute" if finding.node_unusable and self.settings.allow_noexecute else "NoSchedule"
+
+    def _store(self, node: NodeState) -> NodeState:
+        self.nodes[node.name] = node
+        return node
+
+    def _due(self, node: NodeState) -> bool:
+        """A quarantined node may start its requalification burn-in now."""
+        if (
+            not quarantined_by_us(node)
+            or self._opted_out(node)
+            or node.requalification_running
+            or node.name in self.fresh
+        ):
+            return False
+        if node.unschedulable:
+            return False  # someone else cordoned it (we never do): they are working on it
+        if (
+            node.gpu_allocatable is not None
+            and node.gpu_expected is not None
+            and node.gpu_allocatable < node.gpu_expected
+        ):
+            return False  # the burn-in asks for every GPU; it could not even be scheduled
+        return self.now - self._rested_since(node) >= self.settings.cooldown_seconds
+
+    def _rested_since(self, node: NodeState) -> float:
+        times = [_parse_time(node.annotations.get(k)) for k in (QUARANTINED_AT, REQUALIFIED_AT)]
+        # An unreadable stamp (edited by hand) must not block requalification forever.
+        return max((t for t in times if t is not None), default=0.0)
+
+
+def _describe(finding: Finding) -> str:
+    where = f" on {finding.gpu}" if finding.gpu else ""
+    return (
+        f"{finding.name} ({finding.meaning}){where}; recommended action: {finding.action}; evidence: {finding.evidence}"
+    )
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 3] + "..."
+
+
+def _merged(annotations: Mapping[str, str], changes: Mapping[str, str | None]) -> dict[str, str]:
+    merged = {**annotations, **changes}
+    return {k: v for k, v in merged.items() if v is not None}
+
+
+def _stamp(when: float | None) -> str:
+    return "-" if when is None else datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_time(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None

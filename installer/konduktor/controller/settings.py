@@ -1,0 +1,125 @@
+"""The health controller's own config file: model, defaults, and a loader whose errors name file and line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
+
+from konduktor.config.load import read_yaml, validate_model
+from konduktor.errors import UsageError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _http_url(value: str) -> str:
+    if not value.startswith(("http://", "https://")) or len(value.split("://", 1)[1]) == 0:
+        raise ValueError("must be an http:// or https:// URL")
+    return value.rstrip("/")
+
+
+HttpUrlText = Annotated[str, AfterValidator(_http_url)]
+
+
+class BreakerSettings(_Section):
+    """The fleet circuit breaker: at most max(1, min(max_fraction x GPU nodes, max_nodes)) new quarantines
+    per window; one more trips it, and nothing is quarantined until an operator resets it."""
+
+    # 10 % / 10 min / 20 nodes: health.md recommendation 4 (NVSentinel's 50 % / 5 min is too loose).
+    max_fraction: float = Field(default=0.1, gt=0, le=1)
+    max_nodes: int = Field(default=20, ge=1)
+    window_seconds: float = Field(default=600, gt=0)
+
+
+class LokiSettings(_Section):
+    """Where kernel logs are. No defaults for the query and label: they depend on the log collector, and
+    a guess that matched nothing would silently detect nothing."""
+
+    url: HttpUrlText
+    # A LogQL selector of the nodes' kernel lines, e.g. '{job="kernel"} |~ "NVRM: Xid|SXid|nvidia-peermem"'.
+    query: str = Field(min_length=1)
+    # The stream label that holds the Kubernetes node name.
+    node_label: str = Field(min_length=1)
+    # How far back the very first query reads, when no cursor has been saved yet.
+    lookback_seconds: float = Field(default=300, gt=0)
+    # Log shippers batch lines (Promtail waits up to 1 s), so a line can reach Loki after later lines of other
+    # nodes were read. Each query re-reads this much before its cursor and skips what it already saw.
+    late_seconds: float = Field(default=10, ge=0)
+    # Lines per query_range request; Loki refuses more than its max_entries_limit_per_query (5000 by default).
+    limit: int = Field(default=1000, ge=1, le=5000)
+
+
+class PrometheusSettings(_Section):
+    url: HttpUrlText
+    # dcgm-exporter sets Hostname to the Kubernetes node name (from NODE_NAME) and gpu to the GPU index.
+    node_label: str = Field(default="Hostname", min_length=1)
+    gpu_label: str = Field(default="gpu", min_length=1)
+    # Raw samples read per query: a counter's rise is seen when two samples of it fall inside, so this must
+    # exceed twice the exporter's scrape interval (30 s by default).
+    window_seconds: float = Field(default=120, gt=0)
+
+
+class GpuTypeSettings(_Section):
+    """What a GPU node of one type must have. A GPU that fell off the bus also lowers the count that GPU
+    Feature Discovery publishes in the nvidia.com/gpu.count label; a count stated here cannot drift."""
+
+    # The node's nvidia.com/gpu.product label value, e.g. NVIDIA-H100-80GB-HBM3.
+    product: str = Field(min_length=1)
+    gpus_per_node: int = Field(ge=1)
+
+
+class RequalificationSettings(_Section):
+    # standard: DCGM diag level 2, a matmul soak and one-node NCCL (konduktor.burnin.tiers).
+    tier: Literal["quick", "standard", "full"] = "standard"
+    # A low PriorityClass lets a requalification wait behind real work instead of preempting it.
+    priority_class: str | None = None
+
+
+class HealthSettings(_Section):
+    """Everything the health controller reads from its config file; every field has a safe default."""
+
+    # Strict: YAML has booleans, so a string here ("maybe", "yes") is a mistake, not a value to interpret.
+    dry_run: StrictBool = False
+    # NoExecute evicts running pods; only faults the catalog marks node-unusable may use it, and only here.
+    allow_noexecute: StrictBool = False
+    quarantine_unknown: StrictBool = False
+    # 3 minutes: NVSentinel's suppression window for identical events (ADR-039).
+    dedup_window_seconds: float = Field(default=180, ge=0)
+    # How long a quarantined node rests before a requalification burn-in, and between two attempts.
+    cooldown_seconds: float = Field(default=900, ge=0)
+    # How long allocatable GPUs must stay below the expected count before it counts as a lost GPU.
+    gpu_lost_grace_seconds: float = Field(default=60, ge=0)
+    max_concurrent_requalifications: int = Field(default=2, ge=0)
+    opt_out_label: str = Field(default="konduktor.ai/gpu-health-opt-out", min_length=1)
+    breaker: BreakerSettings = Field(default_factory=BreakerSettings)
+    loki: LokiSettings | None = None
+    prometheus: PrometheusSettings | None = None
+    # Expected GPUs per node by GPU type; nodes of other types fall back to their nvidia.com/gpu.count label.
+    gpu_types: dict[str, GpuTypeSettings] = Field(default_factory=dict)
+    requalification: RequalificationSettings = Field(default_factory=RequalificationSettings)
+    # Where the controller keeps its Lease (leader, Loki cursor, breaker trip) and runs requalification Jobs.
+    namespace: str = Field(default="konduktor-system", min_length=1)
+    # How often Loki and Prometheus are queried; Node changes are watched and act at once.
+    poll_seconds: float = Field(default=5, gt=0)
+    # A leader that has not renewed its Lease for this long is replaced by a standby replica.
+    lease_seconds: float = Field(default=15, ge=1)
+    # /healthz and /metrics; 0 picks a free port (printed in the log).
+    http_port: int = Field(default=8080, ge=0, le=65535)
+
+
+def load_settings(path: Path) -> HealthSettings:
+    """Read and validate the config file; raises ConfigError (exit 2) listing every error with its line.
+
+    A file without settings (empty, or only comments) is valid: every setting has a safe default.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as problem:
+        raise UsageError(f"{path}: cannot read the config file ({problem})") from None
+    if all(not line.strip() or line.lstrip().startswith("#") for line in text.splitlines()):
+        return HealthSettings()
+    data, lines = read_yaml(text, str(path))
+    return validate_model(HealthSettings, data, lines, str(path))
