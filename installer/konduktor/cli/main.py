@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from konduktor.cli import quotas, sim, tools
+from konduktor.cli import cluster_quotas, quotas, sim, tools
 from konduktor.cli.app import new_app, run_app
 
 app = new_app(
@@ -12,6 +12,7 @@ app = new_app(
 )
 app.add_typer(tools.app, name="tools")
 app.add_typer(sim.app, name="sim")
+app.add_typer(cluster_quotas.app, name="quotas")
 quotas.register(app)
 
 

@@ -76,7 +76,7 @@ def differing_fields(before: dict[str, Any], after: dict[str, Any], prefix: str 
 
 
 def plan(
-    desired: Sequence[tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any]]],
+    desired: Sequence[tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]],
     owned_live: Iterable[dict[str, Any]],
     prune: bool,
 ) -> list[Change]:
@@ -93,7 +93,7 @@ def plan(
         if live is None:
             changes.append(Change("create", ref))
             continue
-        fields = differing_fields(comparable(live), comparable(would_be))
+        fields = differing_fields(comparable(live), comparable(would_be or obj))
         changes.append(Change("update", ref, tuple(fields)) if fields else Change("unchanged", ref))
     for live in owned_live:
         ref = Ref.of(live)
@@ -146,7 +146,9 @@ def sync(
     for obj in objects:
         ref = Ref.of(obj)
         live = with_retries(kube.get, ref.api_version, ref.kind, ref.name, ref.namespace)
-        would_be = with_retries(kube.apply, obj, dry_run=True)
+        # Only an existing object needs the server's view to tell an update from no change; a new one may
+        # live in a namespace that this same sync creates, where a dry run would be refused.
+        would_be = with_retries(kube.apply, obj, dry_run=True) if live is not None else None
         desired.append((obj, live, would_be))
     changes = plan(desired, owned_objects(kube, kinds, selector), prune)
     if dry_run:

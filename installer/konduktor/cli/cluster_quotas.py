@@ -1,0 +1,136 @@
+"""`konduktor-install quotas`: apply the rendered team quotas to a cluster, diff them, explain a team's usage."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from konduktor.cli.console import OutputFormat, err, print_rows
+from konduktor.cli.quotas import ConfigArgument, load_checked
+from konduktor.cli.target import KubeconfigOption, connect
+from konduktor.config.model import Config
+from konduktor.errors import PreflightFailed, UsageError
+from konduktor.kube.client import Kube
+from konduktor.kube.sync import Change, sync
+from konduktor.quotas.render import CONFIG_LABEL, KUEUE_API, MANAGED_BY, MANAGED_BY_LABEL, RBAC_API, render
+from konduktor.quotas.usage import team_usage
+
+app = typer.Typer(help="Apply team quotas to a cluster, show pending changes, explain a team's usage.")
+
+# Kinds the quota renderer produces, in apply order (pruning goes in reverse).
+QUOTA_KINDS = [
+    ("v1", "Namespace"),
+    (KUEUE_API, "WorkloadPriorityClass"),
+    (KUEUE_API, "Topology"),
+    (KUEUE_API, "ResourceFlavor"),
+    (KUEUE_API, "Cohort"),
+    (KUEUE_API, "ClusterQueue"),
+    (KUEUE_API, "LocalQueue"),
+    (RBAC_API, "RoleBinding"),
+]
+
+
+def owner_selector(config: Config) -> str:
+    return f"{MANAGED_BY_LABEL}={MANAGED_BY},{CONFIG_LABEL}={config.cluster.name}"
+
+
+def require_kueue(kube: Kube) -> None:
+    """Kueue's CRDs must be served before quotas can be applied (the chart installs them)."""
+    if kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", "clusterqueues.kueue.x-k8s.io") is None:
+        raise PreflightFailed(
+            "Kueue is not installed on this cluster (no ClusterQueue CRD); nothing was applied",
+            hint="install Konduktor first: konduktor-install up CONFIG",
+        )
+
+
+def sync_quotas(kube: Kube, config: Config, *, prune: bool, dry_run: bool) -> list[Change]:
+    require_kueue(kube)
+    return sync(
+        kube,
+        render(config),
+        QUOTA_KINDS,
+        owner_selector(config),
+        prune=prune,
+        dry_run=dry_run,
+        progress=lambda change: err.print(change.describe(), markup=False),
+    )
+
+
+def report(changes: list[Change], dry_run: bool) -> None:
+    """Applied changes were printed as they happened; a dry run lists them here. Then a one-line summary."""
+    for change in changes:
+        if change.action == "keep" or (dry_run and change.action != "unchanged"):
+            err.print(change.describe(), markup=False)
+        if change.action == "keep" and change.ref.kind == "Namespace":
+            err.print(f"note: namespace {change.ref.name} left the config; delete it yourself once it is empty")
+    counts = {a: sum(c.action == a for c in changes) for a in ("create", "update", "prune", "unchanged", "keep")}
+    prefix = "would " if dry_run else ""
+    err.print(prefix + (", ".join(f"{a} {n}" for a, n in counts.items() if n) or "nothing to do"), markup=False)
+
+
+@app.command("apply")
+def apply(
+    config: ConfigArgument,
+    kubeconfig: KubeconfigOption = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; change nothing.")] = False,
+    prune: Annotated[
+        bool, typer.Option("--prune/--no-prune", help="Delete quota objects the config no longer has (ours only).")
+    ] = True,
+) -> None:
+    """Server-side apply of the config's queues, flavors, namespaces and RBAC; prune what the config dropped."""
+    loaded = load_checked(config)
+    kube = connect(kubeconfig)
+    try:
+        changes = sync_quotas(kube, loaded.config, prune=prune, dry_run=dry_run)
+    finally:
+        kube.close()
+    report(changes, dry_run)
+
+
+@app.command("diff")
+def diff(config: ConfigArgument, kubeconfig: KubeconfigOption = None) -> None:
+    """What `quotas apply` would change. Exit 0: nothing; 1: changes pending; 2 or more: error."""
+    loaded = load_checked(config)
+    kube = connect(kubeconfig)
+    try:
+        changes = sync_quotas(kube, loaded.config, prune=True, dry_run=True)
+    finally:
+        kube.close()
+    for change in changes:
+        if change.action != "unchanged":
+            typer.echo(change.describe())
+    if any(c.action in ("create", "update", "prune") for c in changes):
+        raise typer.Exit(1)
+
+
+@app.command("explain")
+def explain(
+    team: Annotated[str | None, typer.Argument(help="Team (ClusterQueue) name; all teams when omitted.")] = None,
+    kubeconfig: KubeconfigOption = None,
+    output: Annotated[OutputFormat, typer.Option("-o", "--output")] = "table",
+) -> None:
+    """Per team and GPU type: nominal quota, used, borrowed, lent, admitted and pending workloads."""
+    kube = connect(kubeconfig)
+    try:
+        require_kueue(kube)
+        queues = kube.list(KUEUE_API, "ClusterQueue")
+    finally:
+        kube.close()
+    rows = [u.row() for u in team_usage(queues) if team is None or team in (u.team, u.cluster_queue)]
+    if team is not None and not rows:
+        known = sorted({q["metadata"]["name"] for q in queues})
+        raise UsageError(f"no ClusterQueue for team {team!r}", hint=f"teams on this cluster: {', '.join(known)}")
+    columns = [
+        "team",
+        "flavor",
+        "nominal",
+        "used",
+        "borrowed",
+        "lent",
+        "borrowing_limit",
+        "lending_limit",
+        "admitted_workloads",
+        "pending_workloads",
+    ]
+    print_rows(rows, columns, output)
