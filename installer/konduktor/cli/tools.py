@@ -39,6 +39,8 @@ def list_tools(
     """Show each pinned tool, its version, and where its binaries are (or that it is not built yet)."""
     rows = []
     for tool in load_tools().values():
+        if not tool.packages:
+            continue  # a manifest source, not a binary
         build = installed(tool)
         for binary in tool.binaries():
             rows.append(

@@ -11,7 +11,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
+from konduktor.kube.documents import load_documents
 
 NAMESPACE = "kueue-system"
 WEBHOOK_PREFIX = "kueue-"
@@ -20,10 +20,6 @@ WEBHOOK_PREFIX = "kueue-"
 EXEMPT_NAMESPACES = ["kube-system", NAMESPACE]
 # Integrations the simulated cluster serves: Jobs, and plain Pods (SkyPilot submits pods with queue labels).
 FRAMEWORKS = ["batch/job", "pod"]
-
-
-def load_documents(path: Path) -> list[dict[str, Any]]:
-    return [doc for doc in YAML(typ="safe").load_all(path.read_text()) if doc]
 
 
 def crds(module_dir: Path) -> list[dict[str, Any]]:

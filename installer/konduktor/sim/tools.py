@@ -39,6 +39,7 @@ class Tool:
     packages: tuple[str, ...]
     binary: str | None = None
     ldflags: tuple[str, ...] = field(default=())
+    tags: tuple[str, ...] = field(default=())
 
     def package_paths(self) -> list[str]:
         return [self.module if p == "." else f"{self.module}/{p}" for p in self.packages]
@@ -57,6 +58,10 @@ class Tool:
         settings = [f"-X '{flag.format(version=self.version, semver=semver)}'" for flag in self.ldflags]
         return " ".join(["-s", "-w", *settings])
 
+    def build_flags(self) -> list[str]:
+        flags = ["-trimpath", "-ldflags", self.linker_flags()]
+        return [*flags, "-tags", ",".join(self.tags)] if self.tags else flags
+
     def install_dir(self, root: Path) -> Path:
         return root / "tools" / f"{self.name}-{self.version}"
 
@@ -72,6 +77,7 @@ def load_tools(path: Path = VERSIONS_FILE) -> dict[str, Tool]:
             packages=tuple(entry["packages"]),
             binary=entry.get("binary"),
             ldflags=tuple(entry.get("ldflags", ())),
+            tags=tuple(entry.get("tags", ())),
         )
         for name, entry in table.items()
     }
@@ -167,6 +173,8 @@ def installed(tool: Tool, root: Path | None = None) -> Installed | None:
         return None
     paths = {name: Path(p) for name, p in manifest.get("binaries", {}).items()}
     if manifest.get("module") != tool.module or sorted(paths) != sorted(tool.binaries()):
+        return None
+    if manifest.get("flags") != tool.build_flags():  # e.g. new build tags: the binary must be rebuilt
         return None
     if not all(p.is_file() for p in paths.values()):
         return None
@@ -325,9 +333,7 @@ def build(tool: Tool, kubernetes: Tool, progress: Progress, root: Path | None = 
             go.run(
                 "build",
                 "-v",
-                "-trimpath",
-                "-ldflags",
-                tool.linker_flags(),
+                *tool.build_flags(),
                 "-o",
                 str(bindir / binary),
                 package,
@@ -338,6 +344,7 @@ def build(tool: Tool, kubernetes: Tool, progress: Progress, root: Path | None = 
             "module": tool.module,
             "version": tool.version,
             "binaries": {name: str(bindir / name) for name in tool.binaries()},
+            "flags": tool.build_flags(),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "seconds": round(seconds, 1),
         }
@@ -370,7 +377,8 @@ class Toolbox:
         return build(self.provider(binary), self.tools["kubernetes"], self.progress, self.root).paths[binary]
 
     def install(self, names: list[str] | None = None) -> list[Installed]:
-        selected = names or list(self.tools)
+        # Tools without packages are manifest sources (CRDs); module_dir() fetches them when needed.
+        selected = names or [name for name, tool in self.tools.items() if tool.packages]
         unknown = [n for n in selected if n not in self.tools]
         if unknown:
             raise UsageError(f"unknown tool {', '.join(unknown)}", hint=f"tools are: {', '.join(self.tools)}")
