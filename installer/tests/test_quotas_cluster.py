@@ -98,7 +98,7 @@ def test_idle_gpus_are_borrowed_and_reclaimed(teams: Kube) -> None:
 def test_an_eight_gpu_pod_waits_for_a_whole_node(teams: Kube) -> None:
     """28 GPUs are free, but no node has 8: the job must wait, not be admitted onto scattered GPUs."""
     kube = teams
-    nodes = sorted(n["metadata"]["name"] for n in kube.list("v1", "Node", label_selector="type=kwok"))
+    nodes = sorted(n["metadata"]["name"] for n in kube.list("v1", "Node", label_selector="nvidia.com/gpu.present=true"))
     assert len(nodes) == 4
     holders = [f"hold-{i}" for i in range(4)]
     for name, node in zip(holders, nodes, strict=True):

@@ -181,7 +181,7 @@ def test_down_leaves_nothing_behind_and_up_works_again(sim: Sim) -> None:
 
 def test_sim_status_and_kubeconfig_of_the_session_cluster(sim: Sim) -> None:
     report = sim.cluster.status()
-    assert report["ready_nodes"] == 4
+    assert report["ready_nodes"] == 5  # 4 GPU nodes and the system node
     assert report["gpus"] == 40
     assert set(report["components"]) >= {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kueue"}
     assert sim.kube.version()["gitVersion"] == "v1.36.3"

@@ -65,5 +65,8 @@ def print_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], output: O
     else:
         table = Table(*[c.upper() for c in columns], box=None, pad_edge=False)
         for row in rows:
-            table.add_row(*[str(row.get(c, "")) for c in columns])
-        Console(soft_wrap=True).print(table)
+            table.add_row(*["-" if row.get(c) is None else str(row.get(c)) for c in columns])
+        out = Console(soft_wrap=True)
+        if not out.is_terminal:
+            out = Console(soft_wrap=True, width=max(out.width, 200))  # a pipe or file: never truncate columns
+        out.print(table)

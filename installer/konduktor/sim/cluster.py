@@ -340,7 +340,7 @@ class SimCluster:
     # -- nodes ------------------------------------------------------------------------------------------------
     def apply_nodes(self, kube: Kube, spec: SimSpec) -> list[str]:
         nodes = node_manifests(spec.pools, spec.levels)
-        self.progress(f"nodes: applying {len(nodes)} fake GPU nodes")
+        self.progress(f"nodes: applying {len(nodes)} fake nodes")
 
         def apply(node: dict[str, Any]) -> None:
             status = node.pop("status")

@@ -83,9 +83,34 @@ def topology_values(levels: tuple[str, ...], position: int) -> dict[str, str]:
     return labels
 
 
+SYSTEM_NODE = "system-0000"
+
+
+def system_node() -> dict[str, Any]:
+    """A CPU node for platform pods (the health controller, ...): GPU nodes are tainted, as in real clusters."""
+    resources = {"cpu": "32", "memory": "128Gi", "pods": "110"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": SYSTEM_NODE,
+            "labels": {
+                HOSTNAME: SYSTEM_NODE,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                "konduktor.ai/node-pool": "system",
+            },
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": {},
+        "status": {"capacity": dict(resources), "allocatable": dict(resources)},
+    }
+
+
 def node_manifests(pools: list[NodePool], levels: tuple[str, ...] = DEFAULT_TOPOLOGY) -> list[dict[str, Any]]:
-    """Node objects with GPU capacity and labels; kwok's controller manages every node in the sim cluster."""
-    nodes = []
+    """Node objects with GPU capacity and labels, plus one system node; kwok manages every node of the sim."""
+    nodes = [system_node()]
     position = 0
     for pool in pools:
         for index in range(pool.count):

@@ -1,0 +1,133 @@
+"""`konduktor-install up`: from one config to a working platform, every step safe to repeat.
+
+validate -> target (the given cluster, else the simulated one) -> install the chart -> apply team quotas
+-> verify queues and the health controller. Nothing touches a cluster until the whole config validates.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from konduktor.cli.cluster_quotas import sync_quotas
+from konduktor.cli.console import err, progress
+from konduktor.cli.quotas import ConfigArgument, load_checked
+from konduktor.cli.sim import spec_from
+from konduktor.cli.target import KubeconfigOption, explicit_kubeconfig
+from konduktor.config.model import Config
+from konduktor.errors import KonduktorError, PartialApply, UsageError
+from konduktor.helm.release import CHARTS, install_or_upgrade
+from konduktor.kube.client import Kube
+from konduktor.kube.documents import load_documents
+from konduktor.quotas.render import KUEUE_API
+from konduktor.sim.cluster import DEFAULT_NAME, SimCluster
+from konduktor.waiting import wait_until
+
+NAMESPACE = "konduktor-system"
+RELEASE = "konduktor"
+
+
+def target_cluster(config_path: Path, kubeconfig: Path | None, sim_name: str, report: Any) -> tuple[Path, bool]:
+    """The kubeconfig to use and whether it is the simulated cluster (started or reshaped from the config)."""
+    explicit = explicit_kubeconfig(kubeconfig)
+    if explicit is not None:
+        return explicit, False
+    sim = SimCluster(sim_name, progress=report)
+    sim.up(spec_from(config_path, None, job_seconds=5.0))
+    return sim.kubeconfig, True
+
+
+def chart_for(simulated: bool) -> tuple[Path, dict[str, Any]]:
+    """On the simulated cluster only Konduktor's own chart (fake nodes run no GPU operator); else the umbrella."""
+    if simulated:
+        core = CHARTS / "konduktor-core"
+        return core, load_documents(core / "ci" / "sim-values.yaml")[0]
+    umbrella = CHARTS / "konduktor"
+    if not (umbrella / "charts").is_dir():
+        raise UsageError(
+            "the umbrella chart's dependencies are not downloaded",
+            hint=f"run `helm dependency build {umbrella}` where the chart repositories are reachable "
+            "(or unpack the air-gapped chart bundle there), then re-run",
+        )
+    return umbrella, {}
+
+
+def verify(kube: Kube, config: Config, report: Any) -> None:
+    teams = sorted(config.teams)
+    report(f"verify: waiting for {len(teams)} ClusterQueues to be active")
+
+    def active(team: str) -> bool:
+        queue = kube.get(KUEUE_API, "ClusterQueue", team) or {}
+        conditions = queue.get("status", {}).get("conditions", [])
+        return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
+
+    wait_until(
+        "every team's ClusterQueue to be active",
+        lambda: all(active(t) for t in teams),
+        timeout=120,
+        on_timeout=lambda: PartialApply(
+            f"not active: {', '.join(t for t in teams if not active(t))}",
+            hint="`kubectl get clusterqueue -o yaml` shows Kueue's reason (e.g. FlavorNotFound)",
+        ),
+    )
+    report("verify: waiting for the health controller")
+
+    def controller_ready() -> bool:
+        for deployment in kube.list(
+            "apps/v1", "Deployment", NAMESPACE, label_selector="app.kubernetes.io/part-of=konduktor"
+        ):
+            status = deployment.get("status", {})
+            if status.get("availableReplicas", 0) < deployment["spec"].get("replicas", 1):
+                return False
+        return True
+
+    wait_until("the health controller to be available", controller_ready, timeout=300)
+
+
+def up(
+    config: ConfigArgument,
+    kubeconfig: KubeconfigOption = None,
+    values: Annotated[
+        list[Path] | None, typer.Option("--values", "-f", help="Extra chart values files (repeatable).")
+    ] = None,
+    sim: Annotated[str, typer.Option("--sim", help="Simulated cluster to use when no kubeconfig is given.")] = (
+        DEFAULT_NAME
+    ),
+) -> None:
+    """Install or upgrade Konduktor from a config: the simulated cluster when no kubeconfig is given."""
+    loaded = load_checked(config)  # nothing below runs unless the whole config validates
+    extra: dict[str, Any] = {}
+    for path in values or []:
+        documents = load_documents(path)
+        if not documents:
+            raise UsageError(f"{path}: no values in it")
+        extra = {**extra, **documents[0]}
+    with progress("up") as report:
+        target, simulated = target_cluster(config, kubeconfig, sim, report)
+        chart, chart_values = chart_for(simulated)
+        report(f"install: helm upgrade --install {RELEASE} {chart.name} in {NAMESPACE}")
+        release = install_or_upgrade(target, chart, RELEASE, NAMESPACE, {**chart_values, **extra})
+        kube = Kube(target)
+        try:
+            report("quotas: applying")
+            changes = sync_quotas(kube, loaded.config, prune=True, dry_run=False)
+            verify(kube, loaded.config, report)
+        except KonduktorError as problem:
+            if isinstance(problem, PartialApply):
+                raise
+            raise PartialApply(
+                f"installed {chart.name} (revision {release.revision}) but could not finish: {problem.message}",
+                hint=problem.hint or "fix the cause and run the same command again",
+                detail=problem.detail,
+            ) from problem
+        finally:
+            kube.close()
+    changed = sum(c.action in ("create", "update", "prune") for c in changes)
+    err.print(
+        f"up: {'simulated cluster' if simulated else target}: {chart.name} revision {release.revision}, "
+        f"{len(loaded.config.teams)} teams, {changed} quota objects changed",
+        markup=False,
+    )
+    err.print(f"next: konduktor-install quotas explain --kubeconfig {target}", markup=False)

@@ -1,0 +1,80 @@
+"""Installing and upgrading Konduktor's charts with the pinned helm, through pyhelm3.
+
+Helm 4 installs with server-side apply. A release that fails midway (helm exits non-zero, the API server
+goes away) is left as helm left it; running the same install again upgrades it to the wanted state, because
+pyhelm3 proceeds from a failed or pending revision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyhelm3 import Client
+from pyhelm3.errors import Error as HelmError
+
+from konduktor.errors import PartialApply
+from konduktor.sim.tools import Toolbox
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+CHARTS = REPO_ROOT / "charts"
+
+
+@dataclass(frozen=True)
+class Release:
+    name: str
+    namespace: str
+    revision: int
+    status: str
+    chart: str
+
+
+def client(kubeconfig: Path, toolbox: Toolbox | None = None) -> Client:
+    helm = (toolbox or Toolbox()).path("helm")
+    return Client(executable=str(helm), kubeconfig=kubeconfig, default_timeout="10m", history_max_revisions=5)
+
+
+def install_or_upgrade(
+    kubeconfig: Path,
+    chart: Path,
+    release: str,
+    namespace: str,
+    values: dict[str, Any],
+    *,
+    wait: bool = False,
+    toolbox: Toolbox | None = None,
+) -> Release:
+    """`helm upgrade --install` with these values; safe to repeat (an unchanged release changes no object)."""
+
+    async def run() -> Release:
+        helm = client(kubeconfig, toolbox)
+        loaded = await helm.get_chart(chart)
+        # force_conflicts: Helm 4 applies server-side; fields another manager touched (kubectl edit) are
+        # taken back, as a re-run of the installer should.
+        revision = await helm.install_or_upgrade_release(
+            release, loaded, values, namespace=namespace, create_namespace=True, wait=wait, force_conflicts=True
+        )
+        return Release(release, namespace, revision.revision, str(revision.status.value), loaded.metadata.name)
+
+    try:
+        return asyncio.run(run())
+    except HelmError as problem:
+        raise PartialApply(
+            f"helm could not install {chart.name} as release {release!r} in {namespace}: {problem}",
+            hint="fix the cause and run the same command again; it upgrades the release from where it stopped",
+        ) from problem
+
+
+def current(kubeconfig: Path, release: str, namespace: str, toolbox: Toolbox | None = None) -> Release | None:
+    async def run() -> Release | None:
+        helm = client(kubeconfig, toolbox)
+        try:
+            revision = await helm.get_current_revision(release, namespace=namespace)
+        except HelmError:
+            return None
+        chart = await revision.chart_metadata()
+        return Release(release, namespace, revision.revision, str(revision.status.value), chart.name)
+
+    return asyncio.run(run())

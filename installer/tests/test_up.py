@@ -1,0 +1,46 @@
+"""`konduktor-install up` on the simulated cluster: one command from config to working queues and controller."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLE, Sim
+
+from konduktor.cli.main import main
+from konduktor.paths import state_dir
+from konduktor.quotas.render import KUEUE_API
+
+pytestmark = pytest.mark.sim
+
+
+def test_up_installs_applies_and_verifies_then_changes_nothing(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0
+    err = capsys.readouterr().err
+    assert "konduktor-core revision" in err
+    for team in ("team-a", "team-b"):
+        queue = sim.kube.get(KUEUE_API, "ClusterQueue", team)
+        assert queue is not None
+        assert any(c["type"] == "Active" and c["status"] == "True" for c in queue["status"]["conditions"])
+    [controller] = sim.kube.list(
+        "apps/v1", "Deployment", "konduktor-system", label_selector="app.kubernetes.io/part-of=konduktor"
+    )
+    assert controller["status"]["availableReplicas"] == 1
+
+    assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0  # safe to re-run
+    assert "0 quota objects changed" in capsys.readouterr().err
+
+
+def test_a_bad_config_starts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    bad = tmp_path / "config.yaml"
+    bad.write_text(EXAMPLE.read_text().replace("gpusPerNode: 10", "gpusPerNode: ten"))
+    assert main(["up", str(bad), "--sim", "never-started"]) == 2
+    err = capsys.readouterr().err
+    assert "config.yaml:" in err and "gpusPerNode" in err and "Traceback" not in err
+    assert not (state_dir() / "never-started").exists()
