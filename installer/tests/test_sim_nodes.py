@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from konduktor.errors import UsageError
-from konduktor.sim.nodes import DEFAULT_TOPOLOGY, HOSTNAME, node_manifests, parse_nodes_spec
+from konduktor.sim.nodes import DEFAULT_TOPOLOGY, HOSTNAME, node_manifests, parse_nodes_spec, system_node
 
 
 def test_nodes_spec() -> None:
@@ -25,8 +25,8 @@ def test_bad_nodes_spec(spec: str) -> None:
 
 
 def test_node_objects_carry_gpu_capacity_and_labels() -> None:
-    system, *nodes = node_manifests(parse_nodes_spec("4x10:H100"))
-    assert "nvidia.com/gpu" not in system["status"]["allocatable"]  # where platform pods run
+    nodes = node_manifests(parse_nodes_spec("4x10:H100"))
+    assert "nvidia.com/gpu" not in system_node()["status"]["allocatable"]  # where platform pods run
     assert [n["metadata"]["name"] for n in nodes] == [f"gpu-h100-000{i}" for i in range(4)]
     first = nodes[0]
     assert first["status"]["allocatable"]["nvidia.com/gpu"] == "10"
@@ -45,7 +45,7 @@ def test_node_objects_carry_gpu_capacity_and_labels() -> None:
 def test_every_node_has_every_topology_level(shapes: list[tuple[int, int]]) -> None:
     """TAS needs the full label set on every node; names are unique across pools."""
     spec = ",".join(f"{count}x{gpus}:T{i}" for i, (count, gpus) in enumerate(shapes))
-    _, *nodes = node_manifests(parse_nodes_spec(spec))
+    nodes = node_manifests(parse_nodes_spec(spec))
     assert len(nodes) == sum(count for count, _ in shapes)
     assert len({n["metadata"]["name"] for n in nodes}) == len(nodes)
     for node in nodes:

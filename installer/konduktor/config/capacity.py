@@ -9,6 +9,7 @@ Values are rounded down (millicores, MiB), so shares of a type never add up to m
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -35,9 +36,17 @@ class NodeShare:
 
 def _pool(gpu_type: GpuType, reserve: ResourceReserve) -> tuple[Fraction, Fraction]:
     """Millicores and bytes of all nodes of the type after the per-node reserve (may be negative)."""
-    cpu = cpu_millicores(gpu_type.node_allocatable.cpu) - cpu_millicores(reserve.cpu)
-    memory = parse_quantity(gpu_type.node_allocatable.memory) - parse_quantity(reserve.memory)
-    return cpu * gpu_type.nodes, memory * gpu_type.nodes
+    return _pool_of(
+        gpu_type.node_allocatable.cpu, gpu_type.node_allocatable.memory, reserve.cpu, reserve.memory, gpu_type.nodes
+    )
+
+
+@functools.cache
+def _pool_of(cpu: str, memory: str, reserve_cpu: str, reserve_memory: str, nodes: int) -> tuple[Fraction, Fraction]:
+    # Every team's share of a GPU type starts from the same pool: parse its quantities once, not per team.
+    usable_cpu = cpu_millicores(cpu) - cpu_millicores(reserve_cpu)
+    usable_memory = parse_quantity(memory) - parse_quantity(reserve_memory)
+    return usable_cpu * nodes, usable_memory * nodes
 
 
 def usable_per_node(gpu_type: GpuType, reserve: ResourceReserve) -> tuple[Fraction, Fraction]:

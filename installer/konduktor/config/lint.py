@@ -13,7 +13,7 @@ from typing import Any
 
 from konduktor.config.capacity import share_for, usable_per_node
 from konduktor.config.findings import Finding, did_you_mean, error, warning
-from konduktor.config.model import GPU_RESOURCE, HOSTNAME_LABEL, PRODUCT_LABEL, Config
+from konduktor.config.model import GPU_RESOURCE, HOSTNAME_LABEL, PRODUCT_LABEL, Config, GpuQuota
 from konduktor.config.quantity import cpu_millicores, parse_quantity
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -93,9 +93,7 @@ def names(config: Config) -> Iterator[Finding]:
 
     def subdomain_name(path: tuple[str | int, ...], what: str, name: str) -> Iterator[Finding]:
         if not is_dns_subdomain(name):
-            yield error(
-                "L1", path, _subdomain_rule(what, name), hint=_suggest_name(name, dots=True)
-            )
+            yield error("L1", path, _subdomain_rule(what, name), hint=_suggest_name(name, dots=True))
 
     yield from label_name(("cluster", "name"), "cluster name", config.cluster.name)
     for team_name, team in config.teams.items():
@@ -220,6 +218,7 @@ def cpu_memory_vs_allocatable(config: Config) -> Iterator[Finding]:
 
 def limits_need_a_cohort(config: Config) -> Iterator[Finding]:
     """L5: borrowing/lending limits need a cohort (Kueue rejects them without one) and a partner."""
+    users = {type_name: len(config.teams_using(type_name)) for type_name in config.gpu_types}
     for team_name, team in config.teams.items():
         if team.department is not None and not config.shares:
             yield warning(
@@ -229,7 +228,7 @@ def limits_need_a_cohort(config: Config) -> Iterator[Finding]:
                 hint="remove `department`, or share with `kueue.sharing: fair`",
             )
         for type_name, limits in team.gpus.items():
-            partners = [t for t in config.teams_using(type_name) if t != team_name]
+            has_partner = users.get(type_name, 0) > 1
             for key, value in (("borrowLimit", limits.borrow_limit), ("lendLimit", limits.lend_limit)):
                 if value is None:
                     continue
@@ -241,7 +240,7 @@ def limits_need_a_cohort(config: Config) -> Iterator[Finding]:
                         f"{key} needs sharing, and `kueue.sharing` is none",
                         hint="remove the limit, or set `kueue.sharing: fair` (or classic)",
                     )
-                elif not partners and type_name in config.gpu_types:
+                elif not has_partner and type_name in config.gpu_types:
                     yield error(
                         "L5",
                         path,
@@ -264,10 +263,19 @@ def lend_within_quota(config: Config) -> Iterator[Finding]:
                 )
 
 
+def _lendable(limits: GpuQuota) -> int:
+    return limits.lend_limit if limits.lend_limit is not None else limits.quota
+
+
 def borrow_within_reach(config: Config) -> Iterator[Finding]:
     """L7 (warning): borrow limits that promise more than the cluster or the lenders can give."""
     if not config.shares:
         return
+    # What all teams may lend per GPU type, computed once: each team's share is what the others lend.
+    lendable_total: dict[str, int] = {}
+    for team in config.teams.values():
+        for type_name, limits in team.gpus.items():
+            lendable_total[type_name] = lendable_total.get(type_name, 0) + _lendable(limits)
     for team_name, team in config.teams.items():
         for type_name, limits in team.gpus.items():
             gpu_type = config.gpu_types.get(type_name)
@@ -284,8 +292,7 @@ def borrow_within_reach(config: Config) -> Iterator[Finding]:
                     hint=f"at most {gpu_type.capacity - limits.quota} can ever be borrowed",
                 )
                 continue  # past the cluster is also past what the others can lend: one warning is enough
-            others = [config.teams[name].gpus[type_name] for name in config.teams_using(type_name) if name != team_name]
-            lendable = sum(o.lend_limit if o.lend_limit is not None else o.quota for o in others)
+            lendable = lendable_total[type_name] - _lendable(limits)
             if limits.borrow_limit > lendable:
                 yield warning(
                     "L7",

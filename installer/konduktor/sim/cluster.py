@@ -28,7 +28,7 @@ from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
 from konduktor.paths import state_dir
 from konduktor.sim import kueue
-from konduktor.sim.nodes import DEFAULT_TOPOLOGY, NodePool, node_manifests
+from konduktor.sim.nodes import DEFAULT_TOPOLOGY, NodePool, node_manifests, system_node
 from konduktor.sim.pki import write_serving_pki
 from konduktor.sim.tools import Toolbox, module_dir
 from konduktor.waiting import wait_until
@@ -339,7 +339,7 @@ class SimCluster:
 
     # -- nodes ------------------------------------------------------------------------------------------------
     def apply_nodes(self, kube: Kube, spec: SimSpec) -> list[str]:
-        nodes = node_manifests(spec.pools, spec.levels)
+        nodes = [system_node(), *node_manifests(spec.pools, spec.levels)]
         self.progress(f"nodes: applying {len(nodes)} fake nodes")
 
         def apply(node: dict[str, Any]) -> None:

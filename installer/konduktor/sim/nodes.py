@@ -109,8 +109,8 @@ def system_node() -> dict[str, Any]:
 
 
 def node_manifests(pools: list[NodePool], levels: tuple[str, ...] = DEFAULT_TOPOLOGY) -> list[dict[str, Any]]:
-    """Node objects with GPU capacity and labels, plus one system node; kwok manages every node of the sim."""
-    nodes = [system_node()]
+    """Node objects with GPU capacity and labels; kwok's controller manages every node in the sim cluster."""
+    nodes = []
     position = 0
     for pool in pools:
         for index in range(pool.count):
