@@ -52,6 +52,8 @@ def main() -> None:
 
     print("tool builds (cold, from the cache manifests):")
     for tool in load_tools().values():
+        if not tool.packages:
+            continue  # a manifest source, nothing is built
         build = installed(tool)
         print(f"  {tool.name:<11} {tool.version:<9} {build.seconds if build else float('nan'):8.1f} s")
 
