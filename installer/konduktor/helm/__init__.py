@@ -1,0 +1,1 @@
+"""Installing Konduktor's charts with the pinned helm."""
