@@ -7,7 +7,8 @@ re-running a command converges instead of conflicting, and fields set by others 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,11 +62,14 @@ class Kube:
     def __init__(self, kubeconfig: Path | None = None, context: str | None = None, timeout: float = 30) -> None:
         configuration = client.Configuration()
         try:
-            config.load_kube_config(
-                config_file=str(kubeconfig) if kubeconfig else None,
-                context=context,
-                client_configuration=configuration,
-            )
+            if kubeconfig is None and context is None and _in_cluster_only():
+                config.load_incluster_config(client_configuration=configuration)
+            else:
+                config.load_kube_config(
+                    config_file=str(kubeconfig) if kubeconfig else None,
+                    context=context,
+                    client_configuration=configuration,
+                )
         except (config.ConfigException, OSError) as problem:
             raise KonduktorError(
                 f"cannot load kubeconfig {kubeconfig or '(default)'}: {problem}",
@@ -130,6 +134,43 @@ class Kube:
         if response.status >= 400:
             raise ApiError(describe(response.status, data, method, path), status=response.status)
         return bytes(data or b"")
+
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        resource_version: str | None = None,
+        namespace: str | None = None,
+        timeout_seconds: int = 300,
+    ) -> WatchStream:
+        """A watch from `resource_version` (with bookmarks); the server ends it after `timeout_seconds`.
+
+        An expired resourceVersion is ApiError status 410, as the response status or as an ERROR event.
+        """
+        resource = self.resource(api_version, kind)
+        query = {"watch": "1", "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)}
+        if resource_version:
+            query["resourceVersion"] = resource_version
+        path = resource.path(namespace)
+        method, url, headers, _, _ = self.api.param_serialize(
+            "GET",
+            path,
+            query_params=list(query.items()),
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            # (connect, read): the read timeout is per socket read, and the server sends bookmarks meanwhile.
+            response = self.api.call_api(
+                method, url, header_params=headers, _request_timeout=(self.timeout, timeout_seconds + 30)
+            )
+        except ApiException as problem:
+            raise ApiError(describe(problem.status, problem.body, "WATCH", path), status=problem.status) from problem
+        except (urllib3.exceptions.HTTPError, OSError) as problem:
+            raise ApiError(f"cannot reach the API server at {self.server}: {problem.__class__.__name__}") from problem
+        if response.status >= 400:
+            raise ApiError(describe(response.status, response.read(), "WATCH", path), status=response.status)
+        return WatchStream(response.response, path)
 
     def resource(self, api_version: str, kind: str) -> Resource:
         """Discovery for one group/version, cached; refreshed once when a kind is missing (new CRDs)."""
@@ -258,9 +299,60 @@ class Kube:
             return False
 
 
+class WatchStream:
+    """The events of one watch request as they arrive, as dicts {"type": ..., "object": ...}.
+
+    `close()` may be called from another thread: it unblocks the read and ends the iteration quietly, which is
+    how a controller stops watching on shutdown. A connection that breaks is ApiError without a status.
+    """
+
+    def __init__(self, response: urllib3.BaseHTTPResponse, path: str) -> None:
+        self._response = response
+        self._path = path
+        self._closed = False
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        pending = b""
+        try:
+            # amt=None: each chunk as the server flushes it; an event may span chunks, so split on newlines.
+            for chunk in self._response.stream(amt=None, decode_content=False):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield self._event(json.loads(line))
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as problem:
+            if not self._closed:
+                raise ApiError(f"WATCH {self._path}: stream broken ({problem.__class__.__name__})") from problem
+        finally:
+            self._response.release_conn()
+
+    def _event(self, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("type") == "ERROR":
+            status = event.get("object", {})
+            raise ApiError(f"WATCH {self._path}: {status.get('message', status)}", status=status.get("code"))
+        return event
+
+    def close(self) -> None:
+        self._closed = True
+        self._response.shutdown()
+        self._response.close()
+
+
+def _in_cluster_only() -> bool:
+    """Inside a pod and without a kubeconfig file: use the pod's service account."""
+    if not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return False
+    locations = os.environ.get("KUBECONFIG") or config.KUBE_CONFIG_DEFAULT_LOCATION
+    return not any(os.path.exists(os.path.expanduser(p)) for p in locations.split(os.pathsep) if p)
+
+
 def describe(status: int | None, body: bytes | str | None, method: str, path: str) -> str:
     try:
         message = json.loads(body or "{}").get("message")
     except (ValueError, AttributeError):
         message = None
-    return f"{method} {path}: {status} {message or (body or b'')[:200]!r}"
+    if not message:
+        raw = body.decode(errors="replace") if isinstance(body, bytes) else (body or "")
+        message = raw[:200] or "(no message)"
+    return f"{method} {path}: {status} {message}"

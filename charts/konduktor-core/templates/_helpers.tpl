@@ -1,0 +1,53 @@
+{{/* Chart name, truncated to 63 characters (a DNS label). */}}
+{{- define "konduktor-core.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified name: the release name, unless it already contains the chart name. */}}
+{{- define "konduktor-core.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "konduktor-core.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every object. helm.sh/chart changes with each version, so it is never part of a selector. */}}
+{{- define "konduktor-core.labels" -}}
+helm.sh/chart: {{ include "konduktor-core.chart" . }}
+{{ include "konduktor-core.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: konduktor
+{{- end }}
+
+{{- define "konduktor-core.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "konduktor-core.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "konduktor-core.controllerSelectorLabels" -}}
+{{ include "konduktor-core.selectorLabels" . }}
+app.kubernetes.io/component: health-controller
+{{- end }}
+
+{{- define "konduktor-core.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (printf "%s-health" (include "konduktor-core.fullname" .)) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "konduktor-core.image" -}}
+{{- printf "%s:%s" .Values.controller.image.repository (default .Chart.AppVersion .Values.controller.image.tag) }}
+{{- end }}

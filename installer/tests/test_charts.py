@@ -1,0 +1,197 @@
+"""konduktor-core: renders with the real helm for every supported shape, follows the chart conventions, is
+accepted by a real kube-apiserver with the Kueue and Prometheus-operator CRDs, and installs and re-upgrades
+on the simulated cluster without changing anything the second time."""
+
+from __future__ import annotations
+
+import filecmp
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Sim
+from ruamel.yaml import YAML
+
+from konduktor.helm.release import CHARTS, REPO_ROOT, install_or_upgrade
+from konduktor.kube.client import Kube
+from konduktor.kube.documents import load_documents
+from konduktor.sim.tools import Toolbox, module_dir
+from konduktor.waiting import wait_until
+
+CORE = CHARTS / "konduktor-core"
+CI_VALUES = sorted((CORE / "ci").glob("*-values.yaml"))
+NAMESPACE = "konduktor-system"
+
+
+def helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(Toolbox().path("helm")), *args], capture_output=True, text=True, check=False)
+
+
+def render(values: Path | None = None, *extra: str) -> list[dict[str, Any]]:
+    args = ["template", "konduktor", str(CORE), "--namespace", NAMESPACE, *extra]
+    if values:
+        args += ["--values", str(values)]
+    result = helm(*args)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in YAML(typ="safe").load_all(result.stdout) if doc]
+
+
+def test_chart_lints() -> None:
+    result = helm("lint", str(CORE), "--strict")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.name)
+def test_every_supported_shape_renders_with_conventions(values: Path) -> None:
+    objects = render(values)
+    assert objects
+    for obj in objects:
+        labels = obj["metadata"].get("labels", {})
+        assert labels.get("app.kubernetes.io/part-of") == "konduktor", obj["metadata"]["name"]
+        assert labels.get("app.kubernetes.io/managed-by") == "Helm"
+    for workload in (o for o in objects if o["kind"] == "Deployment"):
+        assert "helm.sh/chart" not in workload["spec"]["selector"]["matchLabels"]
+        pod = workload["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in pod["containers"]:
+            context = container["securityContext"]
+            assert context["readOnlyRootFilesystem"] is True
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["capabilities"]["drop"] == ["ALL"]
+            assert container["resources"]["requests"]  # our own pods always say what they need
+
+
+def test_minimal_shape_needs_no_crds() -> None:
+    kinds = {o["kind"] for o in render(CORE / "ci" / "minimal-values.yaml")}
+    assert not kinds & {"ServiceMonitor", "PrometheusRule", "ValidatingAdmissionPolicy"}
+
+
+def test_dashboards_rules_and_policies_come_from_their_sources() -> None:
+    """dashboards/ and policies/ are the sources; the chart carries identical copies (scripts/sync-chart-files)."""
+    for source, copy in (
+        (REPO_ROOT / "dashboards", CORE / "files" / "dashboards"),
+        (REPO_ROOT / "policies", CORE / "files" / "policies"),
+    ):
+        names = sorted(p.name for p in source.glob("*.json")) or sorted(
+            p.name for p in source.glob("*.yaml") if p.name != "params.yaml"
+        )
+        _, mismatch, errors = filecmp.cmpfiles(source, copy, names, shallow=False)
+        assert not mismatch and not errors, f"out of date: {mismatch + errors}; run scripts/sync-chart-files"
+        assert sorted(p.name for p in copy.iterdir()) == names
+    objects = render()
+    dashboards = [o for o in objects if o["metadata"].get("labels", {}).get("grafana_dashboard") == "1"]
+    assert len(dashboards) == len(list((REPO_ROOT / "dashboards").glob("*.json")))
+    [rule] = [o for o in objects if o["kind"] == "PrometheusRule"]
+    source = YAML(typ="safe").load((CORE / "files" / "alerts" / "konduktor.rules.yaml").read_text())
+    rendered = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    expected = [r for g in source["groups"] for r in g["rules"]]
+    assert [r.get("expr") for r in rendered] == [r.get("expr") for r in expected]
+    for alert in (r for r in rendered if "alert" in r):  # runbooks become absolute links
+        assert alert["annotations"]["runbook_url"].startswith("https://")
+        assert alert["annotations"]["runbook_url"].endswith(f"docs/runbooks.md#{alert['alert'].lower()}")
+
+
+def test_policy_bindings_follow_values() -> None:
+    objects = render(None, "--set", "policies.validationActions={Deny,Audit}")
+    bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert len(bindings) == 4
+    for binding in bindings:
+        assert binding["spec"]["validationActions"] == ["Deny", "Audit"]
+        if "paramRef" in binding["spec"]:
+            assert binding["spec"]["paramRef"]["namespace"] == NAMESPACE
+
+
+@pytest.mark.parametrize(
+    ("setting", "complaint"),
+    [
+        ("controller.replicas=two", "/controller/replicas"),
+        ("policies.validationActions={Deny,Warn}", "/policies/validationActions"),
+        ("controller.imagee.tag=x", "imagee"),
+        ("burnin.namespace=Not_A_Namespace", "/burnin/namespace"),
+    ],
+)
+def test_schema_refuses_bad_values(setting: str, complaint: str) -> None:
+    result = helm("lint", str(CORE), "--set", setting)
+    assert result.returncode != 0
+    assert complaint in result.stdout + result.stderr
+
+
+def test_readme_is_generated_from_values() -> None:
+    result = subprocess.run(
+        [str(Toolbox().path("helm-docs")), "--dry-run", "--chart-search-root", str(CORE)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (CORE / "README.md").read_text().strip(), "run scripts/sync-chart-files"
+
+
+def install_crds(kube: Kube, directory: Path) -> None:
+    names = []
+    for path in sorted(directory.glob("*.yaml")):
+        for crd in load_documents(path):
+            kube.apply(crd)
+            names.append(crd["metadata"]["name"])
+
+    def established() -> bool:
+        for name in names:
+            crd = kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name) or {}
+            conditions = crd.get("status", {}).get("conditions", [])
+            if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                return False
+        return True
+
+    wait_until("CRDs to be established", established, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def monitoring_crds(sim: Sim) -> None:
+    source = module_dir(Toolbox().tools["prometheus-operator"]) / "example" / "prometheus-operator-crd"
+    install_crds(sim.kube, source)
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.name)
+def test_rendered_objects_are_accepted_by_the_apiserver(sim: Sim, monitoring_crds: None, values: Path) -> None:
+    """Server-side dry run with strict field validation: schema errors, unknown fields, bad CEL all fail."""
+    sim.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    for obj in render(values):
+        sim.kube.apply(obj, dry_run=True)
+
+
+def resource_versions(kube: Kube) -> dict[str, str]:
+    """Generation where the kind has one (status updates by controllers do not count), else resourceVersion."""
+    versions = {}
+    for api_version, kind in (
+        ("apps/v1", "Deployment"),
+        ("v1", "ConfigMap"),
+        ("v1", "Service"),
+        ("v1", "ServiceAccount"),
+        ("rbac.authorization.k8s.io/v1", "Role"),
+    ):
+        for obj in kube.list(api_version, kind, NAMESPACE, label_selector="app.kubernetes.io/part-of=konduktor"):
+            meta = obj["metadata"]
+            versions[f"{kind}/{meta['name']}"] = str(meta.get("generation", meta["resourceVersion"]))
+    for api_version, kind in (
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    ):
+        for obj in kube.list(api_version, kind, label_selector="app.kubernetes.io/part-of=konduktor"):
+            meta = obj["metadata"]
+            versions[f"{kind}/{meta['name']}"] = str(meta.get("generation", meta["resourceVersion"]))
+    return versions
+
+
+@pytest.mark.sim
+def test_installs_and_upgrades_with_no_change(sim: Sim, monitoring_crds: None) -> None:
+    values = YAML(typ="safe").load((CORE / "ci" / "sim-values.yaml").read_text())
+    first = install_or_upgrade(sim.kubeconfig, CORE, "konduktor", NAMESPACE, values)
+    assert first.status == "deployed"
+    before = resource_versions(sim.kube)
+    assert "Deployment/konduktor-konduktor-core-health" in before
+    second = install_or_upgrade(sim.kubeconfig, CORE, "konduktor", NAMESPACE, values)
+    assert (second.status, second.revision) == ("deployed", first.revision + 1)
+    assert resource_versions(sim.kube) == before  # the upgrade rewrote nothing
