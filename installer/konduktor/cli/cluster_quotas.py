@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -57,6 +58,16 @@ def sync_quotas(kube: Kube, config: Config, *, prune: bool, dry_run: bool) -> li
     )
 
 
+def sync_config(config: Path, kubeconfig: Path | None, *, prune: bool, dry_run: bool) -> list[Change]:
+    """Validate the whole config, then sync its quotas with the target cluster."""
+    loaded = load_checked(config)
+    kube = connect(kubeconfig)
+    try:
+        return sync_quotas(kube, loaded.config, prune=prune, dry_run=dry_run)
+    finally:
+        kube.close()
+
+
 def report(changes: list[Change], dry_run: bool) -> None:
     """Applied changes were printed as they happened; a dry run lists them here. Then a one-line summary."""
     for change in changes:
@@ -79,24 +90,13 @@ def apply(
     ] = True,
 ) -> None:
     """Server-side apply of the config's queues, flavors, namespaces and RBAC; prune what the config dropped."""
-    loaded = load_checked(config)
-    kube = connect(kubeconfig)
-    try:
-        changes = sync_quotas(kube, loaded.config, prune=prune, dry_run=dry_run)
-    finally:
-        kube.close()
-    report(changes, dry_run)
+    report(sync_config(config, kubeconfig, prune=prune, dry_run=dry_run), dry_run)
 
 
 @app.command("diff")
 def diff(config: ConfigArgument, kubeconfig: KubeconfigOption = None) -> None:
     """What `quotas apply` would change. Exit 0: nothing; 1: changes pending; 2 or more: error."""
-    loaded = load_checked(config)
-    kube = connect(kubeconfig)
-    try:
-        changes = sync_quotas(kube, loaded.config, prune=True, dry_run=True)
-    finally:
-        kube.close()
+    changes = sync_config(config, kubeconfig, prune=True, dry_run=True)
     for change in changes:
         if change.action != "unchanged":
             typer.echo(change.describe())

@@ -85,18 +85,9 @@ class Kube:
     def close(self) -> None:
         self.api.close()
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: dict[str, Any] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-        timeout: float | None = None,
-    ) -> Any:
-        """One API call; returns the decoded JSON body. Errors become ApiError with the server's message."""
-        data = self.send(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
+    def request(self, method: str, path: str, **options: Any) -> Any:
+        """One API call (options as for `send`); returns the decoded JSON body."""
+        data = self.send(method, path, **options)
         return json.loads(data) if data else None
 
     def send(
@@ -109,7 +100,7 @@ class Kube:
         content_type: str = "application/json",
         timeout: float | None = None,
     ) -> bytes:
-        """One API call; returns the raw body."""
+        """One API call; returns the raw body. Errors become ApiError with the server's message."""
         # Apply patches are YAML; a dict body is sent as JSON, which is valid YAML.
         method, url, headers, payload, _ = self.api.param_serialize(
             method,
