@@ -21,6 +21,7 @@ def gpu_job(
     pods: int = 1,
     priority: str | None = None,
     node: str | None = None,
+    command: list[str] | None = None,
 ) -> dict[str, Any]:
     """A batch Job whose pods each ask for `gpus` GPUs (requests == limits, as extended resources require)."""
     labels = {QUEUE_LABEL: queue} if queue else {}
@@ -45,6 +46,7 @@ def gpu_job(
                         {
                             "name": "train",
                             "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                            **({"command": command} if command else {}),
                             "resources": {"requests": resources, "limits": resources},
                         }
                     ],

@@ -1,0 +1,13 @@
+"""Acceptance tests run against the cluster in KONDUKTOR_E2E_KUBECONFIG (a real GPU cluster, set up with
+KONDUKTOR_E2E_CONFIG) or, when it is not set, against the simulated cluster after `konduktor-install up`."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+os.environ.setdefault("KONDUKTOR_STATE", tempfile.mkdtemp(prefix="konduktor-e2e-state-"))
+
+from konduktor.sim.testing import EXAMPLE, Sim, sim
+
+__all__ = ["EXAMPLE", "Sim", "sim"]

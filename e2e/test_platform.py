@@ -1,0 +1,98 @@
+"""Acceptance: an installed Konduktor serves every team's queue, runs GPU work through it, and watches nodes.
+
+    KONDUKTOR_E2E_KUBECONFIG=~/.kube/gpu KONDUKTOR_E2E_CONFIG=config.yaml .venv/bin/pytest e2e
+runs it against a real cluster where `konduktor-install up config.yaml` has been run; without them it runs
+`up examples/config.yaml` on the simulated cluster first (what CI does).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from konduktor.cli.main import main
+from konduktor.config.load import load_config
+from konduktor.config.model import Config
+from konduktor.kube.client import Kube
+from konduktor.quotas.render import KUEUE_API
+from konduktor.sim.testing import EXAMPLE
+from konduktor.sim.workloads import gpu_job, is_true, job_state, workload_of
+from konduktor.waiting import wait_until
+
+
+@dataclass
+class Platform:
+    kube: Kube
+    config: Config
+
+
+@pytest.fixture(scope="module")
+def platform(request: pytest.FixtureRequest) -> Iterator[Platform]:
+    kubeconfig = os.environ.get("KONDUKTOR_E2E_KUBECONFIG")
+    if kubeconfig:
+        config = load_config(Path(os.environ.get("KONDUKTOR_E2E_CONFIG", str(EXAMPLE)))).config
+        kube = Kube(Path(kubeconfig))
+    else:
+        sim = request.getfixturevalue("sim")
+        saved = os.environ.pop("KUBECONFIG", None)
+        try:
+            assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0
+        finally:
+            if saved is not None:
+                os.environ["KUBECONFIG"] = saved
+        config, kube = load_config(EXAMPLE).config, Kube(sim.kubeconfig)
+    try:
+        yield Platform(kube, config)
+    finally:
+        kube.close()
+
+
+def test_every_team_has_an_active_queue(platform: Platform) -> None:
+    for name, team in platform.config.teams.items():
+        assert is_true(platform.kube.get(KUEUE_API, "ClusterQueue", name), "Active"), name
+        for namespace in team.namespaces:
+            assert platform.kube.get(KUEUE_API, "LocalQueue", "default", namespace) is not None, namespace
+
+
+def test_each_team_runs_a_gpu_job_through_its_queue(platform: Platform) -> None:
+    kube = platform.kube
+    submitted = []
+    for team in platform.config.teams.values():
+        namespace = team.namespaces[0]
+        kube.create(gpu_job("e2e-gpu", namespace, gpus=1, queue="default", command=["nvidia-smi", "-L"]))
+        submitted.append(namespace)
+    try:
+        for namespace in submitted:
+            wait_until(
+                f"the job in {namespace} to be admitted",
+                lambda ns=namespace: is_true(workload_of(kube, ns, "e2e-gpu"), "Admitted"),
+                timeout=300,
+            )
+            wait_until(
+                f"the job in {namespace} to complete",
+                lambda ns=namespace: job_state(kube, ns, "e2e-gpu") == "complete",
+                timeout=600,
+            )
+    finally:
+        for namespace in submitted:
+            kube.delete("batch/v1", "Job", "e2e-gpu", namespace)
+
+
+def test_the_health_controller_runs(platform: Platform) -> None:
+    deployments = platform.kube.list(
+        "apps/v1", "Deployment", "konduktor-system", label_selector="app.kubernetes.io/component=health-controller"
+    )
+    assert deployments, "no health controller Deployment"
+    assert all(d.get("status", {}).get("availableReplicas", 0) >= 1 for d in deployments)
+
+
+def test_admission_policies_are_installed(platform: Platform) -> None:
+    names = {
+        p["metadata"]["name"]
+        for p in platform.kube.list("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding")
+    }
+    assert {"konduktor-gpu-through-localqueue", "konduktor-gpu-in-team-namespaces"} <= names
