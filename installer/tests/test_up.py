@@ -44,3 +44,17 @@ def test_a_bad_config_starts_nothing(
     err = capsys.readouterr().err
     assert "config.yaml:" in err and "gpusPerNode" in err and "Traceback" not in err
     assert not (state_dir() / "never-started").exists()
+
+
+def test_preflight_failure_stops_up_before_any_change(
+    sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A config promising GPUs the cluster does not have: exit 3, and no new quota object exists."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    text = EXAMPLE.read_text().replace("name: gpu-lab", "name: wishful-lab").replace("nodes: 4", "nodes: 6")
+    wishful = tmp_path / "config.yaml"
+    wishful.write_text(text)
+    assert main(["up", str(wishful), "--kubeconfig", str(sim.kubeconfig)]) == 3
+    err = capsys.readouterr().err
+    assert "preflight FAIL" in err and "nothing was changed" in err
+    assert not sim.kube.list(KUEUE_API, "ClusterQueue", label_selector="konduktor.ai/config=wishful-lab")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from konduktor.cli import cluster_quotas, quotas, sim, tools, up
+from konduktor.cli import burnin, cluster_quotas, preflight, quotas, sim, tools, up
 from konduktor.cli.app import new_app, run_app
 
 app = new_app(
@@ -14,6 +14,8 @@ app.add_typer(tools.app, name="tools")
 app.add_typer(sim.app, name="sim")
 app.add_typer(cluster_quotas.app, name="quotas")
 quotas.register(app)
+preflight.register(app)
+burnin.register(app)
 app.command("up")(up.up)
 
 

@@ -13,20 +13,20 @@ import typer
 
 from konduktor.cli.cluster_quotas import sync_quotas
 from konduktor.cli.console import err, progress
+from konduktor.cli.preflight import cluster_checks, read_cluster
 from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.sim import spec_from
 from konduktor.cli.target import KubeconfigOption, explicit_kubeconfig
+from konduktor.config.load import LoadedConfig
 from konduktor.config.model import Config
-from konduktor.errors import KonduktorError, PartialApply, UsageError
-from konduktor.helm.release import CHARTS, install_or_upgrade
+from konduktor.errors import KonduktorError, PartialApply, PreflightFailed, UsageError
+from konduktor.helm.release import CHARTS, NAMESPACE, RELEASE, install_or_upgrade
 from konduktor.kube.client import Kube
 from konduktor.kube.documents import load_documents
+from konduktor.preflight.results import Status
 from konduktor.quotas.render import KUEUE_API
 from konduktor.sim.cluster import DEFAULT_NAME, SimCluster
 from konduktor.waiting import wait_until
-
-NAMESPACE = "konduktor-system"
-RELEASE = "konduktor"
 
 
 def target_cluster(config_path: Path, kubeconfig: Path | None, sim_name: str, report: Any) -> tuple[Path, bool]:
@@ -37,6 +37,23 @@ def target_cluster(config_path: Path, kubeconfig: Path | None, sim_name: str, re
     sim = SimCluster(sim_name, progress=report)
     sim.up(spec_from(config_path, None, job_seconds=5.0))
     return sim.kubeconfig, True
+
+
+def preflight_passes(kubeconfig: Path, loaded: LoadedConfig, force: bool) -> None:
+    """The same cluster checks as `konduktor-install preflight`; a FAIL stops `up` before anything changes."""
+    kube = Kube(kubeconfig)
+    try:
+        checks = cluster_checks(loaded, read_cluster(kube), (NAMESPACE, RELEASE))
+    finally:
+        kube.close()
+    failed = [c for c in checks if c.status is Status.FAIL]
+    for check in failed:
+        err.print(f"preflight FAIL {check.name} ({check.subject}): {check.summary}", markup=False)
+    if failed and not force:
+        raise PreflightFailed(
+            f"{len(failed)} preflight check(s) failed; nothing was changed",
+            hint="`konduktor-install preflight CONFIG` shows every check; fix them or pass --force",
+        )
 
 
 def chart_for(simulated: bool) -> tuple[Path, dict[str, Any]]:
@@ -95,6 +112,7 @@ def up(
     sim: Annotated[str, typer.Option("--sim", help="Simulated cluster to use when no kubeconfig is given.")] = (
         DEFAULT_NAME
     ),
+    force: Annotated[bool, typer.Option("--force", help="Install even when preflight checks fail.")] = False,
 ) -> None:
     """Install or upgrade Konduktor from a config: the simulated cluster when no kubeconfig is given."""
     loaded = load_checked(config)  # nothing below runs unless the whole config validates
@@ -106,6 +124,8 @@ def up(
         extra = {**extra, **documents[0]}
     with progress("up") as report:
         target, simulated = target_cluster(config, kubeconfig, sim, report)
+        report("preflight: checking the cluster")
+        preflight_passes(target, loaded, force)
         chart, chart_values = chart_for(simulated)
         report(f"install: helm upgrade --install {RELEASE} {chart.name} in {NAMESPACE}")
         release = install_or_upgrade(target, chart, RELEASE, NAMESPACE, {**chart_values, **extra})

@@ -88,8 +88,13 @@ Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 
 class Model(BaseModel):
     # strict: a quoted "16" where a count belongs is a typo worth reporting, not coercing.
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, alias_generator=to_camel,
-                              field_title_generator=lambda name, _: to_camel(name))
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        frozen=True,
+        alias_generator=to_camel,
+        field_title_generator=lambda name, _: to_camel(name),
+    )
 
 
 class Cluster(Model):

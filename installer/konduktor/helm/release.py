@@ -20,6 +20,9 @@ from konduktor.sim.tools import Toolbox
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CHARTS = REPO_ROOT / "charts"
+# Konduktor's Helm release: where `up` installs it and what preflight recognises as ours.
+NAMESPACE = "konduktor-system"
+RELEASE = "konduktor"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,415 @@
+"""The decisions of a `konduktor-install burnin` run, as pure functions over the objects the API returned.
+
+Which nodes to test and how their Jobs must tolerate them, what a Job's and a pod's status say when a step left
+no output, the verdicts completed with those facts, the quarantine writes (planned by the health controller's
+own `decide`, so the controller later treats these quarantines as its own), and the exit code. The command in
+`konduktor.cli.burnin` does the reading and writing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any, cast
+
+from konduktor.burnin.isolation import IsolationPlan
+from konduktor.burnin.manifests import GPU_RESOURCE, HEALTH_TAINT_KEY, Manifest, node_job
+from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, PairVerdict, Verdict, worst
+from konduktor.burnin.tiers import PAIR_STEP, BurnInOptions
+from konduktor.burnin.verdict import NCCL_PAIR, apply_isolation
+from konduktor.config.findings import did_you_mean
+from konduktor.config.model import PRODUCT_LABEL, Config
+from konduktor.config.quantity import parse_quantity
+from konduktor.controller.decide import (
+    CONDITION_TYPE,
+    BreakerState,
+    NodeState,
+    Plan,
+    RecordEvent,
+    SetCondition,
+    StartRequalification,
+    Taint,
+    TaintEffect,
+    UpdateNode,
+    decide,
+)
+from konduktor.controller.settings import BreakerSettings, HealthSettings
+from konduktor.errors import UsageError
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+JOB_CHECK = "burnin_job"  # the check that carries what the Job and its pod said (as in requalification)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One node to burn in."""
+
+    node: str
+    hostname: str | None  # kubernetes.io/hostname, which the Job's node affinity matches
+    gpu_product: str | None
+    gpus: int  # allocatable nvidia.com/gpu: what the Job requests (all of them)
+    expected_gpus: int  # what nvidia-smi must list: the GPU type's gpusPerNode, else the allocatable count
+    taints: tuple[Mapping[str, str], ...]
+    rdma: tuple[str, ...] = ()  # rdma/ resources the node advertises (a node-pair pod asks for one of each)
+
+
+def _gpus(node: Mapping[str, Any]) -> int:
+    quantity = (node.get("status", {}).get("allocatable") or {}).get(GPU_RESOURCE)
+    try:
+        return int(parse_quantity(str(quantity))) if quantity is not None else 0
+    except ValueError:
+        return 0
+
+
+def _labels(node: Mapping[str, Any]) -> Mapping[str, str]:
+    labels: Mapping[str, str] = node.get("metadata", {}).get("labels") or {}
+    return labels
+
+
+def select_targets(nodes: Sequence[Mapping[str, Any]], config: Config | None, names: Sequence[str]) -> list[Target]:
+    """The named nodes; else the nodes of the config's GPU types; else every node with allocatable GPUs."""
+    by_name = {n["metadata"]["name"]: n for n in nodes}
+    if names:
+        unknown = [name for name in names if name not in by_name]
+        if unknown:
+            hints = [h for name in unknown if (h := did_you_mean(name, by_name))]
+            raise UsageError(
+                f"no node named {', '.join(unknown)} in this cluster",
+                hint="\n".join(hints) or "list the nodes: kubectl get nodes -l nvidia.com/gpu.present=true",
+            )
+        chosen = [by_name[name] for name in dict.fromkeys(names)]
+    elif config is not None:
+        selectors = [t.selector for t in config.gpu_types.values()]
+        chosen = [n for n in nodes if any(_selects(s, _labels(n)) for s in selectors)]
+        if not chosen:
+            raise UsageError(
+                "no node matches the GPU types of the config",
+                hint="check the nodes' labels: konduktor-install preflight CONFIG",
+            )
+    else:
+        chosen = [n for n in nodes if _gpus(n) > 0]
+        if not chosen:
+            raise UsageError(
+                f"no node advertises {GPU_RESOURCE}", hint="name the nodes with --nodes, or check the device plugin"
+            )
+    return [_target(node, config) for node in chosen]
+
+
+def _selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def _target(node: Mapping[str, Any], config: Config | None) -> Target:
+    labels = _labels(node)
+    gpus = _gpus(node)
+    per_node = None
+    if config is not None:
+        per_node = next((t.gpus_per_node for t in config.gpu_types.values() if _selects(t.selector, labels)), None)
+    return Target(
+        node=node["metadata"]["name"],
+        hostname=labels.get(HOSTNAME_LABEL),
+        gpu_product=labels.get(PRODUCT_LABEL),
+        gpus=gpus,
+        expected_gpus=per_node if per_node is not None else gpus,
+        taints=tuple(dict(t) for t in node.get("spec", {}).get("taints") or ()),
+        rdma=tuple(
+            sorted(
+                name
+                for name, value in (node.get("status", {}).get("allocatable") or {}).items()
+                if name.startswith("rdma/") and str(value) not in ("0", "")
+            )
+        ),
+    )
+
+
+def taint_tolerations(taints: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
+    """Tolerations for the node's own taints: the Job is pinned to this one node and must run whatever state it
+    is in (a cordon for repair, a vendor taint). The GPU and health taints are tolerated by every burn-in Job."""
+    tolerations: list[dict[str, str]] = []
+    for taint in taints:
+        if taint.get("key") in (GPU_RESOURCE, HEALTH_TAINT_KEY):
+            continue
+        toleration = {"key": taint["key"], "operator": "Exists", "effect": taint["effect"]}
+        if toleration not in tolerations:
+            tolerations.append(toleration)
+    return tolerations
+
+
+def target_job(
+    target: Target, run_id: str, options: BurnInOptions, namespace: str, service_account: str | None
+) -> Manifest:
+    job = node_job(
+        run_id,
+        target.node,
+        target.gpus,
+        options,
+        namespace,
+        hostname=target.hostname,
+        extra_tolerations=taint_tolerations(target.taints),
+    )
+    if service_account:
+        job["spec"]["template"]["spec"]["serviceAccountName"] = service_account
+    return job
+
+
+# --------------------------------------------------------------------------------------------
+# What the Job and its pod say.
+
+
+class JobPhase(StrEnum):
+    RUNNING = "running"
+    COMPLETE = "complete"
+    FAILED = "failed"
+    GONE = "gone"  # deleted (by someone, or by its TTL) before the run read it
+
+
+@dataclass(frozen=True)
+class JobState:
+    phase: JobPhase
+    reason: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.phase is not JobPhase.RUNNING
+
+
+def job_state(job: Mapping[str, Any] | None) -> JobState:
+    if job is None:
+        return JobState(JobPhase.GONE)
+    for condition in job.get("status", {}).get("conditions") or ():
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "Complete":
+            return JobState(JobPhase.COMPLETE)
+        if condition.get("type") == "Failed":
+            reason = f"{condition.get('reason', 'Failed')}: {condition.get('message', '')}".rstrip(": ")
+            return JobState(JobPhase.FAILED, reason)
+    return JobState(JobPhase.RUNNING)
+
+
+# Waiting reasons that mean the step will not start by itself.
+_STUCK = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError")
+
+
+def pod_problem(pod: Mapping[str, Any] | None) -> str | None:
+    """Why a pod produced no (or not all) output, when its status says so."""
+    if pod is None:
+        return "no pod was created for the Job"
+    status = pod.get("status", {})
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return f"not scheduled: {condition.get('message') or condition.get('reason', '')}".rstrip(": ")
+    problems = []
+    for container in [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())]:
+        state = container.get("state", {})
+        waiting, terminated = state.get("waiting") or {}, state.get("terminated") or {}
+        if waiting.get("reason") in _STUCK:
+            problems.append(f"{container['name']}: {waiting['reason']}: {waiting.get('message', '')}".rstrip(": "))
+        # Every step exits 0 after printing its end line, so any other exit code means it was killed.
+        elif terminated and terminated.get("exitCode", 0) != 0:
+            problems.append(
+                f"{container['name']}: exited {terminated.get('exitCode')} ({terminated.get('reason', 'killed')})"
+            )
+    return "; ".join(problems) or None
+
+
+@dataclass(frozen=True)
+class NodeRun:
+    """What the runner learned about one node's Job, beyond the step logs."""
+
+    job: JobState
+    missing_output: Mapping[str, str]  # step -> why it left no output
+    pod_problem: str | None = None
+
+
+def complete_verdict(verdict: NodeVerdict, run: NodeRun, run_id: str) -> NodeVerdict:
+    """The judged verdict with what the Job and pod said: why each silent step is silent, and a Job-level
+    ERROR when the Job failed, vanished, or outlived the wait."""
+    checks = [_explain_silence(item, run.missing_output.get(item.step)) for item in verdict.checks]
+    job_reasons = {
+        JobPhase.FAILED: [f"the Job failed: {run.job.reason}"],
+        JobPhase.GONE: ["the Job was deleted before the run read its result"],
+        JobPhase.RUNNING: [f"still running when the wait ended; collect it with --run-id {run_id}"],
+    }.get(run.job.phase)
+    if job_reasons is not None:
+        summary = {JobPhase.FAILED: "Job failed", JobPhase.GONE: "Job deleted"}.get(run.job.phase, "unfinished")
+        reasons = tuple(job_reasons + ([run.pod_problem] if run.pod_problem else []))
+        checks.append(CheckResult(JOB_CHECK, Verdict.ERROR, "", summary, reasons))
+    return replace(verdict, checks=tuple(checks), verdict=worst(c.verdict for c in checks))
+
+
+def _explain_silence(item: CheckResult, why: str | None) -> CheckResult:
+    """A step without a log is judged ERROR with a generic guess; the runner knows why it is silent."""
+    if why is None or item.verdict is not Verdict.ERROR:
+        return item
+    return replace(item, summary="no output", reasons=(f"no output from the {item.step} step: {why}",))
+
+
+def no_gpu_verdict(target: Target) -> NodeVerdict:
+    """A node without allocatable GPUs gets no Job: nothing could hold its GPUs."""
+    reason = f"the node advertises no allocatable {GPU_RESOURCE} (device plugin down, or every GPU lost)"
+    check = CheckResult(JOB_CHECK, Verdict.ERROR, "", "no GPUs", (reason,))
+    return NodeVerdict(target.node, target.gpu_product, None, Verdict.ERROR, (check,))
+
+
+def pair_groups(targets: Sequence[Target], verdicts: Sequence[NodeVerdict]) -> list[list[Target]]:
+    """Nodes that passed their own steps, grouped by GPU product and count: the two ranks of a pair run the same
+    number of GPUs, and a node that already failed alone would only implicate its partners."""
+    passed = {v.node for v in verdicts if v.verdict in (Verdict.PASS, Verdict.WARN)}
+    groups: dict[tuple[str | None, int], list[Target]] = {}
+    for target in targets:
+        if target.node in passed:
+            groups.setdefault((target.gpu_product, target.gpus), []).append(target)
+    return list(groups.values())
+
+
+def settle_pairs(
+    verdicts: Sequence[NodeVerdict], tested: Sequence[str], plan: IsolationPlan, pairs: Sequence[PairVerdict]
+) -> tuple[NodeVerdict, ...]:
+    """The pair findings of the isolation plan, plus: a node with no partner of its kind is SKIPPED, and a node
+    whose every pair ERRORed is ERROR (the fabric was not tested)."""
+    updated = list(apply_isolation(verdicts, plan, pairs))
+    settled = plan.implicated | plan.cleared | plan.undetermined
+    for index, verdict in enumerate(updated):
+        if verdict.node not in tested or verdict.node in settled:
+            continue
+        mine = [p for p in pairs if verdict.node in p.nodes]
+        if mine:
+            reasons = tuple(f"{'+'.join(p.nodes)}: {r}" for p in mine for r in p.result.reasons or (p.result.summary,))
+            check = CheckResult(NCCL_PAIR, Verdict.ERROR, PAIR_STEP, "no result", reasons)
+        else:
+            alone = ("no other node of the same GPU product and count passed its own steps",)
+            check = CheckResult(NCCL_PAIR, Verdict.SKIPPED, PAIR_STEP, "no partner", alone)
+        checks = (*verdict.checks, check)
+        updated[index] = replace(verdict, checks=checks, verdict=worst(c.verdict for c in checks))
+    return tuple(updated)
+
+
+def exit_code(report: BurnInReport, waited_out: bool) -> int:
+    """1: a node FAILed (hardware evidence, whatever else happened) or ended in ERROR; 4: the wait ended with
+    Jobs still running and nothing failed (re-run with --run-id); 0: every node PASSed, WARNed or was SKIPPED."""
+    verdicts = {node.verdict for node in report.nodes}
+    if Verdict.FAIL in verdicts:
+        return 1
+    if waited_out:
+        return 4
+    return 1 if Verdict.ERROR in verdicts else 0
+
+
+# --------------------------------------------------------------------------------------------
+# Quarantine.
+
+
+def node_state(node: Mapping[str, Any]) -> NodeState:
+    meta, spec = node["metadata"], node.get("spec", {})
+    conditions = node.get("status", {}).get("conditions") or ()
+    healthy = next((c.get("status") for c in conditions if c.get("type") == CONDITION_TYPE), None)
+    return NodeState(
+        name=meta["name"],
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        taints=tuple(
+            Taint(t["key"], cast(TaintEffect, t["effect"]), t.get("value", "")) for t in spec.get("taints") or ()
+        ),
+        unschedulable=bool(spec.get("unschedulable")),
+        gpu_healthy=None if healthy is None else healthy == "True",
+        gpu_allocatable=_gpus(node),
+    )
+
+
+def quarantine_plan(verdicts: Sequence[NodeVerdict], nodes: Sequence[Mapping[str, Any]], now: float) -> Plan:
+    """The health controller's writes for the FAIL nodes: taint, quarantined-at annotation, condition, Event.
+
+    Only FAIL verdicts go in: this command quarantines, and leaves releasing a node to the controller's
+    requalification. A node already quarantined by the controller gets no second taint, a node that opted out
+    gets nothing. The fleet breaker guards the controller's unattended quarantines; here an operator asked
+    for this run's verdicts to be acted on, so its limit is every node.
+    """
+    states = {state.name: state for state in map(node_state, nodes)}
+    settings = HealthSettings(breaker=BreakerSettings(max_fraction=1.0, max_nodes=max(1, len(states))))
+    failed = [v for v in verdicts if v.quarantine]
+    plan = decide((), states, BreakerState(), settings, now, results=failed)
+    # Requalification is the controller's to start, after its cooldown.
+    return replace(plan, actions=tuple(a for a in plan.actions if not isinstance(a, StartRequalification)))
+
+
+def node_patch(node: Mapping[str, Any], update: UpdateNode) -> dict[str, Any] | None:
+    """The merge patch for `update`, conditional on the Node's resourceVersion (spec.taints is replaced whole, so
+    a taint someone added meanwhile must make the write fail with 409, not vanish); None when nothing changes."""
+    taints: list[dict[str, Any]] = list(node.get("spec", {}).get("taints") or [])
+    removed = {(t.key, t.effect) for t in update.remove_taints}
+    kept = [t for t in taints if (t.get("key"), t.get("effect")) not in removed]
+    present = {(t.get("key"), t.get("effect")) for t in kept}
+    added = [
+        {"key": t.key, "effect": t.effect, **({"value": t.value} if t.value else {})}
+        for t in update.add_taints
+        if (t.key, t.effect) not in present
+    ]
+    annotations = node["metadata"].get("annotations") or {}
+    changed = {k: v for k, v in update.annotations.items() if annotations.get(k) != v}
+    if kept + added == taints and not changed:
+        return None
+    patch: dict[str, Any] = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}}
+    if kept + added != taints:
+        patch["spec"] = {"taints": kept + added}
+    if changed:
+        patch["metadata"]["annotations"] = changed
+    return patch
+
+
+def describe_action(action: UpdateNode | SetCondition | RecordEvent | StartRequalification) -> str:
+    if isinstance(action, UpdateNode):
+        taints = ", ".join(f"{t.key}={t.value}:{t.effect}" for t in action.add_taints)
+        return f"{action.node}: tainted {taints}" if taints else f"{action.node}: annotations updated"
+    if isinstance(action, SetCondition):
+        return f"{action.node}: {CONDITION_TYPE}={'True' if action.healthy else 'False'} ({action.reason})"
+    if isinstance(action, RecordEvent):
+        return f"{action.node}: event {action.reason}"
+    return f"{action.node}: requalification"
+
+
+HEALTH_FIELD_MANAGER = "konduktor-health"  # the controller's own: it flips this condition when it releases the node
+EVENT_NAMESPACE = "default"  # where the kubelet records Node events, so `kubectl describe node` shows ours
+COMPONENT = "konduktor-install"
+
+
+def condition_status(action: SetCondition, stamp: str) -> dict[str, Any]:
+    """The GPUHealthy condition as a status apply of the Node."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": action.node},
+        "status": {
+            "conditions": [
+                {
+                    "type": CONDITION_TYPE,
+                    "status": "True" if action.healthy else "False",
+                    "reason": action.reason,
+                    "message": action.message,
+                    "lastTransitionTime": stamp,
+                    "lastHeartbeatTime": stamp,
+                }
+            ]
+        },
+    }
+
+
+def node_event(action: RecordEvent, node: Mapping[str, Any] | None, stamp: str, unique: int) -> dict[str, Any]:
+    """A core/v1 Event on the Node; `unique` (nanoseconds, in hex) names it as client-go does."""
+    uid = (node or {}).get("metadata", {}).get("uid")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{action.node}.{unique:x}", "namespace": EVENT_NAMESPACE},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": action.node, **({"uid": uid} if uid else {})},
+        "reason": action.reason,
+        "message": action.message,
+        "type": action.event_type,
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": COMPONENT,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }

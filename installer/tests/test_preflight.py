@@ -1,0 +1,512 @@
+"""Preflight: the cluster judges on plain data, the node checks on recorded and on this machine's real output
+(testinfra's local backend; no GPU here), and `konduktor-install preflight` against the simulated cluster."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import testinfra
+from conftest import EXAMPLE, Sim
+from ruamel.yaml import YAML
+
+from konduktor.cli.main import main
+from konduktor.cli.preflight import open_host, pinned_versions
+from konduktor.config.load import LoadedConfig, load_config, parse_config
+from konduktor.controller.decide import QUARANTINED_AT, TAINT_KEY
+from konduktor.preflight.cluster import (
+    ClusterFacts,
+    CrdFacts,
+    NodeFacts,
+    judge_capacity,
+    judge_cluster,
+    judge_component_crds,
+    judge_gpu_nodes,
+    judge_kueue_crds,
+    judge_rdma,
+    judge_server_version,
+    judge_taints,
+)
+from konduktor.preflight.node import NodeExpectations, Ran, run_node_checks
+from konduktor.preflight.results import Check, PreflightReport, Status, render_json, render_table
+
+RELEASE = ("konduktor-system", "konduktor")
+PINNED = {"kueue": "0.19.2", "gpu-operator": "v26.7.0", "kube-prometheus-stack": "88.5.3"}
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+def example() -> LoadedConfig:
+    return load_config(EXAMPLE)
+
+
+def with_a100(quota: int = 8) -> str:
+    """The example plus a GPU type the simulated cluster does not have, with a team quota on it."""
+    data = YAML(typ="safe").load(EXAMPLE.read_text())
+    data["gpuTypes"]["a100"] = {
+        "product": "NVIDIA-A100-SXM4-80GB",
+        "nodes": 2,
+        "gpusPerNode": 8,
+        "nodeAllocatable": {"cpu": "96", "memory": "900Gi"},
+    }
+    data["teams"]["team-a"]["gpus"]["a100"] = {"quota": quota}
+    stream = io.StringIO()
+    YAML().dump(data, stream)
+    return stream.getvalue()
+
+
+def gpu_node(
+    name: str,
+    gpus: int = 10,
+    taints: tuple[dict[str, str], ...] = ({"key": "nvidia.com/gpu", "effect": "NoSchedule"},),
+    **extra: Any,
+) -> NodeFacts:
+    """A node as the example config's H100 type selects it (what the simulated cluster creates)."""
+    labels = {
+        "nvidia.com/gpu.product": H100,
+        "kubernetes.io/hostname": name,
+        "konduktor.ai/topology-rack": "rack-0",
+        **extra.pop("labels", {}),
+    }
+    allocatable = {"cpu": "192", "memory": "1900Gi", "nvidia.com/gpu": str(gpus), **extra.pop("allocatable", {})}
+    return NodeFacts(
+        name=name,
+        labels=labels,
+        annotations=extra.pop("annotations", {}),
+        allocatable=allocatable,
+        taints=taints,
+        unschedulable=extra.pop("unschedulable", False),
+    )
+
+
+FLEET = tuple(gpu_node(f"gpu-h100-{i:04d}") for i in range(4))
+
+
+def by_name(checks: list[Check], name: str, subject: str | None = None) -> Check:
+    found = [c for c in checks if c.name == name and (subject is None or c.subject == subject)]
+    assert len(found) == 1, [(c.name, c.subject) for c in checks]
+    return found[0]
+
+
+# --- cluster judges ---------------------------------------------------------------------------------------------
+
+
+def test_unreachable_api_fails_and_skips_what_depends_on_it() -> None:
+    checks = judge_cluster(
+        example().config,
+        ClusterFacts("https://10.0.0.1:6443", unreachable="cannot reach the API server: ConnectTimeoutError"),
+        pinned=PINNED,
+        release=RELEASE,
+    )
+    assert checks[0].name == "api-reachable" and checks[0].status is Status.FAIL
+    assert "ConnectTimeoutError" in checks[0].evidence[0] and checks[0].hint
+    assert {c.status for c in checks[1:]} == {Status.SKIPPED}
+    assert all(c.summary for c in checks[1:])
+
+
+@pytest.mark.parametrize(
+    ("version", "status"),
+    [
+        ({"gitVersion": "v1.36.3", "major": "1", "minor": "36"}, Status.PASS),
+        ({"gitVersion": "v1.29.0-eks-abc", "major": "1", "minor": "29+"}, Status.PASS),
+        ({"major": "1", "minor": "30+"}, Status.PASS),  # no gitVersion: the minor with its managed-cluster suffix
+        ({"gitVersion": "v1.28.9", "major": "1", "minor": "28"}, Status.FAIL),  # Kueue 0.19 needs 1.29
+        ({"gitVersion": "v1.37.0", "major": "1", "minor": "37"}, Status.WARN),  # newer than tested
+        ({"gitVersion": "weird"}, Status.WARN),
+    ],
+)
+def test_server_version_range(version: dict[str, str], status: Status) -> None:
+    result = judge_server_version(version)
+    assert result.status is status, result
+    if status is not Status.PASS:
+        assert result.hint and "1.29-1.36" in result.hint
+
+
+def test_gpu_nodes_found_with_their_labels_and_gpus() -> None:
+    loaded = example()
+    checks = judge_gpu_nodes(loaded.config, FLEET, loaded.lines, "config.yaml")
+    h100 = by_name(checks, "gpu-nodes", "h100")
+    assert h100.status is Status.PASS
+    assert h100.summary == f"4 nodes with 10 nvidia.com/gpu each (nvidia.com/gpu.product={H100})"
+    assert by_name(checks, "topology-labels").status is Status.PASS
+
+
+def test_missing_nodes_fewer_gpus_and_missing_labels_fail_with_the_config_line() -> None:
+    loaded = example()
+    unracked = gpu_node("gpu-h100-0002")
+    fleet = (
+        gpu_node("gpu-h100-0000"),
+        gpu_node("gpu-h100-0001", gpus=8),  # two GPUs fell off the bus
+        replace(unracked, labels={k: v for k, v in unracked.labels.items() if k != "konduktor.ai/topology-rack"}),
+    )
+    checks = judge_gpu_nodes(loaded.config, fleet, loaded.lines, "config.yaml")
+    h100 = by_name(checks, "gpu-nodes", "h100")
+    assert h100.status is Status.FAIL
+    assert h100.summary.startswith(f"3 nodes match nvidia.com/gpu.product={H100}, the config says 4")
+    nodes_line = loaded.lines[("gpuTypes", "h100", "nodes")]
+    assert f"config.yaml:{nodes_line}: gpuTypes.h100.nodes: 3 nodes match" in h100.evidence[0]
+    assert any("gpu-h100-0001 has 8 allocatable nvidia.com/gpu, the config says 10" in e for e in h100.evidence)
+    topology = by_name(checks, "topology-labels")
+    assert topology.status is Status.FAIL and "gpu-h100-0002 lacks topology label" in topology.summary
+
+
+def test_a_gpu_type_without_nodes_fails() -> None:
+    loaded = parse_config(with_a100())
+    checks = judge_gpu_nodes(loaded.config, FLEET, loaded.lines, "config.yaml")
+    assert by_name(checks, "gpu-nodes", "h100").status is Status.PASS
+    a100 = by_name(checks, "gpu-nodes", "a100")
+    assert a100.status is Status.FAIL and a100.summary.startswith("0 nodes match")
+    assert a100.hint == "label the missing nodes, or lower `nodes` (and the quotas)"
+
+
+def test_taints_on_gpu_nodes_are_named_and_warn() -> None:
+    config = example().config
+    assert judge_taints(config, [gpu_node("a", taints=())]).status is Status.PASS
+    tolerated = judge_taints(config, FLEET)
+    assert tolerated.status is Status.WARN
+    assert tolerated.summary == "4 GPU node(s) carry taints: nvidia.com/gpu:NoSchedule"
+    assert "(tolerated by the GPU type)" in tolerated.evidence[0]
+    assert tolerated.hint and "cover them" in tolerated.hint
+
+    ours = gpu_node(
+        "b",
+        taints=({"key": TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"},),
+        annotations={QUARANTINED_AT: "2026-01-01T00:00:00Z"},
+    )
+    foreign = gpu_node("c", taints=({"key": "ops.example.com/maintenance", "effect": "NoExecute"},))
+    mixed = judge_taints(config, [ours, foreign])
+    assert mixed.status is Status.WARN
+    assert any(f"{TAINT_KEY}=unhealthy:NoSchedule on 1 node(s) (not tolerated" in e for e in mixed.evidence)
+    assert f"b: {TAINT_KEY} quarantined by the health controller at 2026-01-01T00:00:00Z" in mixed.evidence
+    assert mixed.hint and "gpuTypes.<type>.tolerations" in mixed.hint
+
+
+def test_rdma_is_skipped_with_a_reason_until_some_node_advertises_it() -> None:
+    config = example().config
+    skipped = judge_rdma(config, FLEET)
+    assert skipped.status is Status.SKIPPED and "network-operator" in skipped.summary
+    rdma = {"rdma/rdma_shared_device_a": "63"}
+    everywhere = [gpu_node(f"n{i}", allocatable=rdma) for i in range(2)]
+    assert judge_rdma(config, everywhere).status is Status.PASS
+    partial = judge_rdma(config, [everywhere[0], gpu_node("n9")])
+    assert partial.status is Status.WARN and partial.summary == "1 of 2 GPU nodes advertise no rdma/ resources"
+    assert "n9: no rdma/ resources" in partial.evidence
+
+
+def test_quotas_against_the_usable_gpus() -> None:
+    config = example().config  # two teams x 20 H100 = 40, the config counts 4 x 10
+    assert judge_capacity(config, FLEET)[0].status is Status.PASS
+    cordoned = (*FLEET[:3], gpu_node("gpu-h100-0003", unschedulable=True))
+    short = judge_capacity(config, cordoned)[0]
+    assert short.status is Status.FAIL
+    assert short.summary.startswith("quotas 40 of 30 usable nvidia.com/gpu: the teams are promised 10 GPUs")
+    assert short.evidence == ("gpu-h100-0003: 10 GPUs not usable (cordoned)",)
+
+    smaller = parse_config(EXAMPLE.read_text().replace("quota: 20, borrowLimit: 10, lendLimit: 16", "quota: 10")).config
+    quarantined = (
+        *FLEET[:3],
+        gpu_node("gpu-h100-0003", taints=({"key": TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"},)),
+    )
+    warned = judge_capacity(smaller, quarantined)[0]
+    assert (
+        warned.status is Status.WARN and warned.summary == "quotas 20 of 30 usable nvidia.com/gpu; the config counts 40"
+    )
+    assert f"{TAINT_KEY}=unhealthy:NoSchedule" in warned.evidence[0]
+
+
+def crd(
+    name: str,
+    served: tuple[str, ...] = ("v1beta1", "v1beta2"),
+    chart: str | None = None,
+    release: tuple[str, str] | None = None,
+) -> CrdFacts:
+    group = name.split(".", 1)[1]
+    labels = {"helm.sh/chart": chart} if chart else {}
+    annotations = {"controller-gen.kubebuilder.io/version": "v0.20.1"}
+    if release:
+        annotations |= {"meta.helm.sh/release-namespace": release[0], "meta.helm.sh/release-name": release[1]}
+    return CrdFacts(name, group, labels, annotations, served, served[-1], (served[-1],))
+
+
+def test_kueue_crds_at_another_version() -> None:
+    assert judge_kueue_crds([], "0.19.2", RELEASE).status is Status.PASS
+    ours = [crd(f"{k}.kueue.x-k8s.io", chart="kueue-0.19.2", release=RELEASE) for k in ("clusterqueues", "cohorts")]
+    mine = judge_kueue_crds(ours, "0.19.2", RELEASE)
+    assert mine.status is Status.PASS and mine.summary == "Kueue 0.19.2 is installed"
+    assert mine.evidence == (
+        "clusterqueues, cohorts: served v1beta1,v1beta2, stored v1beta2, controller-gen v0.20.1, kueue 0.19.2, "
+        "Helm release konduktor-system/konduktor",
+    )
+    older = judge_kueue_crds([crd("clusterqueues.kueue.x-k8s.io", chart="kueue-0.17.1")], "0.19.2", RELEASE)
+    assert older.status is Status.WARN and older.summary.startswith("Kueue 0.17.1 already installed")
+    foreign = [crd("clusterqueues.kueue.x-k8s.io", chart="kueue-0.19.2", release=("kueue-system", "kueue"))]
+    other_release = judge_kueue_crds(foreign, "0.19.2", RELEASE)
+    assert other_release.status is Status.WARN and "owned by Helm release kueue-system/kueue" in other_release.summary
+    unlabelled = judge_kueue_crds([crd("workloads.kueue.x-k8s.io")], "0.19.2", RELEASE)
+    assert unlabelled.status is Status.WARN and "unknown version" in unlabelled.summary
+    ancient = judge_kueue_crds([crd("clusterqueues.kueue.x-k8s.io", served=("v1beta1",))], "0.19.2", RELEASE)
+    assert ancient.status is Status.FAIL
+    assert (
+        ancient.summary
+        == "1 Kueue CRD(s) do not serve kueue.x-k8s.io/v1beta2: an older Kueue (before 0.15) is installed"
+    )
+
+
+def test_component_crds_of_another_version_or_release_warn() -> None:
+    assert judge_component_crds([crd("jobsets.jobset.x-k8s.io")], PINNED, RELEASE).status is Status.PASS
+    same = [crd("clusterpolicies.nvidia.com", served=("v1",), chart="gpu-operator-v26.7.0", release=RELEASE)]
+    assert judge_component_crds(same, PINNED, RELEASE).status is Status.PASS
+    older = [crd("clusterpolicies.nvidia.com", served=("v1",), chart="gpu-operator-v25.3.0", release=("gpu", "op"))]
+    result = judge_component_crds(older, PINNED, RELEASE)
+    assert result.status is Status.WARN
+    assert result.summary == (
+        "already installed: gpu-operator 25.3.0 (Konduktor pins 26.7.0); gpu-operator owned by Helm release gpu/op"
+    )
+    assert result.hint and "gpu-operator" not in result.hint and "<name>.enabled=false" in result.hint
+
+
+def test_pinned_versions_come_from_the_umbrella_chart() -> None:
+    pinned = pinned_versions()
+    assert pinned["kueue"] == "0.19.2" and "gpu-operator" in pinned
+
+
+def test_report_renders_table_and_json() -> None:
+    report = PreflightReport(
+        (
+            Check("api-reachable", Status.PASS, "https://x answered"),
+            Check("gpu-nodes", Status.FAIL, "0 nodes match", "a100", ("config.yaml:40: ...",), "label them"),
+        )
+    )
+    table = render_table(report)
+    assert table.splitlines()[0].split() == ["STATUS", "CHECK", "SUBJECT", "SUMMARY"]
+    assert "FAIL gpu-nodes (a100):\n  config.yaml:40: ...\n  hint: label them" in table
+    data = json.loads(render_json(report))
+    assert data["status"] == "FAIL" and data["counts"] == {"PASS": 1, "WARN": 0, "FAIL": 1, "SKIPPED": 0}
+    assert data["checks"][1] == {
+        "name": "gpu-nodes",
+        "subject": "a100",
+        "status": "FAIL",
+        "summary": "0 nodes match",
+        "evidence": ["config.yaml:40: ..."],
+        "hint": "label them",
+    }
+
+
+# --- node checks --------------------------------------------------------------------------------------------------
+
+GPU_CSV = (
+    "index, pci.bus_id, name, driver_version, persistence_mode, ecc.mode.current, "
+    "ecc.errors.uncorrected.volatile.total, retired_pages.pending\n"
+    + "".join(
+        f"{i}, 00000000:{0x18 + i:02X}:00.0, NVIDIA H100 80GB HBM3, 550.54.15, Enabled, Enabled, 0, [N/A]\n"
+        for i in range(8)
+    )
+)
+REMAP_CSV = "gpu_bus_id, remapped_rows.correctable, remapped_rows.uncorrectable, remapped_rows.pending, " + (
+    "remapped_rows.failure\n" + "".join(f"00000000:{0x18 + i:02X}:00.0, 0, 0, No, No\n" for i in range(8))
+)
+IB_PORTS = "".join(
+    f"/sys/class/infiniband/mlx5_{i}/ports/1|4: ACTIVE|5: LinkUp|400 Gb/sec (4X NDR)|InfiniBand\n" for i in range(8)
+)
+HEALTHY = {
+    "true": (0, ""),
+    "uname -r": (0, "6.8.0-57-generic\n"),
+    "cat /proc/modules": (0, "nvidia_peermem 16384 0 - Live\nnvidia_uvm 1 0\nnvidia 2 0\nmlx5_ib 3 0\n"),
+    "cat /proc/driver/nvidia/version": (
+        0,
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  (dvs-builder@U16)\n",
+    ),
+    "timedatectl show": (0, "yes\n"),
+    "sh -c 'for d in": (
+        0,
+        "Filesystem 1024-blocks Used Available Capacity Mounted on\n/dev/nvme0n1p1 1000000000 100 900000000 1% /\n",
+    ),
+    "nvidia-smi --query-gpu": (0, GPU_CSV),
+    "nvidia-smi --query-remapped-rows": (0, REMAP_CSV),
+    "sh -c 'for p in /sys/class/infiniband": (0, IB_PORTS),
+}
+
+
+@dataclass
+class RecordedHost:
+    """Answers each command with recorded output, by the command's start; unknown commands are not found."""
+
+    outputs: Mapping[str, tuple[int, str]]
+
+    def run(self, command: str) -> Ran:
+        for start, (rc, stdout) in self.outputs.items():
+            if command.startswith(start):
+                return Ran(rc, stdout if rc == 0 else "", "" if rc == 0 else stdout)
+        return Ran(127, "", f"/bin/sh: 1: {command.split(maxsplit=1)[0]}: not found")
+
+
+def test_a_healthy_gpu_host_passes_every_check() -> None:
+    checks = run_node_checks(RecordedHost(HEALTHY), "gpu-1", NodeExpectations(gpus=8, rdma=True))
+    assert {c.name: c.status for c in checks} == {
+        "host-reachable": Status.PASS,
+        "kernel": Status.PASS,
+        "nvidia-modules": Status.PASS,
+        "nvidia-driver": Status.PASS,
+        "time-sync": Status.PASS,
+        "image-disk": Status.PASS,
+        "nvidia-smi": Status.PASS,
+        "gpu-count": Status.PASS,
+        "ecc": Status.PASS,
+        "row-remap": Status.PASS,
+        "retired-pages": Status.SKIPPED,  # Hopper remaps rows instead
+        "persistence-mode": Status.PASS,
+        "infiniband": Status.PASS,
+    }
+    assert by_name(checks, "nvidia-driver").summary == "550.54.15 (open kernel module)"
+    assert by_name(checks, "nvidia-smi").summary == "8 x NVIDIA H100 80GB HBM3, driver 550.54.15"
+    assert by_name(checks, "infiniband").summary == "8 ports up (400 Gb/sec (4X NDR))"
+
+
+def test_a_faulty_gpu_host_fails_with_the_evidence() -> None:
+    faulty = dict(HEALTHY)
+    rows = GPU_CSV.splitlines()
+    rows[4] = rows[4].replace("Enabled, Enabled, 0", "Disabled, Disabled, 0")  # GPU 3: persistence and ECC off
+    faulty["nvidia-smi --query-gpu"] = (0, "\n".join(rows[:-1]) + "\n")  # and GPU 7 is gone
+    faulty["nvidia-smi --query-remapped-rows"] = (0, REMAP_CSV.replace("0, 0, No, No", "0, 2, Yes, No", 1))
+    faulty["sh -c 'for p in /sys/class/infiniband"] = (
+        0,
+        IB_PORTS.replace("4: ACTIVE|5: LinkUp", "1: DOWN|3: Disabled", 1),
+    )
+    faulty["timedatectl show"] = (0, "no\n")
+    faulty["cat /proc/modules"] = (0, "nvidia_uvm 1 0\nnvidia 2 0\n")
+    checks = run_node_checks(RecordedHost(faulty), "gpu-2", NodeExpectations(gpus=8, rdma=True))
+    status = {c.name: c.status for c in checks}
+    assert status["gpu-count"] is Status.FAIL and by_name(checks, "gpu-count").summary == "7/8 GPUs"
+    ecc = by_name(checks, "ecc")
+    assert ecc.status is Status.FAIL and "GPU3: ECC is disabled" in ecc.evidence
+    remap = by_name(checks, "row-remap")
+    assert remap.status is Status.FAIL and "00000000:18:00.0: row remap pending" in remap.evidence
+    assert status["persistence-mode"] is Status.WARN and by_name(checks, "persistence-mode").summary == "off on GPU 3"
+    ib = by_name(checks, "infiniband")
+    assert ib.status is Status.FAIL and ib.summary == "1 of 8 ports not ACTIVE/LinkUp: mlx5_0/1"
+    assert status["time-sync"] is Status.FAIL
+    assert status["nvidia-modules"] is Status.WARN  # RDMA expected, nvidia_peermem missing
+
+
+def test_an_unreachable_host_fails_once_and_skips_the_rest() -> None:
+    host = RecordedHost({"true": (255, "ssh: connect to host gpu-9 port 22: Connection refused")})
+    checks = run_node_checks(host, "gpu-9", NodeExpectations(gpus=8))
+    assert checks[0].status is Status.FAIL and checks[0].evidence == (
+        "ssh: connect to host gpu-9 port 22: Connection refused",
+    )
+    assert {c.status for c in checks[1:]} == {Status.SKIPPED}
+    assert len(checks) == len(run_node_checks(RecordedHost(HEALTHY), "x", NodeExpectations(gpus=8)))
+
+
+GPU_CHECKS = (
+    *("nvidia-modules", "nvidia-driver", "nvidia-smi", "gpu-count", "ecc", "row-remap", "retired-pages"),
+    *("persistence-mode", "infiniband"),
+)
+
+
+@pytest.mark.parametrize("rdma", [False, True])
+def test_node_checks_on_this_machine_without_a_gpu_fail_or_skip_with_a_reason(rdma: bool) -> None:
+    host = testinfra.get_host("local://")
+    checks = run_node_checks(host, "local", NodeExpectations(gpus=8, rdma=rdma))
+    names = [c.name for c in checks]
+    assert set(GPU_CHECKS) <= set(names) and len(names) == len(set(names))
+    for item in checks:
+        assert item.summary, item
+        if item.name in GPU_CHECKS:
+            assert item.status in (Status.FAIL, Status.SKIPPED), item
+    assert by_name(checks, "nvidia-smi").status is Status.FAIL
+    assert by_name(checks, "infiniband").status is (Status.FAIL if rdma else Status.SKIPPED)
+    # The host checks judge what this machine really has; the report renders whatever they found.
+    assert render_table(PreflightReport(tuple(checks)))
+
+
+def test_a_host_that_cannot_be_resolved_is_reported_not_raised() -> None:
+    checks = run_node_checks(open_host("ssh://konduktor-preflight.invalid", None), "nowhere", NodeExpectations())
+    assert checks[0].name == "host-reachable" and checks[0].status is Status.FAIL
+    assert checks[0].evidence and checks[0].evidence[0]
+
+
+# --- the command on the simulated cluster -----------------------------------------------------------------------
+
+
+def preflight(capsys: pytest.CaptureFixture[str], sim: Sim, *args: str) -> tuple[int, str, str]:
+    code = main(["preflight", *args, "--kubeconfig", str(sim.kubeconfig)])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    return code, captured.out, captured.err
+
+
+def written_by_anyone(sim: Sim) -> list[Any]:
+    """What a write to the cluster would change: Node labels, annotations and taints, and the namespaces."""
+    nodes = [
+        (n["metadata"].get("labels"), n["metadata"].get("annotations"), n["spec"]) for n in sim.kube.list("v1", "Node")
+    ]
+    return [nodes, sorted(n["metadata"]["name"] for n in sim.kube.list("v1", "Namespace"))]
+
+
+@pytest.mark.sim
+def test_preflight_on_the_simulated_cluster(capsys: pytest.CaptureFixture[str], sim: Sim) -> None:
+    code, out, err = preflight(capsys, sim, str(EXAMPLE), "-o", "json")
+    assert code == 0, err + out
+    report = json.loads(out)
+    status = {(c["name"], c["subject"]): c["status"] for c in report["checks"]}
+    assert status[("api-reachable", "cluster")] == "PASS"
+    assert status[("server-version", "cluster")] == "PASS"
+    assert status[("gpu-nodes", "h100")] == "PASS"
+    assert status[("topology-labels", "gpu-topology")] == "PASS"
+    assert status[("quota-capacity", "h100")] == "PASS"
+    assert status[("rdma", "cluster")] == "SKIPPED"
+    taints = next(c for c in report["checks"] if c["name"] == "gpu-node-taints")
+    assert taints["status"] == "WARN" and "nvidia.com/gpu:NoSchedule" in taints["summary"]
+    assert "preflight: WARN" in err
+
+
+@pytest.mark.sim
+def test_preflight_fails_with_exit_3_for_nodes_that_do_not_exist(
+    capsys: pytest.CaptureFixture[str], sim: Sim, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(with_a100())
+    before = written_by_anyone(sim)
+    code, out, err = preflight(capsys, sim, str(config))
+    assert code == 3
+    rows = {tuple(line.split()[:3]) for line in out.splitlines()}
+    assert ("FAIL", "gpu-nodes", "a100") in rows and ("FAIL", "quota-capacity", "a100") in rows
+    assert ("PASS", "gpu-nodes", "h100") in rows
+    assert "config.yaml:" in out and "gpuTypes.a100.nodes: 0 nodes match" in out
+    assert "error: 2 preflight check(s) failed: gpu-nodes (a100), quota-capacity (a100); nothing was changed" in err
+    assert written_by_anyone(sim) == before  # only reads
+
+
+@pytest.mark.sim
+def test_preflight_reports_an_unreachable_ssh_host(capsys: pytest.CaptureFixture[str], sim: Sim) -> None:
+    code, out, err = preflight(capsys, sim, str(EXAMPLE), "--ssh", "gpu-h100-0000.invalid", "-o", "json")
+    assert code == 3
+    host = [c for c in json.loads(out)["checks"] if c["subject"] == "gpu-h100-0000.invalid"]
+    assert host[0]["name"] == "host-reachable" and host[0]["status"] == "FAIL"
+    assert {c["status"] for c in host[1:]} == {"SKIPPED"}
+    assert "host-reachable (gpu-h100-0000.invalid)" in err
+
+
+def test_preflight_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["preflight", str(EXAMPLE), "--ssh-user", "root"]) == 2
+    assert "--ssh-user and --ssh-key need --ssh HOST" in capsys.readouterr().err
+    assert main(["preflight", str(EXAMPLE), "-o", "xml"]) == 2
+
+
+def test_a_refused_read_skips_the_checks_that_need_it() -> None:
+    facts = ClusterFacts(
+        "https://x",
+        version={"gitVersion": "v1.33.1"},
+        crds=(),
+        problems={"nodes": "GET /api/v1/nodes: 403 'forbidden'"},
+    )
+    checks = judge_cluster(example().config, facts, pinned=PINNED, release=RELEASE)
+    skipped = {c.name for c in checks if c.status is Status.SKIPPED}
+    assert skipped == {"gpu-nodes", "gpu-node-taints", "rdma", "quota-capacity"}
+    assert by_name(checks, "gpu-nodes").summary == "cannot list nodes: GET /api/v1/nodes: 403 'forbidden'"
+    assert by_name(checks, "kueue-crds").status is Status.PASS
