@@ -10,7 +10,9 @@ from konduktor.cli.main import main
 from konduktor.errors import UsageError
 from konduktor.sim.tools import (
     Tool,
+    escape_module_path,
     load_tools,
+    module_dir,
     parse_overrides,
     staging_replaces,
     with_versions,
@@ -143,3 +145,14 @@ replace (
         Tool("promtool", "github.com/prometheus/prometheus", "v0.314.0", ("cmd/promtool",)), replaces, excludes
     )
     assert "exclude (\n\tcloud.google.com/go v0.26.0" in text
+
+
+def test_module_cache_paths_escape_upper_case() -> None:
+    assert escape_module_path("github.com/Azure/go-autorest") == "github.com/!azure/go-autorest"
+    assert escape_module_path("sigs.k8s.io/kueue") == "sigs.k8s.io/kueue"
+
+
+def test_manifest_sources_resolve_even_when_they_need_a_newer_go() -> None:
+    """argo-cd's module asks for a newer Go than the pinned toolchain; its CRDs are still read."""
+    crds = module_dir(load_tools()["argo-cd"]) / "manifests" / "crds"
+    assert (crds / "application-crd.yaml").is_file()

@@ -21,6 +21,7 @@ from konduktor.config.load import LoadedConfig
 from konduktor.config.model import Config
 from konduktor.errors import KonduktorError, PartialApply, PreflightFailed, UsageError
 from konduktor.helm.release import CHARTS, NAMESPACE, RELEASE, install_or_upgrade
+from konduktor.helm.values import merge_values, umbrella_values
 from konduktor.kube.client import Kube
 from konduktor.kube.documents import load_documents
 from konduktor.preflight.results import Status
@@ -56,11 +57,15 @@ def preflight_passes(kubeconfig: Path, loaded: LoadedConfig, force: bool) -> Non
         )
 
 
-def chart_for(simulated: bool) -> tuple[Path, dict[str, Any]]:
-    """On the simulated cluster only Konduktor's own chart (fake nodes run no GPU operator); else the umbrella."""
+def chart_for(simulated: bool, config: Config, extra: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
+    """The chart and the values to install.
+
+    On the simulated cluster only Konduktor's own chart (fake nodes run no GPU operator, and Kueue runs beside
+    the control plane); else the umbrella, with the config's Kueue settings merged into Kueue's Configuration.
+    """
     if simulated:
         core = CHARTS / "konduktor-core"
-        return core, load_documents(core / "ci" / "sim-values.yaml")[0]
+        return core, merge_values(load_documents(core / "ci" / "sim-values.yaml")[0], extra)
     umbrella = CHARTS / "konduktor"
     if not (umbrella / "charts").is_dir():
         raise UsageError(
@@ -68,7 +73,8 @@ def chart_for(simulated: bool) -> tuple[Path, dict[str, Any]]:
             hint=f"run `helm dependency build {umbrella}` where the chart repositories are reachable "
             "(or unpack the air-gapped chart bundle there), then re-run",
         )
-    return umbrella, {}
+    effective = merge_values(load_documents(umbrella / "values.yaml")[0], extra)
+    return umbrella, merge_values(extra, umbrella_values(config, effective))
 
 
 def verify(kube: Kube, config: Config, report: Any) -> None:
@@ -117,18 +123,18 @@ def up(
     """Install or upgrade Konduktor from a config: the simulated cluster when no kubeconfig is given."""
     loaded = load_checked(config)  # nothing below runs unless the whole config validates
     extra: dict[str, Any] = {}
-    for path in values or []:
+    for path in values or []:  # e.g. overlays/<environment>/values.yaml
         documents = load_documents(path)
         if not documents:
             raise UsageError(f"{path}: no values in it")
-        extra = {**extra, **documents[0]}
+        extra = merge_values(extra, documents[0])
     with progress("up") as report:
         target, simulated = target_cluster(config, kubeconfig, sim, report)
         report("preflight: checking the cluster")
         preflight_passes(target, loaded, force)
-        chart, chart_values = chart_for(simulated)
+        chart, chart_values = chart_for(simulated, loaded.config, extra)
         report(f"install: helm upgrade --install {RELEASE} {chart.name} in {NAMESPACE}")
-        release = install_or_upgrade(target, chart, RELEASE, NAMESPACE, {**chart_values, **extra})
+        release = install_or_upgrade(target, chart, RELEASE, NAMESPACE, chart_values)
         kube = Kube(target)
         try:
             report("quotas: applying")

@@ -11,6 +11,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from konduktor.helm.values import merge_sections
 from konduktor.kube.documents import load_documents
 
 NAMESPACE = "kueue-system"
@@ -73,12 +74,7 @@ def manager_configuration(
         "clientConnection": {"qps": 300, "burst": 500},
         "integrations": {"frameworks": FRAMEWORKS},
     }
-    for section, values in (settings or {}).items():
-        if isinstance(values, dict) and isinstance(configuration.get(section), dict):
-            configuration[section] = {**configuration[section], **values}
-        else:
-            configuration[section] = values
-    return configuration
+    return merge_sections(configuration, settings or {})
 
 
 def stages(kwok_module_dir: Path, job_seconds: float) -> list[dict[str, Any]]:

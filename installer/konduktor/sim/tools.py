@@ -400,9 +400,23 @@ def module_dir(tool: Tool) -> Path:
         info = json.loads(result.stdout)
     except ValueError:
         info = {}
-    if result.returncode != 0 or "Dir" not in info:
-        raise KonduktorError(
-            f"cannot download {tool.module}@{tool.version}: {info.get('Error') or result.stderr.strip()}",
-            hint=build_hint(result.stdout + result.stderr, tool),
-        )
-    return Path(info["Dir"])
+    if result.returncode == 0 and "Dir" in info:
+        return Path(info["Dir"])
+    # A module that declares a newer Go than this one (argo-cd v3.6 asks for 1.27) is downloaded and unpacked,
+    # then refused; its manifests are plain files there and need no toolchain.
+    unpacked = Path(go_env("GOMODCACHE")) / f"{escape_module_path(tool.module)}@{tool.version}"
+    if "requires go >=" in str(info.get("Error", "")) and unpacked.is_dir():
+        return unpacked
+    raise KonduktorError(
+        f"cannot download {tool.module}@{tool.version}: {info.get('Error') or result.stderr.strip()}",
+        hint=build_hint(result.stdout + result.stderr, tool),
+    )
+
+
+def escape_module_path(path: str) -> str:
+    """The module cache spells upper-case letters as '!' + lower case (github.com/!azure/...)."""
+    return "".join(f"!{c.lower()}" if c.isupper() else c for c in path)
+
+
+def go_env(name: str) -> str:
+    return subprocess.run(["go", "env", name], capture_output=True, text=True, check=True).stdout.strip()
