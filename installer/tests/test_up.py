@@ -10,6 +10,7 @@ from conftest import EXAMPLE, Sim
 from konduktor.cli.main import main
 from konduktor.paths import state_dir
 from konduktor.quotas.render import KUEUE_API
+from konduktor.sim.workloads import gpu_job
 
 pytestmark = pytest.mark.sim
 
@@ -30,8 +31,18 @@ def test_up_installs_applies_and_verifies_then_changes_nothing(
     )
     assert controller["status"]["availableReplicas"] == 1
 
-    assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0  # safe to re-run
-    assert "0 quota objects changed" in capsys.readouterr().err
+    # A GPU pod that bypasses the queues, created before the policies are enforced: up reports it.
+    spec = gpu_job("bypass", "default", gpus=1, queue=None)["spec"]["template"]["spec"]
+    bypass = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bypass", "namespace": "default"}, "spec": spec}
+    sim.kube.create(bypass)
+    try:
+        assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0  # safe to re-run
+        err = capsys.readouterr().err
+    finally:
+        sim.kube.delete("v1", "Pod", "bypass", "default")
+    assert "0 quota objects changed" in err
+    assert "policy: Pod default/bypass:" in err and "konduktor-gpu-in-team-namespaces" in err
+    assert "1 existing GPU workload(s) break the admission policies" in err
 
 
 def test_a_bad_config_starts_nothing(

@@ -24,6 +24,7 @@ from konduktor.helm.release import CHARTS, NAMESPACE, RELEASE, install_or_upgrad
 from konduktor.helm.values import merge_values, umbrella_values
 from konduktor.kube.client import Kube
 from konduktor.kube.documents import load_documents
+from konduktor.kube.policy_audit import audit_gpu_workloads
 from konduktor.preflight.results import Status
 from konduktor.quotas.render import KUEUE_API
 from konduktor.sim.cluster import DEFAULT_NAME, SimCluster
@@ -140,6 +141,8 @@ def up(
             report("quotas: applying")
             changes = sync_quotas(kube, loaded.config, prune=True, dry_run=False)
             verify(kube, loaded.config, report)
+            report("policies: checking existing GPU workloads")
+            violations = audit_gpu_workloads(kube)
         except KonduktorError as problem:
             if isinstance(problem, PartialApply):
                 raise
@@ -156,4 +159,12 @@ def up(
         f"{len(loaded.config.teams)} teams, {changed} quota objects changed",
         markup=False,
     )
+    for violation in violations:
+        err.print(f"policy: {violation.kind} {violation.namespace}/{violation.name}: {violation.reason}", markup=False)
+    if violations:
+        err.print(
+            f"up: {len(violations)} existing GPU workload(s) break the admission policies (warned, not refused); "
+            "move them to their team's queue before setting policies.validationActions=[Deny,Audit]",
+            markup=False,
+        )
     err.print(f"next: konduktor-install quotas explain --kubeconfig {target}", markup=False)

@@ -209,29 +209,34 @@ class SimCluster:
         if self.created() and self.api_ready():
             self.progress("control plane: already running")
             return
+        for attempt in range(2):
+            result = self.launch_control_plane(spec)
+            if result.returncode == 0 and self.api_ready():
+                return
+            # kwokctl picks free ports a moment before the components bind them; another process starting at
+            # the same time can take one. A new cluster gets new ports, so that race is worth one retry.
+            if attempt == 0 and "address already in use" in self.component_logs():
+                self.progress("control plane: a port was taken meanwhile; starting again on new ports")
+                self.kwokctl("delete", "cluster")
+                continue
+            break
+        raise KonduktorError(
+            f"the control plane of sim cluster {self.name!r} did not start (kwokctl exited {result.returncode})",
+            detail=(result.stderr or result.stdout)[-2000:] + "\n" + self.component_logs(),
+            hint="a port may be in use or a component crashed: read the logs above; "
+            "`konduktor-install sim down` then `sim up` starts clean",
+        )
+
+    def launch_control_plane(self, spec: SimSpec) -> subprocess.CompletedProcess[str]:
+        # A healthy start takes well under a minute on 2 cores; waiting longer only delays the error.
         if self.created():
             self.progress("control plane: starting the existing cluster")
-            result = self.kwokctl("start", "cluster", "--wait", "5m")
-        else:
-            config = self.kwokctl_config(spec)
-            self.progress("control plane: starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok")
-            result = self.kwokctl(
-                "create",
-                "cluster",
-                "--config",
-                config,
-                "--kubeconfig",
-                str(self.kubeconfig),
-                "--wait",
-                "5m",
-            )
-        if result.returncode != 0 or not self.api_ready():
-            raise KonduktorError(
-                f"the control plane of sim cluster {self.name!r} did not start (kwokctl exited {result.returncode})",
-                detail=(result.stderr or result.stdout)[-2000:] + "\n" + self.component_logs(),
-                hint="a port may be in use or a component crashed: read the logs above; "
-                "`konduktor-install sim down` then `sim up` starts clean",
-            )
+            return self.kwokctl("start", "cluster", "--wait", "2m")
+        config = self.kwokctl_config(spec)
+        self.progress("control plane: starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok")
+        return self.kwokctl(
+            "create", "cluster", "--config", config, "--kubeconfig", str(self.kubeconfig), "--wait", "2m"
+        )
 
     # -- Kueue ------------------------------------------------------------------------------------------------
     def kueue_pid(self) -> int | None:
