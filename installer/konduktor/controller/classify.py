@@ -230,6 +230,10 @@ class DuplicateFilter:
         self._first_seen[key] = now
         return True
 
+    def forget(self, finding: Finding) -> None:
+        """Let the next report of this fault through again: its writes failed, and a repeat must retry them."""
+        self._first_seen.pop(finding.dedup_key, None)
+
     def __len__(self) -> int:
         return len(self._first_seen)
 
@@ -275,6 +279,10 @@ class LostGpuWatch:
             "GPULost",
             f"allocatable nvidia.com/gpu {allocatable} < expected {expected} for {now - since:.0f}s",
         )
+
+    def short_since(self, node: str) -> float | None:
+        """When the node was first seen short of GPUs (by the injected clock), or None while it is not."""
+        return self._short_since.get(node)
 
     def forget(self, node: str) -> None:
         """The node is gone from the cluster."""

@@ -1,14 +1,19 @@
 """The `konduktor-health` command line.
 
-`classify` judges kernel log lines offline (no cluster needed). The in-cluster watch loop,
-`run --kubeconfig ... --config ...`, joins this app once the Kubernetes edge (`konduktor.kube`) exists.
+`classify` judges kernel log lines offline (no cluster needed). `run` is the controller: in a pod it uses the
+pod's service account; locally, `--kubeconfig`. `--once` makes one complete pass and exits.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import logging
+import os
+import signal
+import socket
 import sys
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
@@ -16,9 +21,15 @@ from typing import Annotated
 import typer
 
 from konduktor.cli.app import new_app, run_app
+from konduktor.controller import logs
+from konduktor.controller.actuator import action_name
 from konduktor.controller.classify import classify_report
+from konduktor.controller.decide import Action, Plan, RecordEvent, SetCondition, UpdateNode
 from konduktor.controller.kernel_log import parse_line
+from konduktor.controller.loop import HealthController
+from konduktor.controller.server import HealthServer
 from konduktor.controller.settings import HealthSettings, load_settings
+from konduktor.kube.client import Kube
 
 app = new_app("konduktor-health", "Detect faulty GPU nodes and keep work off them until they requalify.")
 
@@ -46,6 +57,63 @@ def classify(
         # One line per report and flushed, so that `journalctl -kf | konduktor-health classify` streams.
         sys.stdout.write(json.dumps(record) + "\n")
         sys.stdout.flush()
+
+
+@app.command("run")
+def run_controller(
+    config: Annotated[Path | None, typer.Option("--config", help="Controller config file (YAML).")] = None,
+    kubeconfig: Annotated[
+        Path | None, typer.Option("--kubeconfig", help="Cluster to watch; default: in-cluster, else ~/.kube/config.")
+    ] = None,
+    context: Annotated[str | None, typer.Option("--context", help="kubeconfig context.")] = None,
+    once: Annotated[bool, typer.Option("--once", help="Make one complete pass, print what it did, and exit.")] = False,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port of /healthz and /metrics.")] = 8080,
+    lease_namespace: Annotated[
+        str, typer.Option("--lease-namespace", help="Namespace of the leader Lease (which also keeps the Loki cursor).")
+    ] = "konduktor-system",
+) -> None:
+    """Watch GPU nodes, quarantine faulty ones, requalify them by burn-in."""
+    settings = load_settings(config) if config else HealthSettings()
+    logs.configure()
+    kube = Kube(kubeconfig, context)
+    # The pod name in a cluster (set by the chart), so that the Lease names the replica an operator can find.
+    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+    controller = HealthController(kube, settings, identity=identity, lease_namespace=lease_namespace)
+    try:
+        if once:
+            sys.stdout.write(json.dumps(summary(controller.reconcile_once())) + "\n")
+            return
+        server = HealthServer(controller.metrics.registry, controller.healthy, port)
+        server.start()
+        logs.log(logging.INFO, "serving /healthz and /metrics", port=server.port, identity=identity)
+        stop = threading.Event()
+        for number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(number, lambda *_: stop.set())
+        try:
+            controller.run(stop)
+        finally:
+            server.stop()
+    finally:
+        kube.close()
+
+
+def summary(plan: Plan) -> dict[str, object]:
+    """What one pass wrote (or, in dry-run, would have written), for `--once`."""
+
+    def described(action: Action) -> dict[str, object]:
+        record: dict[str, object] = {"action": action_name(action), "node": action.node}
+        if isinstance(action, RecordEvent | SetCondition):
+            record["reason"] = action.reason
+        if isinstance(action, UpdateNode):
+            record["taints"] = [f"{t.key}={t.value}:{t.effect}" for t in (*action.add_taints, *action.remove_taints)]
+        return record
+
+    return {
+        "writes": [described(a) for a in plan.actions],
+        "withheld": [described(a) for a in plan.withheld],
+        "breaker_tripped": plan.breaker.tripped,
+        "notices": [{"level": n.level, "node": n.node, "message": n.message} for n in plan.notices],
+    }
 
 
 def _stdin_lines() -> Iterable[str]:

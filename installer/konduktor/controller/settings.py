@@ -50,6 +50,8 @@ class LokiSettings(_Section):
     late_seconds: float = Field(default=10, ge=0)
     # Lines per query_range request; Loki refuses more than its max_entries_limit_per_query (5000 by default).
     limit: int = Field(default=1000, ge=1, le=5000)
+    # Sent as X-Scope-OrgID when Loki runs with multi-tenancy (auth_enabled).
+    tenant: str | None = None
 
 
 class PrometheusSettings(_Section):
@@ -76,6 +78,10 @@ class RequalificationSettings(_Section):
     tier: Literal["quick", "standard", "full"] = "standard"
     # A low PriorityClass lets a requalification wait behind real work instead of preempting it.
     priority_class: str | None = None
+    # Where the burn-in Jobs run, and under which account: the admission policy lets only this account's pods
+    # tolerate the quarantine taint (policies/gpu-health-toleration.yaml).
+    namespace: str = Field(default="konduktor-system", min_length=1)
+    service_account: str = Field(default="konduktor-burnin", min_length=1)
 
 
 class HealthSettings(_Section):
@@ -100,14 +106,10 @@ class HealthSettings(_Section):
     # Expected GPUs per node by GPU type; nodes of other types fall back to their nvidia.com/gpu.count label.
     gpu_types: dict[str, GpuTypeSettings] = Field(default_factory=dict)
     requalification: RequalificationSettings = Field(default_factory=RequalificationSettings)
-    # Where the controller keeps its Lease (leader, Loki cursor, breaker trip) and runs requalification Jobs.
-    namespace: str = Field(default="konduktor-system", min_length=1)
     # How often Loki and Prometheus are queried; Node changes are watched and act at once.
     poll_seconds: float = Field(default=5, gt=0)
     # A leader that has not renewed its Lease for this long is replaced by a standby replica.
     lease_seconds: float = Field(default=15, ge=1)
-    # /healthz and /metrics; 0 picks a free port (printed in the log).
-    http_port: int = Field(default=8080, ge=0, le=65535)
 
 
 def load_settings(path: Path) -> HealthSettings:

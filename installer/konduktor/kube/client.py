@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +81,7 @@ class Kube:
         self.kubeconfig = kubeconfig
         self.api = client.ApiClient(configuration)
         self.timeout = timeout
+        self.last_warnings: list[str] = []
         self._resources: dict[str, dict[str, Resource]] = {}
 
     def close(self) -> None:
@@ -124,7 +126,15 @@ class Kube:
             ) from problem
         if response.status >= 400:
             raise ApiError(describe(response.status, data, method, path), status=response.status)
+        # Admission warnings (e.g. a ValidatingAdmissionPolicy in Warn mode) come back as headers.
+        self.last_warnings = warnings_of(response.headers.get("Warning"))
         return bytes(data or b"")
+
+    def dry_run_create(self, obj: dict[str, Any]) -> list[str]:
+        """Creates nothing; returns the admission warnings a real create of `obj` would get."""
+        resource = self.resource(obj["apiVersion"], obj["kind"])  # the object may have only a generateName
+        self.request("POST", resource.path(obj["metadata"].get("namespace")), query={"dryRun": "All"}, body=obj)
+        return self.last_warnings
 
     def watch(
         self,
@@ -336,6 +346,13 @@ def _in_cluster_only() -> bool:
         return False
     locations = os.environ.get("KUBECONFIG") or config.KUBE_CONFIG_DEFAULT_LOCATION
     return not any(os.path.exists(os.path.expanduser(p)) for p in locations.split(os.pathsep) if p)
+
+
+def warnings_of(header: str | None) -> list[str]:
+    """`299 - "text", 299 - "more"` (RFC 7234) -> the texts, their escaped quotes restored."""
+    if not header:
+        return []
+    return [text.replace('\\"', '"') for text in re.findall(r'\d{3} \S+ "((?:[^"\\]|\\.)*)"', header)]
 
 
 def describe(status: int | None, body: bytes | str | None, method: str, path: str) -> str:

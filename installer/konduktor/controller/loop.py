@@ -1,0 +1,325 @@
+"""The watch loop: read the signals, judge them, let the pure decision plan the writes, make them.
+
+Node changes arrive from a watch and are acted on at once (a lost GPU is a watch signal); Loki, Prometheus and
+the requalification Jobs are read every `poll_seconds`. Only the replica holding the Lease acts. Each pass
+hands the decision the nodes as last seen, so that its safety rules (breaker, ownership of taints, opt-out,
+dry-run) see the cluster and not a stale copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import requests
+
+from konduktor.controller.actuator import Actuator, Outcome, action_name
+from konduktor.controller.classify import DuplicateFilter, Finding, LostGpuWatch, classify_dcgm, classify_report
+from konduktor.controller.decide import (
+    QUARANTINE_REASON,
+    BreakerState,
+    NodeState,
+    Plan,
+    RecordEvent,
+    breaker_limit,
+    decide,
+    quarantined_by_us,
+    restore_breaker,
+)
+from konduktor.controller.kernel_log import parse_line
+from konduktor.controller.leader import LeaderLease
+from konduktor.controller.logs import log
+from konduktor.controller.loki import LokiCursor, LokiSource
+from konduktor.controller.nodes import (
+    NodeCache,
+    NodeEvent,
+    NodeWatch,
+    expected_gpus,
+    is_gpu_node,
+    list_nodes,
+    node_state,
+)
+from konduktor.controller.prometheus import DcgmSignal, PrometheusSource
+from konduktor.controller.requalification import PodLogs, Requalifier, Result, StepLogs
+from konduktor.controller.settings import HealthSettings
+from konduktor.controller.telemetry import HealthMetrics
+from konduktor.errors import KonduktorError
+from konduktor.kube.client import Kube
+
+CURSOR_ANNOTATION = "konduktor.ai/loki-cursor"
+_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A finding and when its evidence appeared (log line, sample, first sight of missing GPUs, Job end)."""
+
+    finding: Finding
+    at: float
+    source: str  # one of observability.metrics.DETECTION_SOURCES
+    dcgm: DcgmSignal | None = None  # what Prometheus showed, to show it again if the writes fail
+
+
+class HealthController:
+    def __init__(
+        self,
+        kube: Kube,
+        settings: HealthSettings,
+        *,
+        identity: str,
+        lease_namespace: str,
+        metrics: HealthMetrics | None = None,
+        step_logs: StepLogs | None = None,
+    ) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.identity = identity
+        self.metrics = metrics or HealthMetrics()
+        self.metrics.dry_run.set(1 if settings.dry_run else 0)
+        self.nodes = NodeCache()
+        self.watch = NodeWatch(kube, self.metrics)
+        self.loki = LokiSource(settings.loki, self.metrics) if settings.loki else None
+        self.prometheus = PrometheusSource(settings.prometheus, self.metrics) if settings.prometheus else None
+        logs = step_logs or PodLogs(kube, self.metrics)
+        self.requalifier = Requalifier(kube, settings.requalification, self.metrics, logs)
+        self.actuator = Actuator(kube, self.nodes, self.requalifier, self.metrics, identity)
+        # Dry-run writes nothing at all, not even the Lease: each dry-run replica observes on its own, and its
+        # Loki cursor lives in memory.
+        self.lease = (
+            None
+            if settings.dry_run
+            else LeaderLease(kube, lease_namespace, identity, settings.lease_seconds, self.metrics)
+        )
+        self.duplicates = DuplicateFilter(settings.dedup_window_seconds)
+        self.lost_gpus = LostGpuWatch(settings.gpu_lost_grace_seconds, clock=time.time)
+        self.breaker: BreakerState | None = None  # counted again from the nodes on taking the lead
+        self.cursor: LokiCursor | None = None
+        self.leading = False
+        self.last_tick = time.monotonic()
+        self._states: dict[str, tuple[str, bool, NodeState]] = {}
+        self._known: set[str] = set()
+        self._saved_cursor: str | None = None
+        self._next_renewal = 0.0
+
+    # --- entry points ---------------------------------------------------------------------------------------
+
+    def reconcile_once(self) -> Plan:
+        """List the nodes, take the lead, read every source once, act, and hand the Lease back."""
+        nodes, _ = list_nodes(self.kube)
+        self.nodes.apply(NodeEvent("SYNC", tuple(nodes)))
+        deadline = time.monotonic() + 2 * self.settings.lease_seconds
+        while not self._lead():
+            if time.monotonic() > deadline:
+                raise KonduktorError(
+                    "another replica holds the health controller's Lease",
+                    hint="stop it, or wait until its Lease expires",
+                )
+            time.sleep(1)
+        try:
+            return self._pass(poll=True)
+        finally:
+            self._step_down()
+
+    def run(self, stop: threading.Event) -> None:
+        """Watch and act until `stop` is set; then hand the Lease over."""
+        self.watch.start()
+        next_poll = 0.0
+        try:
+            while not stop.is_set():
+                self._take_node_events(timeout=1.0)
+                now = time.monotonic()
+                if self.nodes.synced and (not self.leading or now >= self._next_renewal):
+                    self._lead()
+                if self.nodes.synced and self.leading:
+                    poll = now >= next_poll
+                    next_poll = now + self.settings.poll_seconds if poll else next_poll
+                    self._pass(poll)
+                self.last_tick = time.monotonic()
+        finally:
+            self.watch.stop()
+            self._step_down()
+
+    def healthy(self) -> bool:
+        """Liveness: the loop is still turning (a hung API call or deadlock stops it)."""
+        return time.monotonic() - self.last_tick < max(60.0, 6 * self.settings.poll_seconds)
+
+    # --- leadership -----------------------------------------------------------------------------------------
+
+    def _lead(self, cursor: str | None = None) -> bool:
+        if self.lease is None:
+            self.leading = True
+            return True
+        # Only a replica already leading writes its cursor: a new leader has none of its own yet.
+        changes = {CURSOR_ANNOTATION: cursor} if self.leading and cursor is not None else None
+        leading = self.lease.acquire_or_renew(changes)
+        if leading and not self.leading:
+            self.cursor = LokiCursor.decode(self.lease.annotations.get(CURSOR_ANNOTATION))
+            self._saved_cursor = self.cursor.encode() if self.cursor else None
+            self.breaker = None
+        if leading and changes:
+            self._saved_cursor = cursor
+        self.leading = leading
+        self._next_renewal = time.monotonic() + self.settings.lease_seconds / 3
+        return leading
+
+    def _step_down(self) -> None:
+        if self.lease is not None and self.leading:
+            self.lease.release()
+        self.leading = False
+
+    # --- one pass -------------------------------------------------------------------------------------------
+
+    def _take_node_events(self, timeout: float) -> None:
+        try:
+            event = self.watch.events.get(timeout=timeout)
+        except queue.Empty:
+            return
+        while True:
+            self.nodes.apply(event)
+            try:
+                event = self.watch.events.get_nowait()
+            except queue.Empty:
+                return
+
+    def _node_states(self) -> dict[str, NodeState]:
+        """NodeState of every GPU node, recomputed only for nodes that changed."""
+        running = self.requalifier.running()
+        states: dict[str, tuple[str, bool, NodeState]] = {}
+        for node in self.nodes:
+            name, version = node["metadata"]["name"], node["metadata"].get("resourceVersion", "")
+            cached = self._states.get(name)
+            if cached and cached[:2] == (version, name in running):
+                states[name] = cached
+                continue
+            expected = expected_gpus(node, self.settings)
+            if is_gpu_node(node, expected):
+                states[name] = (version, name in running, node_state(node, expected, name in running))
+        self._states = states
+        return {name: state for name, (_, _, state) in states.items()}
+
+    def _pass(self, poll: bool) -> Plan:
+        now = time.time()
+        if poll:
+            self.requalifier.refresh()
+        states = self._node_states()
+        signals = self._lost_gpu_signals(states, now)
+        results: list[Result] = []
+        cursor: LokiCursor | None = None
+        if poll:
+            kernel, cursor = self._kernel_log_signals()
+            signals += kernel + self._dcgm_signals(now)
+            results = self.requalifier.results(states)
+        fresh = [s for s in signals if self.duplicates.admit(s.finding)]
+        for found in fresh:
+            self.metrics.fault(found.finding)
+        if self.breaker is None:
+            self.breaker = restore_breaker(states, self.settings.breaker, now)
+        plan = decide(
+            [s.finding for s in fresh], states, self.breaker, self.settings, now, [r.verdict for r in results]
+        )
+        self.breaker = plan.breaker
+        for notice in plan.notices:
+            log(_LEVELS[notice.level], notice.message, node=notice.node)
+        outcome = self._act(plan, states)
+        self._measure(outcome, fresh, results)
+        # A node whose writes failed gets its signals again: the duplicate filter lets them through, DCGM faults
+        # are handed out again, and the log lines are read again because the cursor stays where it was.
+        for found in fresh:
+            if found.finding.node in outcome.failed:
+                self.duplicates.forget(found.finding)
+                if found.dcgm is not None and self.prometheus is not None:
+                    self.prometheus.novelty.forget(found.dcgm)
+        self.requalifier.acted(r for r in results if r.verdict.node not in outcome.failed)
+        if cursor is not None and not outcome.failed:
+            self.cursor = cursor
+            if self.lease is not None and cursor.encode() != self._saved_cursor:
+                self._lead(cursor.encode())
+        self._report_state(now)
+        return plan
+
+    def _lost_gpu_signals(self, states: dict[str, NodeState], now: float) -> list[Signal]:
+        signals = []
+        for gone in self._known - states.keys():
+            self.lost_gpus.forget(gone)
+        self._known = set(states)
+        for name, state in states.items():
+            if state.gpu_expected is None or state.gpu_allocatable is None:
+                continue
+            finding = self.lost_gpus.observe(name, state.gpu_allocatable, state.gpu_expected)
+            if finding is not None:
+                signals.append(Signal(finding, self.lost_gpus.short_since(name) or now, "allocatable"))
+        return signals
+
+    def _kernel_log_signals(self) -> tuple[list[Signal], LokiCursor | None]:
+        if self.loki is None:
+            return [], None
+        try:
+            lines, cursor = self.loki.read(self.cursor, time.time_ns())
+        except requests.RequestException as problem:
+            log(logging.WARNING, "cannot read kernel logs from Loki", error=str(problem))
+            return [], None
+        signals = []
+        for line in lines:
+            report = parse_line(line.line)
+            if report is not None:
+                finding = classify_report(report, line.node, self.settings)
+                signals.append(Signal(finding, line.timestamp_ns / 1e9, "kernel_log"))
+        return signals, cursor
+
+    def _dcgm_signals(self, now: float) -> list[Signal]:
+        if self.prometheus is None:
+            return []
+        try:
+            found = self.prometheus.read(now)
+        except requests.RequestException as problem:
+            log(logging.WARNING, "cannot read DCGM metrics from Prometheus", error=str(problem))
+            return []
+        signals = []
+        for item in found:
+            finding = classify_dcgm(item.sample, self.settings)
+            if finding is not None:
+                signals.append(Signal(finding, item.since, "dcgm", item))
+        return signals
+
+    def _act(self, plan: Plan, states: dict[str, NodeState]) -> Outcome:
+        suppressed = [a for a in (*plan.actions, *plan.withheld) if isinstance(a, RecordEvent)]
+        self.metrics.quarantines_blocked.inc(sum(1 for a in suppressed if a.reason == "QuarantineSuppressed"))
+        if plan.withheld:
+            for action in plan.withheld:
+                self.metrics.withheld.labels(action=action_name(action)).inc()
+                log(logging.INFO, f"dry-run: would {action_name(action)}", node=action.node, action=repr(action))
+            done = time.time()
+            return Outcome(finished={a.node: done for a in plan.withheld})
+        return self.actuator.execute(plan.actions, states)
+
+    def _measure(self, outcome: Outcome, fresh: Sequence[Signal], results: Sequence[Result]) -> None:
+        """Detection latency per node that got a write: from its earliest new evidence to its last write."""
+        evidence = [(s.finding.node, s.at, s.source) for s in fresh]
+        evidence += [(r.verdict.node, r.finished_at, "burnin") for r in results]
+        earliest: dict[str, tuple[float, str]] = {}
+        for node, at, source in evidence:
+            if node not in earliest or at < earliest[node][0]:
+                earliest[node] = (at, source)
+        for node, finished in outcome.finished.items():
+            if node in earliest:
+                at, source = earliest[node]
+                self.metrics.detection_latency.labels(source=source).observe(max(0.0, finished - at))
+
+    def _report_state(self, now: float) -> None:
+        states = self._node_states()
+        reasons = {
+            name: (state.annotations.get(QUARANTINE_REASON) or "unknown").split(" ", 1)[0]
+            for name, state in states.items()
+            if quarantined_by_us(state)
+        }
+        self.metrics.quarantine_state(reasons)
+        self.metrics.gpu_nodes.set(len(states))
+        breaker = self.breaker or BreakerState()
+        window = self.settings.breaker.window_seconds
+        self.metrics.breaker_tripped.set(1 if breaker.tripped else 0)
+        self.metrics.breaker_window.set(sum(1 for t in breaker.recent if now - t < window))
+        self.metrics.breaker_limit.set(breaker_limit(len(states), self.settings.breaker))

@@ -1,0 +1,179 @@
+"""GPU nodes as the decision sees them, kept current by a list and a watch of the Node API."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from konduktor.controller.decide import CONDITION_TYPE, NodeState, Taint, TaintEffect
+from konduktor.controller.logs import log
+from konduktor.controller.settings import HealthSettings
+from konduktor.controller.telemetry import HealthMetrics
+from konduktor.kube.client import ApiError, Kube
+
+GPU_RESOURCE = "nvidia.com/gpu"
+# Published by GPU Feature Discovery.
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+Node = dict[str, Any]
+
+
+def expected_gpus(node: Node, settings: HealthSettings) -> int | None:
+    """GPUs the node should have: its GPU type's count from the config, else its nvidia.com/gpu.count label."""
+    labels = node["metadata"].get("labels", {})
+    product = labels.get(PRODUCT_LABEL)
+    for gpu_type in settings.gpu_types.values():
+        if gpu_type.product == product:
+            return gpu_type.gpus_per_node
+    count = labels.get(GPU_COUNT_LABEL, "")
+    return int(count) if count.isdigit() else None
+
+
+def allocatable_gpus(node: Node) -> int | None:
+    value = node.get("status", {}).get("allocatable", {}).get(GPU_RESOURCE)
+    # Extended resources are whole numbers; anything else is not a count we can compare.
+    return int(value) if isinstance(value, str) and value.isdigit() else None
+
+
+def is_gpu_node(node: Node, expected: int | None) -> bool:
+    return expected is not None or GPU_RESOURCE in node.get("status", {}).get("capacity", {})
+
+
+def node_state(node: Node, expected: int | None, requalification_running: bool) -> NodeState:
+    meta = node["metadata"]
+    conditions = node.get("status", {}).get("conditions", [])
+    ours = next((c for c in conditions if c.get("type") == CONDITION_TYPE), None)
+    healthy = {"True": True, "False": False}.get(ours.get("status", "")) if ours else None
+    return NodeState(
+        name=meta["name"],
+        labels=dict(meta.get("labels", {})),
+        annotations=dict(meta.get("annotations", {})),
+        taints=tuple(
+            Taint(t["key"], cast(TaintEffect, t["effect"]), t.get("value", ""))
+            for t in node.get("spec", {}).get("taints", [])
+            if t.get("effect") in _EFFECTS
+        ),
+        unschedulable=bool(node.get("spec", {}).get("unschedulable", False)),
+        gpu_healthy=healthy,
+        gpu_allocatable=allocatable_gpus(node),
+        gpu_expected=expected,
+        requalification_running=requalification_running,
+    )
+
+
+def newer(candidate: Node, current: Node | None) -> bool:
+    """Whether `candidate` may replace `current` in the cache.
+
+    The watch can deliver an event that was already in flight when the controller's own write returned a newer
+    object; applying it would show the node without the taint just placed and plan the quarantine twice.
+    resourceVersions are opaque by contract but are etcd revisions in practice; when they do not read as
+    numbers, the later arrival wins, as in an informer.
+    """
+    if current is None:
+        return True
+    new, old = candidate["metadata"].get("resourceVersion", ""), current["metadata"].get("resourceVersion", "")
+    return not (new.isdigit() and old.isdigit()) or int(new) >= int(old)
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    """A change seen by the watch: SYNC carries the whole list (after a start or a 410 Gone)."""
+
+    type: str
+    nodes: tuple[Node, ...]
+
+
+class NodeCache:
+    """Every Node by name, as the controller last saw it (watch events and its own writes' responses)."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, Node] = {}
+        # Until the first list arrives the cache knows no node: deciding then would count the breaker's window
+        # from nothing and ignore every fault as "not a known GPU node".
+        self.synced = False
+
+    def apply(self, event: NodeEvent) -> None:
+        if event.type == "SYNC":
+            self.nodes = {n["metadata"]["name"]: n for n in event.nodes}
+            self.synced = True
+            return
+        for node in event.nodes:
+            name = node["metadata"]["name"]
+            if event.type == "DELETED":
+                self.nodes.pop(name, None)
+            elif newer(node, self.nodes.get(name)):
+                self.nodes[name] = node
+
+    def store(self, node: Node) -> None:
+        if newer(node, self.nodes.get(node["metadata"]["name"])):
+            self.nodes[node["metadata"]["name"]] = node
+
+    def get(self, name: str) -> Node | None:
+        return self.nodes.get(name)
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.nodes.values())
+
+
+def list_nodes(kube: Kube) -> tuple[list[Node], str]:
+    """All Nodes and the list's resourceVersion, from which a watch continues without a gap."""
+    listing: Mapping[str, Any] = kube.request("GET", "/api/v1/nodes")
+    return list(listing.get("items", [])), str(listing.get("metadata", {}).get("resourceVersion", ""))
+
+
+class NodeWatch:
+    """A thread that lists the Nodes, then watches them from the list's resourceVersion, and puts what it sees on
+    `events`. A watch the server ends or the network drops resumes from the last version seen; one whose version
+    has expired (410 Gone) starts over with a list, so no change is lost either way."""
+
+    def __init__(self, kube: Kube, metrics: HealthMetrics, timeout_seconds: int = 300) -> None:
+        self.kube = kube
+        self.metrics = metrics
+        self.timeout_seconds = timeout_seconds
+        self.events: queue.Queue[NodeEvent] = queue.Queue()
+        self._stopping = threading.Event()
+        self._stream: Any = None
+        self._thread = threading.Thread(target=self._run, name="node-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._stream is not None:
+            self._stream.close()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        version: str | None = None
+        backoff = 0.5
+        while not self._stopping.is_set():
+            try:
+                if version is None:
+                    nodes, version = list_nodes(self.kube)
+                    self.events.put(NodeEvent("SYNC", tuple(nodes)))
+                self._stream = self.kube.watch("v1", "Node", version, timeout_seconds=self.timeout_seconds)
+                for event in self._stream:
+                    node = event["object"]
+                    version = node["metadata"]["resourceVersion"]
+                    if event["type"] != "BOOKMARK":
+                        self.events.put(NodeEvent(event["type"], (node,)))
+                backoff = 0.5
+            except ApiError as problem:
+                if self._stopping.is_set():
+                    return
+                self.metrics.api_error("watch", "nodes", problem)
+                if problem.status == 410:
+                    log(logging.INFO, "node watch expired; listing the nodes again")
+                    version = None
+                    continue
+                log(logging.WARNING, "node watch failed; retrying", error=problem.message, retry_in=backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 30)

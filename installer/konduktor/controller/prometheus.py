@@ -1,0 +1,167 @@
+"""DCGM exporter series from Prometheus's `/api/v1/query`, read as raw samples and turned into DCGM samples.
+
+One query per poll returns the raw samples of every health field over a short window (a range-vector selector
+evaluated as an instant query). Reading raw samples instead of `increase()` gives the time at which the fault
+showed, which the detection-latency metric measures from, and lets the controller hand out each fault once:
+
+- counters (ECC double-bit total, NVLink error totals, throttle durations): a rise between two samples is a
+  fault; its value is the rise over the window;
+- `DCGM_FI_DEV_XID_ERRORS` holds the code of the last Xid, so a change to a non-zero code is a fault;
+- other gauges (row remap failed / pending) are states: a non-zero value is a fault for as long as it lasts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any, Literal
+
+import requests
+
+from konduktor.controller.catalog import DCGM_RULES, DCGM_XID_FIELD
+from konduktor.controller.classify import DcgmSample
+from konduktor.controller.settings import PrometheusSettings
+from konduktor.controller.telemetry import HealthMetrics
+from konduktor.observability.metrics import MetricType, lookup
+
+HEALTH_FIELDS = (DCGM_XID_FIELD, *DCGM_RULES)
+SignalShape = Literal["counter", "code", "state"]
+
+
+def shape(metric: str) -> SignalShape:
+    if metric == DCGM_XID_FIELD:
+        return "code"
+    known = lookup(metric)
+    # The NVLink totals are not in the dashboards' inventory; DCGM names every counter field *_TOTAL.
+    counter = known.type is MetricType.COUNTER if known else metric.endswith("_TOTAL")
+    return "counter" if counter else "state"
+
+
+@dataclass(frozen=True)
+class DcgmSeries:
+    node: str
+    gpu: str
+    metric: str
+    points: tuple[tuple[float, float], ...]  # (unix seconds, value), oldest first
+
+
+@dataclass(frozen=True)
+class DcgmSignal:
+    sample: DcgmSample
+    since: float  # when the series first showed the fault
+    shape: SignalShape
+
+
+def signal(series: DcgmSeries) -> DcgmSignal | None:
+    """What one series says over the window, or None when it shows no fault."""
+    kind = shape(series.metric)
+    points = series.points
+    if not points:
+        return None
+    if kind == "counter":
+        rise, since = 0.0, None
+        for (_, before), (at, value) in pairwise(points):
+            # A counter that went down was reset (exporter restart); its new value is all rise.
+            step = value - before if value >= before else value
+            if step > 0:
+                rise += step
+                since = since if since is not None else at
+        return None if since is None else _signal(series, rise, since, kind)
+    if kind == "code":
+        changes = [(at, value) for (_, before), (at, value) in pairwise(points) if value != before]
+        at, value = changes[-1] if changes else (0.0, 0.0)
+        return _signal(series, value, at, kind) if value > 0 else None
+    at, value = points[-1]
+    if value <= 0:
+        return None
+    for earlier, earlier_value in reversed(points):
+        if earlier_value <= 0:
+            break
+        at = earlier
+    return _signal(series, value, at, kind)
+
+
+def _signal(series: DcgmSeries, value: float, since: float, kind: SignalShape) -> DcgmSignal:
+    return DcgmSignal(DcgmSample(series.node, series.gpu, series.metric, value), since, kind)
+
+
+def matrix(answer: Mapping[str, Any], node_label: str, gpu_label: str) -> list[DcgmSeries]:
+    series = []
+    for item in answer.get("data", {}).get("result", []):
+        labels = item.get("metric", {})
+        if node_label not in labels:
+            continue
+        points = tuple((float(at), float(value)) for at, value in item.get("values", []))
+        series.append(DcgmSeries(labels[node_label], labels.get(gpu_label, ""), labels["__name__"], points))
+    return series
+
+
+class Novelty:
+    """Hands out each fault once per controller process: a counter's rise or a code change stays inside the
+    window for several polls, and a state is reported when it starts, not again while it lasts. A restarted
+    controller reports faults inside the window again; the decision step turns a repeat for a quarantined node
+    into no write."""
+
+    def __init__(self, window_seconds: float) -> None:
+        self.window = window_seconds
+        self._reported: set[tuple[str, str, str, float]] = set()
+        self._states: set[tuple[str, str, str]] = set()
+
+    def new(self, signals: Iterable[DcgmSignal], now: float) -> list[DcgmSignal]:
+        fresh: list[DcgmSignal] = []
+        states: set[tuple[str, str, str]] = set()
+        for found in signals:
+            sample = found.sample
+            if found.shape == "state":
+                key = (sample.node, sample.gpu, sample.metric)
+                states.add(key)
+                if key not in self._states:
+                    fresh.append(found)
+            elif (rise := (sample.node, sample.gpu, sample.metric, found.since)) not in self._reported:
+                self._reported.add(rise)
+                fresh.append(found)
+        # A state that ended may start again and is then reported again.
+        self._states = states
+        # A rise that has left the window cannot be read again, so it need not be remembered.
+        self._reported = {rise for rise in self._reported if rise[3] >= now - self.window}
+        return fresh
+
+    def forget(self, found: DcgmSignal) -> None:
+        """Hand this fault out again on the next read: the writes it caused failed."""
+        sample = found.sample
+        self._reported.discard((sample.node, sample.gpu, sample.metric, found.since))
+        self._states.discard((sample.node, sample.gpu, sample.metric))
+
+
+class PrometheusSource:
+    def __init__(self, settings: PrometheusSettings, metrics: HealthMetrics, timeout: float = 10) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.timeout = timeout
+        self.http = requests.Session()
+        self.novelty = Novelty(settings.window_seconds)
+
+    @property
+    def query(self) -> str:
+        names = "|".join(HEALTH_FIELDS)
+        return f'{{__name__=~"{names}"}}[{self.settings.window_seconds:g}s]'
+
+    def read(self, now: float) -> list[DcgmSignal]:
+        """New faults; raises requests.RequestException when Prometheus cannot be asked."""
+        try:
+            response = self.http.get(
+                self.settings.url + "/api/v1/query",
+                params={"query": self.query, "time": f"{now:.3f}"},
+                timeout=self.timeout,
+            )
+            response.raise_for_status()
+            answer = response.json()
+            if answer.get("status") != "success":
+                raise requests.RequestException(f"unexpected Prometheus answer: {str(answer)[:200]}")
+        except requests.RequestException:
+            self.metrics.source_up.labels(source="prometheus").set(0)
+            raise
+        self.metrics.source_up.labels(source="prometheus").set(1)
+        found = (signal(s) for s in matrix(answer, self.settings.node_label, self.settings.gpu_label))
+        return self.novelty.new((f for f in found if f is not None), now)

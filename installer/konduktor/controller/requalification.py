@@ -1,0 +1,218 @@
+"""Requalification: the burn-in Job of a quarantined node, and the verdict judged from its steps' output.
+
+The Job's exit status says little: every burn-in step exits 0 and prints its tool's exit code as data
+(`konduktor.burnin.manifests.wrap_step`). The verdict is therefore judged from the steps' logs with the burn-in's
+own `judge_node`, for the tier the Job ran; a Job that failed (deadline, eviction) or left no logs is ERROR,
+which keeps the node out.
+
+Which finished Jobs were already judged is read from the node itself: the decision stamps
+`requalified-at` (or a new `quarantined-at`) when it acts on a result, so a Job that ended before that stamp
+has been acted on, across restarts and without writing to the Job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from konduktor.burnin.manifests import NODE_ANNOTATION, make_run_id, node_job, scripts_configmap
+from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict, worst
+from konduktor.burnin.tiers import BurnInOptions, options_for_tier
+from konduktor.burnin.verdict import NodeEvidence, judge_node
+from konduktor.controller.decide import QUARANTINED_AT, REQUALIFIED_AT, NodeState
+from konduktor.controller.logs import log
+from konduktor.controller.nodes import PRODUCT_LABEL
+from konduktor.controller.settings import RequalificationSettings
+from konduktor.controller.telemetry import HealthMetrics
+from konduktor.kube.client import ApiError, Kube
+
+FIELD_MANAGER = "konduktor-health"
+REQUALIFICATION_LABEL = "konduktor.ai/requalification"
+TIER_ANNOTATION = "konduktor.ai/burnin-tier"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+class StepLogs(Protocol):
+    """Where the output of a burn-in step is read from."""
+
+    def read(self, namespace: str, pod: str, container: str) -> str | None: ...
+
+
+class PodLogs:
+    """Step logs through the API server's pods/log subresource (served by the node's kubelet)."""
+
+    def __init__(self, kube: Kube, metrics: HealthMetrics) -> None:
+        self.kube = kube
+        self.metrics = metrics
+
+    def read(self, namespace: str, pod: str, container: str) -> str | None:
+        try:
+            data = self.kube.send(
+                "GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", query={"container": container}
+            )
+        except ApiError as problem:
+            self.metrics.api_error("get", "pods/log", problem)
+            return None
+        return data.decode("utf-8", errors="replace")
+
+
+def _time(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Run:
+    """One requalification Job as the controller needs it."""
+
+    job: str
+    node: str
+    tier: str
+    finished_at: float | None  # None while it runs
+    failure: str | None  # why the Job failed, when it did
+
+
+def run_of(job: Mapping[str, Any]) -> Run | None:
+    meta = job["metadata"]
+    node = meta.get("annotations", {}).get(NODE_ANNOTATION)
+    if not node:
+        return None
+    finished_at, failure = None, None
+    for condition in job.get("status", {}).get("conditions", []):
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "Complete":
+            finished_at = _time(job["status"].get("completionTime")) or _time(condition.get("lastTransitionTime"))
+        elif condition.get("type") == "Failed":
+            finished_at = _time(condition.get("lastTransitionTime"))
+            failure = f"{condition.get('reason', 'Failed')}: {condition.get('message', '')}".rstrip(": ")
+    return Run(meta["name"], node, meta.get("annotations", {}).get(TIER_ANNOTATION, ""), finished_at, failure)
+
+
+def acted_on(run: Run, node: NodeState) -> bool:
+    """The node's stamps show that the decision already acted on this finished run."""
+    stamps = [_time(node.annotations.get(key)) for key in (REQUALIFIED_AT, QUARANTINED_AT)]
+    latest = max((s for s in stamps if s is not None), default=None)
+    # Stamps have whole seconds; the run's end is compared at the same precision.
+    return run.finished_at is not None and latest is not None and latest >= int(run.finished_at)
+
+
+def run_id_for(node: str, now: float) -> str:
+    """Unique per node and second, so that each Job owns its own scripts ConfigMap."""
+    return f"{make_run_id(datetime.fromtimestamp(now, UTC))}-{hashlib.sha256(node.encode()).hexdigest()[:4]}"
+
+
+@dataclass(frozen=True)
+class Result:
+    verdict: NodeVerdict
+    finished_at: float
+    job: str
+
+
+class Requalifier:
+    def __init__(self, kube: Kube, settings: RequalificationSettings, metrics: HealthMetrics, logs: StepLogs) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.metrics = metrics
+        self.logs = logs
+        self.runs: list[Run] = []
+        self._judged: set[str] = set()
+
+    def options(self, tier: str | None = None) -> BurnInOptions:
+        return options_for_tier(tier or self.settings.tier, priority_class=self.settings.priority_class)
+
+    def refresh(self) -> None:
+        """Read the requalification Jobs (once per poll; Jobs started since are added by `start`)."""
+        try:
+            jobs = self.kube.list(
+                "batch/v1", "Job", self.settings.namespace, label_selector=f"{REQUALIFICATION_LABEL}=true"
+            )
+        except ApiError as problem:
+            self.metrics.api_error("list", "jobs", problem)
+            log(logging.WARNING, "cannot list requalification Jobs", error=problem.message)
+            return
+        self.runs = [run for run in map(run_of, jobs) if run is not None]
+
+    def running(self) -> set[str]:
+        return {run.node for run in self.runs if run.finished_at is None}
+
+    def start(self, node: NodeState, now: float) -> None:
+        """Create the node's burn-in Job (it tolerates the quarantine taint) and its scripts ConfigMap."""
+        gpus = node.gpu_expected or node.gpu_allocatable or 0
+        if gpus < 1:
+            log(logging.WARNING, "no GPU count known; cannot requalify", node=node.name)
+            return
+        run_id = run_id_for(node.name, now)
+        options = self.options()
+        job = node_job(
+            run_id, node.name, gpus, options, self.settings.namespace, hostname=node.labels.get(HOSTNAME_LABEL)
+        )
+        job["metadata"]["labels"][REQUALIFICATION_LABEL] = "true"
+        job["spec"]["template"]["spec"]["serviceAccountName"] = self.settings.service_account
+        created = self.kube.create(job)
+        scripts = scripts_configmap(run_id, self.settings.namespace)
+        # Owned by the Job: removed with it when its TTL ends.
+        scripts["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": created["metadata"]["name"],
+                "uid": created["metadata"]["uid"],
+            }
+        ]
+        self.kube.apply(scripts, field_manager=FIELD_MANAGER)
+        self.runs.append(Run(created["metadata"]["name"], node.name, options.tier.value, None, None))
+        log(logging.INFO, "requalification started", node=node.name, job=created["metadata"]["name"])
+
+    def results(self, nodes: Mapping[str, NodeState]) -> list[Result]:
+        """Verdicts of finished runs not yet acted on: the latest run per node."""
+        latest: dict[str, Run] = {}
+        for run in self.runs:
+            best = latest.get(run.node)
+            if run.finished_at is not None and (best is None or run.finished_at >= (best.finished_at or 0.0)):
+                latest[run.node] = run
+        results = []
+        for run in latest.values():
+            node = nodes.get(run.node)
+            if node is None or run.job in self._judged or acted_on(run, node):
+                continue
+            results.append(Result(self._judge(run, node), run.finished_at or 0.0, run.job))
+        return results
+
+    def acted(self, results: Iterable[Result]) -> None:
+        for result in results:
+            self._judged.add(result.job)
+            self.metrics.requalifications.labels(verdict=result.verdict.verdict.value).inc()
+
+    def _judge(self, run: Run, node: NodeState) -> NodeVerdict:
+        options = self.options(run.tier)
+        pod = self._pod(run.job)
+        logs = {
+            step.value: self.logs.read(self.settings.namespace, pod, step.value) if pod else None
+            for step in options.steps
+        }
+        evidence = NodeEvidence(node.name, node.labels.get(PRODUCT_LABEL), node.gpu_expected or 0, logs)
+        verdict = judge_node(evidence, options)
+        if run.failure is None:
+            return verdict
+        job_check = CheckResult("burnin_job", Verdict.ERROR, "", "Job failed", (run.failure,))
+        checks = (*verdict.checks, job_check)
+        return replace(verdict, checks=checks, verdict=worst(c.verdict for c in checks))
+
+    def _pod(self, job: str) -> str | None:
+        try:
+            pods = self.kube.list("v1", "Pod", self.settings.namespace, label_selector=f"{JOB_NAME_LABEL}={job}")
+        except ApiError as problem:
+            self.metrics.api_error("list", "pods", problem)
+            return None
+        pods.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""))
+        return pods[-1]["metadata"]["name"] if pods else None

@@ -1,0 +1,688 @@
+"""The health controller against the simulated cluster, a Loki-API HTTP server and a real Prometheus.
+
+The session cluster has 4 fake nodes gpu-h100-0000..0003 with 10 H100 each, tainted nvidia.com/gpu:NoSchedule.
+Every test leaves the nodes as it found them: our taint, annotations, condition and Events are removed and the
+allocatable GPUs restored, because other tests schedule Jobs onto these nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+import requests
+from conftest import Sim
+from ruamel.yaml import YAML
+
+from konduktor.burnin.manifests import NODE_ANNOTATION, node_job
+from konduktor.burnin.tiers import options_for_tier
+from konduktor.controller.decide import (
+    CONDITION_TYPE,
+    QUARANTINE_REASON,
+    QUARANTINED_AT,
+    REQUALIFICATION_RESULT,
+    REQUALIFIED_AT,
+    TAINT_KEY,
+    Taint,
+    UpdateNode,
+)
+from konduktor.controller.leader import LEASE_API, LEASE_NAME
+from konduktor.controller.loop import CURSOR_ANNOTATION, HealthController
+from konduktor.controller.nodes import NodeEvent, list_nodes
+from konduktor.controller.requalification import REQUALIFICATION_LABEL
+from konduktor.controller.server import HealthServer
+from konduktor.controller.settings import (
+    BreakerSettings,
+    HealthSettings,
+    LokiSettings,
+    PrometheusSettings,
+    RequalificationSettings,
+)
+from konduktor.errors import KonduktorError
+from konduktor.kube.client import ApiError, Kube
+from konduktor.sim.cluster import free_port
+from konduktor.sim.tools import Toolbox
+from konduktor.waiting import wait_until
+
+pytestmark = pytest.mark.sim
+
+NODES = [f"gpu-h100-{i:04d}" for i in range(4)]
+NAMESPACE = "konduktor-health-test"  # the Lease and the requalification Jobs
+OUR_ANNOTATIONS = (QUARANTINED_AT, QUARANTINE_REASON, REQUALIFIED_AT, REQUALIFICATION_RESULT)
+FOREIGN_TAINT = "ops.example.com/maintenance"
+TEST_MANAGER = "health-test"  # the field manager this test writes node status with (as a kubelet would)
+XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
+XID_13 = "NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)"
+
+
+# --- the cluster side ------------------------------------------------------------------------------------------
+
+
+def node(kube: Kube, name: str) -> dict[str, Any]:
+    found = kube.get("v1", "Node", name)
+    assert found is not None
+    return found
+
+
+def health_taints(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return [t for t in obj["spec"].get("taints", []) if t["key"] == TAINT_KEY]
+
+
+def gpu_condition(obj: dict[str, Any]) -> dict[str, Any] | None:
+    return next((c for c in obj["status"].get("conditions", []) if c["type"] == CONDITION_TYPE), None)
+
+
+def our_events(kube: Kube, name: str | None = None) -> list[dict[str, Any]]:
+    events = kube.list("v1", "Event", "default")
+    return [
+        e
+        for e in events
+        if e.get("source", {}).get("component") == "konduktor-health"
+        and (name is None or e["involvedObject"]["name"] == name)
+    ]
+
+
+def set_allocatable(kube: Kube, name: str, gpus: int) -> None:
+    """What a device plugin does when a GPU falls off the bus (or comes back)."""
+    kube.apply_status(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name},
+            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}},
+        },
+        field_manager=TEST_MANAGER,
+    )
+
+
+def patch_node(kube: Kube, name: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """A conditional merge patch computed from a fresh read, retried on conflict."""
+    for _ in range(10):
+        current = node(kube, name)
+        patch = change(current)
+        patch.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
+        try:
+            kube.patch("v1", "Node", name, patch)
+            return
+        except ApiError as problem:
+            if problem.status != 409:
+                raise
+    raise AssertionError(f"could not patch {name}")
+
+
+def reset_node(kube: Kube, name: str) -> None:
+    set_allocatable(kube, name, 10)
+    patch_node(
+        kube,
+        name,
+        lambda n: {
+            "metadata": {"annotations": dict.fromkeys(OUR_ANNOTATIONS)},
+            "spec": {"taints": [t for t in n["spec"].get("taints", []) if t["key"] not in (TAINT_KEY, FOREIGN_TAINT)]},
+        },
+    )
+    # An apply that no longer names the condition removes it: the controller's manager owns nothing else there.
+    kube.apply_status(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {}}, "konduktor-health"
+    )
+
+
+def reset_cluster(kube: Kube) -> None:
+    for name in NODES:
+        reset_node(kube, name)
+    for item in our_events(kube):
+        kube.delete("v1", "Event", item["metadata"]["name"], "default")
+    for job in kube.list("batch/v1", "Job", NAMESPACE):
+        kube.delete("batch/v1", "Job", job["metadata"]["name"], NAMESPACE)
+    for config_map in kube.list("v1", "ConfigMap", NAMESPACE, label_selector="konduktor.ai/burnin-run"):
+        kube.delete("v1", "ConfigMap", config_map["metadata"]["name"], NAMESPACE)
+    kube.delete(LEASE_API, "Lease", LEASE_NAME, NAMESPACE)
+
+
+@pytest.fixture(scope="module")
+def kube(sim: Sim) -> Iterator[Kube]:
+    sim.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    sim.kube.apply(
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "konduktor-burnin", "namespace": NAMESPACE}}
+    )
+    yield sim.kube
+    reset_cluster(sim.kube)
+    sim.kube.delete("v1", "Namespace", NAMESPACE)
+
+
+@pytest.fixture(autouse=True)
+def clean(kube: Kube) -> Iterator[None]:
+    reset_cluster(kube)
+    yield
+    reset_cluster(kube)
+
+
+# --- a Loki that speaks query_range ----------------------------------------------------------------------------
+
+
+@dataclass
+class LokiApi:
+    """A tiny HTTP server answering Loki's /loki/api/v1/query_range from lines the test adds."""
+
+    lines: list[tuple[dict[str, str], int, str]] = field(default_factory=list)
+    queries: list[dict[str, str]] = field(default_factory=list)
+
+    def add(self, node_name: str, line: str, at_ns: int | None = None) -> int:
+        stamp = at_ns or time.time_ns()
+        self.lines.append(({"job": "kernel", "node": node_name}, stamp, line))
+        return stamp
+
+    def answer(self, query: dict[str, str]) -> dict[str, Any]:
+        self.queries.append(query)
+        start, end, limit = int(query["start"]), int(query["end"]), int(query.get("limit", 100))
+        chosen = sorted((e for e in self.lines if start <= e[1] < end), key=lambda e: e[1])[:limit]
+        streams: dict[str, dict[str, Any]] = {}
+        for labels, stamp, line in chosen:
+            stream = streams.setdefault(json.dumps(labels, sort_keys=True), {"stream": labels, "values": []})
+            stream["values"].append([str(stamp), line])
+        return {"status": "success", "data": {"resultType": "streams", "result": list(streams.values())}}
+
+    def serve(self) -> ThreadingHTTPServer:
+        loki = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                url = urlparse(self.path)
+                if url.path != "/loki/api/v1/query_range":
+                    self.send_error(404)
+                    return
+                body = json.dumps(loki.answer({k: v[0] for k, v in parse_qs(url.query).items()})).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+
+@pytest.fixture()
+def loki() -> Iterator[tuple[LokiApi, str]]:
+    api = LokiApi()
+    server = api.serve()
+    yield api, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+# --- the controller --------------------------------------------------------------------------------------------
+
+
+def passive_log(gpus: int) -> str:
+    """The passive burn-in step's output on a healthy node with `gpus` H100s (as the Job's container prints it)."""
+    bus = [f"00000000:{0x18 + 16 * i:02X}:00.0" for i in range(gpus)]
+    uuid = [f"GPU-{i:08d}-0000-4000-8000-000000000000" for i in range(gpus)]
+    lines = [
+        "### konduktor:gpu",
+        "index, pci.bus_id, uuid, name, ecc.mode.current, ecc.errors.uncorrected.volatile.total, "
+        "ecc.errors.uncorrected.volatile.sram, ecc.errors.corrected.volatile.sram, retired_pages.pending, "
+        "clocks_event_reasons.active, temperature.gpu, power.draw [W], clocks.sm [MHz]",
+        *(
+            f"{i}, {bus[i]}, {uuid[i]}, NVIDIA H100 80GB HBM3, Enabled, 0, 0, 0, [N/A], 0x1, 31, 70.0, 345"
+            for i in range(gpus)
+        ),
+        "### konduktor:remapped-rows",
+        "gpu_bus_id, remapped_rows.correctable, remapped_rows.uncorrectable, remapped_rows.pending, "
+        "remapped_rows.failure",
+        *(f"{b}, 0, 0, 0, 0" for b in bus),
+        "### konduktor:nvlink",
+    ]
+    for i in range(gpus):
+        lines += [
+            f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: {uuid[i]})",
+            *(f"\t Link {k}: 26.562 GB/s" for k in range(18)),
+        ]
+    lines += ["### konduktor:uptime", "86412.53 1378923.11", "### konduktor:kernel-log", "dmesg-exit: 0"]
+    return "\n".join([*lines, 'KONDUKTOR-STEP-END {"step": "passive", "exit_code": 0, "seconds": 3}', ""])
+
+
+class HealthyStepLogs:
+    """Step logs of a healthy node. kwok serves no container logs (pods/log answers 400 "no logs found"), so
+    tests that need a passing burn-in give the controller the text the real step would have printed."""
+
+    def read(self, namespace: str, pod: str, container: str) -> str | None:
+        return passive_log(10) if container == "passive" else None
+
+
+def settings(**overrides: Any) -> HealthSettings:
+    base: dict[str, Any] = {
+        "gpu_lost_grace_seconds": 0,
+        "cooldown_seconds": 3600,  # no requalification unless a test asks for one
+        "breaker": BreakerSettings(max_fraction=1, max_nodes=4),
+        "requalification": RequalificationSettings(tier="quick", namespace=NAMESPACE),
+        "lease_seconds": 3,
+        "poll_seconds": 1,
+    }
+    return HealthSettings(**{**base, **overrides})
+
+
+def loki_settings(url: str, **overrides: Any) -> LokiSettings:
+    return LokiSettings(url=url, query='{job="kernel"} |~ "NVRM: Xid|SXid"', node_label="node", **overrides)
+
+
+def controller(kube: Kube, health: HealthSettings, name: str = "test", **options: Any) -> HealthController:
+    return HealthController(
+        kube, health, identity=f"{name}-{time.monotonic_ns()}", lease_namespace=NAMESPACE, **options
+    )
+
+
+def write_config(path: Path, health: HealthSettings) -> Path:
+    with path.open("w") as handle:
+        YAML(typ="safe").dump(health.model_dump(mode="json"), handle)
+    return path
+
+
+def run_once_cli(sim: Sim, config: Path) -> dict[str, Any]:
+    """`konduktor-health run --once` as a new process."""
+    done = subprocess.run(
+        [sys.executable, "-m", "konduktor.controller.main", "run", "--once", "--kubeconfig", str(sim.kubeconfig),
+         "--config", str(config), "--lease-namespace", NAMESPACE],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def wait_for_job(kube: Kube, name: str) -> None:
+    def stuck() -> KonduktorError:
+        job = kube.get("batch/v1", "Job", name, NAMESPACE) or {}
+        pods = kube.list("v1", "Pod", NAMESPACE, label_selector=f"batch.kubernetes.io/job-name={name}")
+        events = [
+            f"{e['involvedObject']['name']}: {e['reason']}: {e['message']}" for e in kube.list("v1", "Event", NAMESPACE)
+        ]
+        state = {"job": job.get("status"), "pods": [p.get("status") for p in pods], "events": events}
+        return KonduktorError(f"burn-in Job {name} did not finish: {json.dumps(state)[:4000]}")
+
+    wait_until(f"burn-in Job {name} to finish", lambda: job_finished(kube, name), timeout=60, on_timeout=stuck)
+
+
+def job_finished(kube: Kube, name: str) -> bool:
+    job = kube.get("batch/v1", "Job", name, NAMESPACE) or {}
+    return any(
+        c["type"] in ("Complete", "Failed") and c["status"] == "True"
+        for c in job.get("status", {}).get("conditions", [])
+    )
+
+
+# --- acceptance ------------------------------------------------------------------------------------------------
+
+
+def test_a_lost_gpu_is_quarantined_and_a_passing_requalification_releases_it(kube: Kube) -> None:
+    victim = "gpu-h100-0001"
+    set_allocatable(kube, victim, 8)
+    plan = controller(kube, settings()).reconcile_once()
+    quarantined = node(kube, victim)
+    assert health_taints(quarantined) == [{"key": TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}]
+    condition = gpu_condition(quarantined)
+    assert condition is not None and (condition["status"], condition["reason"]) == ("False", "GPULost")
+    assert quarantined["metadata"]["annotations"][QUARANTINE_REASON].startswith("GPULost")
+    (evented,) = our_events(kube, victim)
+    assert (evented["type"], evented["reason"]) == ("Warning", "GPULost")
+    assert "allocatable nvidia.com/gpu 8 < expected 10" in evented["message"]
+    # One fault: the taint with its annotations, the condition, one Event; nothing for the healthy nodes.
+    assert sorted(type(a).__name__ for a in plan.actions) == ["RecordEvent", "SetCondition", "UpdateNode"]
+    assert {a.node for a in plan.actions} == {victim}
+    # Someone else's taint arrives meanwhile; the controller's cached Node is now stale (409 on its next write).
+    patch_node(
+        kube,
+        victim,
+        lambda n: {"spec": {"taints": [*n["spec"]["taints"], {"key": FOREIGN_TAINT, "effect": "PreferNoSchedule"}]}},
+    )
+
+    # The GPU is back; after the cool-down (0 here) the node is requalified by a burn-in Job on it.
+    set_allocatable(kube, victim, 10)
+    requalifying = controller(kube, settings(cooldown_seconds=0))
+    requalifying.reconcile_once()
+    (job,) = kube.list("batch/v1", "Job", NAMESPACE, label_selector=f"{REQUALIFICATION_LABEL}=true")
+    pod = job["spec"]["template"]["spec"]
+    assert job["metadata"]["annotations"][NODE_ANNOTATION] == victim
+    assert {"key": TAINT_KEY, "operator": "Exists"} in pod["tolerations"]
+    assert pod["serviceAccountName"] == "konduktor-burnin"
+    wait_for_job(kube, job["metadata"]["name"])
+
+    # The sim's kubelet (kwok) keeps no container logs: read through pods/log, the burn-in judged nothing (ERROR),
+    # so the node stays out and the attempt is recorded.
+    requalifying.reconcile_once()
+    kept = node(kube, victim)
+    assert health_taints(kept) and kept["metadata"]["annotations"][REQUALIFICATION_RESULT].startswith("ERROR")
+    assert any(e["reason"] == "RequalificationError" for e in our_events(kube, victim))
+
+    # The next attempt's logs are those of a healthy node: PASS releases it.
+    passing = controller(kube, settings(cooldown_seconds=0), step_logs=HealthyStepLogs())
+    passing.reconcile_once()
+    jobs = kube.list("batch/v1", "Job", NAMESPACE, label_selector=f"{REQUALIFICATION_LABEL}=true")
+    assert len(jobs) == 2
+    second = next(j for j in jobs if j["metadata"]["name"] != job["metadata"]["name"])
+    wait_for_job(kube, second["metadata"]["name"])
+    passing.reconcile_once()
+    released = node(kube, victim)
+    assert health_taints(released) == []
+    assert QUARANTINED_AT not in released["metadata"].get("annotations", {})
+    assert released["metadata"]["annotations"][REQUALIFICATION_RESULT].startswith("PASS")
+    condition = gpu_condition(released)
+    assert condition is not None and (condition["status"], condition["reason"]) == ("True", "RequalificationPassed")
+    # Taints the controller did not place stay: the GPU pool's and the one added meanwhile.
+    assert {t["key"] for t in released["spec"]["taints"]} == {"nvidia.com/gpu", FOREIGN_TAINT}
+    assert passing.metrics.sample("konduktor_releases_total") == 1
+    assert passing.metrics.sample("konduktor_requalifications_total", {"verdict": "PASS"}) == 1
+
+
+def test_xid_79_quarantines_xid_13_does_not_and_repeats_cost_no_writes(kube: Kube, loki: tuple[LokiApi, str]) -> None:
+    api, url = loki
+    faulty, busy = "gpu-h100-0002", "gpu-h100-0003"
+    first = api.add(faulty, f"[12345.678901] {XID_79}")
+    api.add(busy, f"Jan 12 10:00:00 {busy} kernel: {XID_13}")
+    # The same fault reported 1,000 more times (a driver repeats itself), read in pages of 300.
+    for offset in range(1, 1001):
+        api.add(faulty, f"[{12345 + offset}.000000] {XID_79}", first + offset * 1000)
+    health = controller(kube, settings(loki=loki_settings(url, limit=300)))
+    plan = health.reconcile_once()
+
+    quarantined = node(kube, faulty)
+    assert health_taints(quarantined) == [{"key": TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}]
+    condition = gpu_condition(quarantined)
+    assert condition is not None and (condition["status"], condition["reason"]) == ("False", "Xid79")
+    (evidence,) = our_events(kube, faulty)
+    assert evidence["reason"] == "Xid79" and XID_79 in evidence["message"]
+    # 1,001 lines: one quarantine of three writes (taint and annotations, condition, Event), and nothing more.
+    assert len([a for a in plan.actions if a.node == faulty]) == 3
+    assert health.metrics.sample("konduktor_quarantines_total", {"reason": "Xid79"}) == 1
+    assert (
+        health.metrics.sample(
+            "konduktor_gpu_faults_total", {"node": faulty, "kind": "xid", "code": "79", "reason": "Xid79"}
+        )
+        == 1
+    )
+    assert len(api.queries) >= 4  # 1,002 lines in pages of 300
+
+    # Xid 13 is the application's fault: an Event for its users, the node stays schedulable.
+    untouched = node(kube, busy)
+    assert health_taints(untouched) == [] and gpu_condition(untouched) is None
+    (warning,) = our_events(kube, busy)
+    assert (warning["type"], warning["reason"]) == ("Warning", "Xid13")
+
+
+def test_a_restarted_controller_does_not_count_loki_lines_twice(
+    sim: Sim, kube: Kube, loki: tuple[LokiApi, str], tmp_path: Path
+) -> None:
+    api, url = loki
+    busy = "gpu-h100-0000"
+    config = write_config(tmp_path / "health.yaml", settings(loki=loki_settings(url)))
+    api.add(busy, XID_13)
+    assert [w["reason"] for w in run_once_cli(sim, config)["writes"]] == ["Xid13"]
+    lease = kube.get(LEASE_API, "Lease", LEASE_NAME, NAMESPACE)
+    assert lease is not None and CURSOR_ANNOTATION in lease["metadata"]["annotations"]
+    assert lease["spec"].get("holderIdentity") is None  # handed back on exit
+
+    # A new process reads on from the saved cursor: the line it already acted on is not read again.
+    assert run_once_cli(sim, config)["writes"] == []
+    api.add(busy, XID_13.replace("SM 0", "SM 1"))
+    assert [w["reason"] for w in run_once_cli(sim, config)["writes"]] == ["Xid13"]
+    assert len(our_events(kube, busy)) == 2
+
+
+def test_the_breaker_stops_quarantining_when_more_nodes_fail_than_the_cap(
+    kube: Kube, loki: tuple[LokiApi, str]
+) -> None:
+    api, url = loki
+    first, second = "gpu-h100-0000", "gpu-h100-0001"  # half of the fleet
+    api.add(first, XID_79)
+    api.add(second, XID_79, time.time_ns() + 1000)
+    health = controller(kube, settings(loki=loki_settings(url), breaker=BreakerSettings(max_fraction=1, max_nodes=1)))
+    plan = health.reconcile_once()
+
+    assert plan.breaker.tripped
+    assert health_taints(node(kube, first)) and not health_taints(node(kube, second))
+    # The second node is still reported unhealthy, loudly, but not taken out of scheduling.
+    condition = gpu_condition(node(kube, second))
+    assert condition is not None and condition["status"] == "False"
+    (suppressed,) = [e for e in our_events(kube, second) if e["reason"] == "QuarantineSuppressed"]
+    assert "circuit breaker open" in suppressed["message"]
+    assert any(n.level == "error" and "circuit breaker tripped" in n.message for n in plan.notices)
+    metrics = health.metrics
+    assert metrics.sample("konduktor_quarantine_breaker_tripped") == 1
+    assert metrics.sample("konduktor_quarantine_breaker_limit") == 1
+    assert metrics.sample("konduktor_quarantine_breaker_window_quarantines") == 1
+    assert metrics.sample("konduktor_quarantines_blocked_total") == 1
+    assert metrics.sample("konduktor_quarantined_nodes") == 1
+
+
+def test_a_health_taint_placed_by_someone_else_is_never_removed(kube: Kube) -> None:
+    manual = "gpu-h100-0002"
+    patch_node(
+        kube,
+        manual,
+        lambda n: {
+            "spec": {"taints": [*n["spec"]["taints"], {"key": TAINT_KEY, "value": "manual", "effect": "NoSchedule"}]}
+        },
+    )
+    # A burn-in of that node passes (an operator ran it); the controller clears nothing it did not place.
+    job = node_job("20250101-000000", manual, 10, options_for_tier("quick"), NAMESPACE)
+    job["metadata"]["labels"][REQUALIFICATION_LABEL] = "true"
+    job["spec"]["template"]["spec"]["serviceAccountName"] = "konduktor-burnin"
+    kube.create(job)
+    wait_for_job(kube, job["metadata"]["name"])
+    plan = controller(kube, settings(), step_logs=HealthyStepLogs()).reconcile_once()
+    assert any("not placed by this controller" in n.message for n in plan.notices)
+    assert health_taints(node(kube, manual)) == [{"key": TAINT_KEY, "value": "manual", "effect": "NoSchedule"}]
+    assert [a for a in plan.actions if a.node == manual] == []
+
+
+def test_dry_run_writes_nothing(sim: Sim, kube: Kube, loki: tuple[LokiApi, str], tmp_path: Path) -> None:
+    api, url = loki
+    set_allocatable(kube, "gpu-h100-0001", 9)
+    api.add("gpu-h100-0002", XID_79)
+    before = {name: node(kube, name)["metadata"]["resourceVersion"] for name in NODES}
+    config = write_config(tmp_path / "health.yaml", settings(loki=loki_settings(url), dry_run=True, cooldown_seconds=0))
+    result = run_once_cli(sim, config)
+    assert result["writes"] == []
+    assert {(w["action"], w["node"]) for w in result["withheld"]} >= {
+        ("taint", "gpu-h100-0001"),
+        ("taint", "gpu-h100-0002"),
+    }
+    after = {name: node(kube, name)["metadata"]["resourceVersion"] for name in NODES}
+    assert after == before
+    assert our_events(kube) == []
+    assert kube.get(LEASE_API, "Lease", LEASE_NAME, NAMESPACE) is None
+    assert kube.list("batch/v1", "Job", NAMESPACE) == []
+
+
+# --- Prometheus ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def prometheus(tmp_path: Path) -> Iterator[Callable[[str], str]]:
+    """A real Prometheus over a TSDB backfilled from OpenMetrics text; returns its URL."""
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def start(openmetrics: str) -> str:
+        data = tmp_path / "tsdb"
+        source = tmp_path / "series.om"
+        source.write_text(openmetrics)
+        backfill = subprocess.run(
+            [str(Toolbox().path("promtool")), "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert backfill.returncode == 0, backfill.stderr
+        config = tmp_path / "prometheus.yml"
+        config.write_text("global:\n  scrape_interval: 15s\n")
+        port = free_port()
+        log = (tmp_path / "prometheus.log").open("wb")
+        processes.append(
+            subprocess.Popen(
+                [
+                    str(Toolbox().path("prometheus")),
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={data}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        )
+        url = f"http://127.0.0.1:{port}"
+
+        def ready() -> bool:
+            try:
+                return requests.get(f"{url}/-/ready", timeout=1).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_until("Prometheus to be ready", ready, timeout=60)
+        return url
+
+    yield start
+    for process in processes:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def openmetrics(now: float) -> str:
+    """A double-bit ECC error on one GPU of gpu-h100-0002, a failed row remap on gpu-h100-0003, quiet elsewhere."""
+    quiet = [0, 0, 0, 0]
+    series_by_metric = {
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": {"gpu-h100-0002": [0, 0, 2, 2], "gpu-h100-0000": quiet},
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE": {"gpu-h100-0003": [0, 1, 1, 1], "gpu-h100-0000": quiet},
+    }
+    lines = []
+    for name, values in series_by_metric.items():
+        for host, series in values.items():
+            for offset, value in zip((80, 60, 40, 20), series, strict=True):
+                lines.append(
+                    f'{name}{{gpu="3",Hostname="{host}",modelName="NVIDIA H100 80GB HBM3"}} {value} {now - offset:.3f}'
+                )
+    return "\n".join([*lines, "# EOF", ""])
+
+
+def test_dcgm_faults_in_prometheus_quarantine_their_nodes(kube: Kube, prometheus: Callable[[str], str]) -> None:
+    url = prometheus(openmetrics(time.time()))
+    health = controller(kube, settings(prometheus=PrometheusSettings(url=url)))
+    health.reconcile_once()
+    ecc, remap = node(kube, "gpu-h100-0002"), node(kube, "gpu-h100-0003")
+    assert health_taints(ecc) and health_taints(remap)
+    assert ecc["metadata"]["annotations"][QUARANTINE_REASON].startswith("EccDoubleBitError")
+    assert remap["metadata"]["annotations"][QUARANTINE_REASON].startswith("RowRemapFailure")
+    (evidence,) = [e for e in our_events(kube, "gpu-h100-0002") if e["reason"] == "EccDoubleBitError"]
+    assert 'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="3"} = 2' in evidence["message"]
+    assert health_taints(node(kube, "gpu-h100-0000")) == []
+    assert health.metrics.sample("konduktor_signal_source_up", {"source": "prometheus"}) == 1
+
+
+# --- the watch loop --------------------------------------------------------------------------------------------
+
+
+def test_the_watch_loop_acts_within_a_poll_and_serves_health_and_metrics(kube: Kube, loki: tuple[LokiApi, str]) -> None:
+    api, url = loki
+    health = controller(kube, settings(loki=loki_settings(url)), name="loop")
+    server = HealthServer(health.metrics.registry, health.healthy, port=0, host="127.0.0.1")
+    server.start()
+    stop = threading.Event()
+    loop = threading.Thread(target=health.run, args=(stop,))
+    loop.start()
+    try:
+        wait_until("the controller to lead", lambda: health.leading, timeout=30)
+        time.sleep(1.5)  # at least one poll with nothing to do
+        # A watch signal: the node's GPUs drop (grace 0).
+        started = time.monotonic()
+        set_allocatable(kube, "gpu-h100-0001", 9)
+        wait_until("the lost GPU to be tainted", lambda: bool(health_taints(node(kube, "gpu-h100-0001"))), 30, 0.05)
+        watch_latency = time.monotonic() - started
+        # A log signal: a line stamped now.
+        stamp = api.add("gpu-h100-0002", XID_79)
+        wait_until("the Xid 79 node to be tainted", lambda: bool(health_taints(node(kube, "gpu-h100-0002"))), 30, 0.05)
+        log_latency = time.time_ns() / 1e9 - stamp / 1e9
+        print(f"\nlatency: lost GPU -> taint {watch_latency:.3f}s; Loki line -> taint {log_latency:.3f}s (poll 1s)")
+
+        base = f"http://127.0.0.1:{server.port}"
+        assert requests.get(f"{base}/healthz", timeout=5).status_code == 200
+        expected = (
+            'konduktor_quarantines_total{reason="Xid79"} 1.0',
+            'konduktor_detection_latency_seconds_count{source="kernel_log"} 1.0',
+            "konduktor_quarantined_nodes 2.0",
+        )
+        # The metrics are recorded once the pass that made the writes ends, just after the taint is visible.
+        wait_until(
+            "the metrics to show both quarantines",
+            lambda: all(line in requests.get(f"{base}/metrics", timeout=5).text for line in expected),
+            10,
+        )
+    finally:
+        stop.set()
+        loop.join(timeout=30)
+        server.stop()
+    lease = kube.get(LEASE_API, "Lease", LEASE_NAME, NAMESPACE)
+    assert lease is not None and lease["spec"].get("holderIdentity") is None
+
+
+def test_a_write_computed_from_a_stale_node_is_redone_and_keeps_the_other_writers_taint(kube: Kube) -> None:
+    victim = "gpu-h100-0003"
+    health = controller(kube, settings())
+    nodes, _ = list_nodes(kube)
+    health.nodes.apply(NodeEvent("SYNC", tuple(nodes)))  # the controller's view, about to go stale
+    patch_node(
+        kube,
+        victim,
+        lambda n: {"spec": {"taints": [*n["spec"]["taints"], {"key": FOREIGN_TAINT, "effect": "NoSchedule"}]}},
+    )
+    ours = Taint(TAINT_KEY, "NoSchedule", "unhealthy")
+    outcome = health.actuator.execute([UpdateNode(victim, add_taints=(ours,), annotations={QUARANTINED_AT: "x"})], {})
+    assert not outcome.failed
+    assert {t["key"] for t in node(kube, victim)["spec"]["taints"]} == {"nvidia.com/gpu", FOREIGN_TAINT, TAINT_KEY}
+
+
+def test_killing_the_leader_hands_over_to_the_standby(sim: Sim, kube: Kube, tmp_path: Path) -> None:
+    config = write_config(tmp_path / "health.yaml", settings(lease_seconds=2))
+    log = (tmp_path / "leader.log").open("wb")
+    leader = subprocess.Popen(
+        [sys.executable, "-m", "konduktor.controller.main", "run", "--kubeconfig", str(sim.kubeconfig),
+         "--config", str(config), "--lease-namespace", NAMESPACE, "--port", "0"],
+        env={**os.environ, "POD_NAME": "replica-a"}, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    standby = controller(kube, settings(lease_seconds=2), name="replica-b")
+    stop = threading.Event()
+    loop = threading.Thread(target=standby.run, args=(stop,))
+    try:
+        wait_until("replica-a to lead", lambda: holder(kube) == "replica-a", timeout=60)
+        loop.start()
+        time.sleep(3)
+        assert holder(kube) == "replica-a" and not standby.leading
+        leader.send_signal(signal.SIGKILL)  # no chance to hand the Lease back
+        leader.wait(timeout=10)
+        set_allocatable(kube, "gpu-h100-0002", 9)
+        wait_until("the standby to lead", lambda: holder(kube) == standby.identity, timeout=30)
+        wait_until("the standby to quarantine", lambda: bool(health_taints(node(kube, "gpu-h100-0002"))), timeout=30)
+        lease = kube.get(LEASE_API, "Lease", LEASE_NAME, NAMESPACE)
+        assert lease is not None and lease["spec"]["leaseTransitions"] == 1
+    finally:
+        if leader.poll() is None:
+            leader.kill()
+        stop.set()
+        if loop.is_alive():
+            loop.join(timeout=30)
+
+
+def holder(kube: Kube) -> str | None:
+    lease = kube.get(LEASE_API, "Lease", LEASE_NAME, NAMESPACE)
+    return None if lease is None else lease["spec"].get("holderIdentity")
