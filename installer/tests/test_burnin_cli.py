@@ -37,7 +37,6 @@ from konduktor.cli.burnin_run import (
     exit_code,
     job_state,
     no_gpu_verdict,
-    node_patch,
     pod_problem,
     quarantine_plan,
     select_targets,
@@ -57,6 +56,7 @@ from konduktor.controller.decide import (
     Taint,
     UpdateNode,
 )
+from konduktor.controller.node_writes import node_patch
 from konduktor.errors import UsageError
 from konduktor.kube.client import ApiError, Kube
 from konduktor.waiting import wait_until

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from konduktor.controller.actuator import node_patch
 from konduktor.controller.classify import DcgmSample, DuplicateFilter, Finding, LostGpuWatch, classify_report
 from konduktor.controller.decide import (
     CONDITION_TYPE,
@@ -24,6 +23,7 @@ from konduktor.controller.decide import (
 from konduktor.controller.kernel_log import parse_line
 from konduktor.controller.logs import JsonFormatter
 from konduktor.controller.loki import LokiCursor, cursor_after, entries, line_key, unseen
+from konduktor.controller.node_writes import node_patch
 from konduktor.controller.nodes import NodeCache, NodeEvent, expected_gpus, is_gpu_node, node_state
 from konduktor.controller.prometheus import DcgmSeries, DcgmSignal, Novelty, shape, signal
 from konduktor.controller.requalification import Run, acted_on, run_id_for, run_of

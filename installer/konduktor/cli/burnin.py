@@ -35,18 +35,14 @@ from konduktor.burnin.thresholds import DEFAULT_THRESHOLDS
 from konduktor.burnin.tiers import PAIR_STEP, BurnInImages, BurnInOptions, Tier, options_for_tier
 from konduktor.burnin.verdict import NodeEvidence, judge_pair, judge_run, pair_outcomes
 from konduktor.cli.burnin_run import (
-    HEALTH_FIELD_MANAGER,
     JobState,
     NodeRun,
     Target,
     complete_verdict,
-    condition_status,
     describe_action,
     exit_code,
     job_state,
     no_gpu_verdict,
-    node_event,
-    node_patch,
     pair_groups,
     pod_problem,
     quarantine_plan,
@@ -60,6 +56,7 @@ from konduktor.cli.quotas import load_checked
 from konduktor.cli.target import KubeconfigOption, connect
 from konduktor.config.model import duration_seconds
 from konduktor.controller.decide import RecordEvent, SetCondition, UpdateNode
+from konduktor.controller.node_writes import FIELD_MANAGER, condition_status, event, update_node
 from konduktor.errors import PartialApply, UsageError
 from konduktor.kube.client import ApiError, Kube
 from konduktor.quotas.manifests import to_yaml
@@ -441,33 +438,16 @@ def quarantine_failed(kube: Kube, verdicts: Sequence[NodeVerdict]) -> None:
         err.print("quarantine: no node FAILed", markup=False)
         return
     now = time.time()
-    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     plan = quarantine_plan(verdicts, kube.list("v1", "Node"), now)
     for notice in plan.notices:
         err.print(f"quarantine: {notice.node or ''}: {notice.message}", markup=False)
     for action in plan.actions:
         if isinstance(action, UpdateNode):
-            _update_node(kube, action)
+            update_node(kube, action)
         elif isinstance(action, SetCondition):
-            kube.apply_status(condition_status(action, stamp), field_manager=HEALTH_FIELD_MANAGER)
+            kube.apply_status(condition_status(action, now), field_manager=FIELD_MANAGER)
         elif isinstance(action, RecordEvent):
-            kube.create(node_event(action, kube.get("v1", "Node", action.node), stamp, time.time_ns()))
+            kube.create(
+                event(action, kube.get("v1", "Node", action.node), "konduktor-install", "konduktor-install", now)
+            )
         err.print(f"quarantine: {describe_action(action)}", markup=False)
-
-
-def _update_node(kube: Kube, update: UpdateNode, attempts: int = 5) -> None:
-    """A conditional patch; on a conflict (someone else wrote the Node) it is computed again from a fresh read."""
-    for _ in range(attempts):
-        node = kube.get("v1", "Node", update.node)
-        if node is None:
-            raise ApiError(f"node {update.node} is gone", status=404)
-        patch = node_patch(node, update)
-        if patch is None:
-            return
-        try:
-            kube.patch("v1", "Node", update.node, patch)
-            return
-        except ApiError as problem:
-            if problem.status != 409:
-                raise
-    raise ApiError(f"node {update.node} kept changing; gave up after {attempts} conflicts", status=409)

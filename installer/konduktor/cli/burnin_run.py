@@ -334,30 +334,6 @@ def quarantine_plan(verdicts: Sequence[NodeVerdict], nodes: Sequence[Mapping[str
     return replace(plan, actions=tuple(a for a in plan.actions if not isinstance(a, StartRequalification)))
 
 
-def node_patch(node: Mapping[str, Any], update: UpdateNode) -> dict[str, Any] | None:
-    """The merge patch for `update`, conditional on the Node's resourceVersion (spec.taints is replaced whole, so
-    a taint someone added meanwhile must make the write fail with 409, not vanish); None when nothing changes."""
-    taints: list[dict[str, Any]] = list(node.get("spec", {}).get("taints") or [])
-    removed = {(t.key, t.effect) for t in update.remove_taints}
-    kept = [t for t in taints if (t.get("key"), t.get("effect")) not in removed]
-    present = {(t.get("key"), t.get("effect")) for t in kept}
-    added = [
-        {"key": t.key, "effect": t.effect, **({"value": t.value} if t.value else {})}
-        for t in update.add_taints
-        if (t.key, t.effect) not in present
-    ]
-    annotations = node["metadata"].get("annotations") or {}
-    changed = {k: v for k, v in update.annotations.items() if annotations.get(k) != v}
-    if kept + added == taints and not changed:
-        return None
-    patch: dict[str, Any] = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}}
-    if kept + added != taints:
-        patch["spec"] = {"taints": kept + added}
-    if changed:
-        patch["metadata"]["annotations"] = changed
-    return patch
-
-
 def describe_action(action: UpdateNode | SetCondition | RecordEvent | StartRequalification) -> str:
     if isinstance(action, UpdateNode):
         taints = ", ".join(f"{t.key}={t.value}:{t.effect}" for t in action.add_taints)
@@ -367,49 +343,3 @@ def describe_action(action: UpdateNode | SetCondition | RecordEvent | StartRequa
     if isinstance(action, RecordEvent):
         return f"{action.node}: event {action.reason}"
     return f"{action.node}: requalification"
-
-
-HEALTH_FIELD_MANAGER = "konduktor-health"  # the controller's own: it flips this condition when it releases the node
-EVENT_NAMESPACE = "default"  # where the kubelet records Node events, so `kubectl describe node` shows ours
-COMPONENT = "konduktor-install"
-
-
-def condition_status(action: SetCondition, stamp: str) -> dict[str, Any]:
-    """The GPUHealthy condition as a status apply of the Node."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": action.node},
-        "status": {
-            "conditions": [
-                {
-                    "type": CONDITION_TYPE,
-                    "status": "True" if action.healthy else "False",
-                    "reason": action.reason,
-                    "message": action.message,
-                    "lastTransitionTime": stamp,
-                    "lastHeartbeatTime": stamp,
-                }
-            ]
-        },
-    }
-
-
-def node_event(action: RecordEvent, node: Mapping[str, Any] | None, stamp: str, unique: int) -> dict[str, Any]:
-    """A core/v1 Event on the Node; `unique` (nanoseconds, in hex) names it as client-go does."""
-    uid = (node or {}).get("metadata", {}).get("uid")
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{action.node}.{unique:x}", "namespace": EVENT_NAMESPACE},
-        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": action.node, **({"uid": uid} if uid else {})},
-        "reason": action.reason,
-        "message": action.message,
-        "type": action.event_type,
-        "source": {"component": COMPONENT},
-        "reportingComponent": COMPONENT,
-        "reportingInstance": COMPONENT,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }

@@ -13,11 +13,9 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from konduktor.controller.decide import (
-    CONDITION_TYPE,
     QUARANTINE_REASON,
     QUARANTINED_AT,
     Action,
@@ -28,94 +26,13 @@ from konduktor.controller.decide import (
     UpdateNode,
 )
 from konduktor.controller.logs import log
-from konduktor.controller.nodes import Node, NodeCache
+from konduktor.controller.node_writes import FIELD_MANAGER, condition_status, event, update_node
+from konduktor.controller.nodes import NodeCache
 from konduktor.controller.requalification import Requalifier
 from konduktor.controller.telemetry import HealthMetrics
 from konduktor.kube.client import ApiError, Kube
 
-# Our own field manager: the Node's other status fields (capacity, allocatable) belong to their writers, and an
-# apply under a shared manager name would remove the fields that manager set before.
-FIELD_MANAGER = "konduktor-health"
 COMPONENT = "konduktor-health"
-EVENT_NAMESPACE = "default"  # where the kubelet records Node events, so `kubectl describe node` shows ours too
-_CONFLICT_RETRIES = 5
-
-
-def timestamp(when: float) -> str:
-    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def node_patch(node: Node, update: UpdateNode) -> dict[str, Any] | None:
-    """The merge patch that makes `update` on `node`, conditional on its resourceVersion; None if nothing changes.
-
-    A taint is identified by key and effect, as the API does.
-    """
-    taints: list[dict[str, Any]] = list(node.get("spec", {}).get("taints") or [])
-    removed = {(t.key, t.effect) for t in update.remove_taints}
-    kept = [t for t in taints if (t.get("key"), t.get("effect")) not in removed]
-    present = {(t.get("key"), t.get("effect")) for t in kept}
-    added = [
-        {"key": t.key, "effect": t.effect, **({"value": t.value} if t.value else {})}
-        for t in update.add_taints
-        if (t.key, t.effect) not in present
-    ]
-    annotations = node["metadata"].get("annotations", {})
-    changed = {key: value for key, value in update.annotations.items() if annotations.get(key) != value}
-    if kept + added == taints and not changed:
-        return None
-    patch: dict[str, Any] = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}}
-    if kept + added != taints:
-        patch["spec"] = {"taints": kept + added}
-    if changed:
-        patch["metadata"]["annotations"] = changed
-    return patch
-
-
-def condition_status(action: SetCondition, now: float) -> dict[str, Any]:
-    stamp = timestamp(now)
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": action.node},
-        "status": {
-            "conditions": [
-                {
-                    "type": CONDITION_TYPE,
-                    "status": "True" if action.healthy else "False",
-                    "reason": action.reason,
-                    "message": action.message,
-                    # The decision writes the condition only when its status changes.
-                    "lastTransitionTime": stamp,
-                    "lastHeartbeatTime": stamp,
-                }
-            ]
-        },
-    }
-
-
-def event(action: RecordEvent, node: Node | None, identity: str, now: float) -> dict[str, Any]:
-    stamp = timestamp(now)
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        # client-go's naming: the object's name and the time in hexadecimal nanoseconds.
-        "metadata": {"name": f"{action.node}.{time.time_ns():x}", "namespace": EVENT_NAMESPACE},
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "name": action.node,
-            **({"uid": node["metadata"]["uid"]} if node and "uid" in node["metadata"] else {}),
-        },
-        "reason": action.reason,
-        "message": action.message,
-        "type": action.event_type,
-        "source": {"component": COMPONENT},
-        "reportingComponent": COMPONENT,
-        "reportingInstance": identity,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
 
 
 @dataclass
@@ -168,30 +85,16 @@ class Actuator:
         elif isinstance(action, SetCondition):
             self.nodes.store(self.kube.apply_status(condition_status(action, now), field_manager=FIELD_MANAGER))
         elif isinstance(action, RecordEvent):
-            self.kube.create(event(action, self.nodes.get(action.node), self.identity, now))
+            self.kube.create(event(action, self.nodes.get(action.node), COMPONENT, self.identity, now))
         elif isinstance(action, StartRequalification):
             self.requalifier.start(states[action.node], now)
         log(logging.INFO, _describe(action), node=action.node, **_fields(action))
 
     def _update_node(self, update: UpdateNode) -> None:
-        node = self.nodes.get(update.node) or self.kube.get("v1", "Node", update.node)
-        for _ in range(_CONFLICT_RETRIES):
-            if node is None:
-                raise ApiError(f"node {update.node} is gone", status=404)
-            patch = node_patch(node, update)
-            if patch is None:
-                return
-            try:
-                node = self.kube.patch("v1", "Node", update.node, patch)
-            except ApiError as problem:
-                if problem.status != 409:
-                    raise
-                node = self.kube.get("v1", "Node", update.node)
-                continue
-            self.nodes.store(node)
+        written = update_node(self.kube, update, self.nodes.get(update.node))
+        if written is not None:
+            self.nodes.store(written)
             self._count(update)
-            return
-        raise ApiError(f"node {update.node} kept changing; gave up after {_CONFLICT_RETRIES} conflicts", status=409)
 
     def _count(self, update: UpdateNode) -> None:
         if update.add_taints and update.annotations.get(QUARANTINED_AT):

@@ -1,0 +1,121 @@
+"""How a quarantine decision becomes writes to a Node: the taint patch, the GPUHealthy condition, the Event.
+
+Shared by the health controller and `konduktor-install burnin --quarantine`, so a quarantine made by either
+looks the same and the controller can release it. No metrics here: the installer does not ship them.
+
+`spec.taints` is an atomic list: a write replaces the whole list. Each Node write therefore sends the
+resourceVersion of the Node it was computed from (a merge patch with a resourceVersion is a conditional
+update); if another writer changed the Node in between, the API answers 409 and the write is computed again
+from a fresh read, so a taint added by someone else at the same moment is never dropped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from konduktor.controller.decide import CONDITION_TYPE, RecordEvent, SetCondition, UpdateNode
+from konduktor.kube.client import ApiError, Kube
+
+# The controller's own field manager: the Node's other status fields (capacity, allocatable) belong to their
+# writers, and an apply under a shared manager name would remove the fields that manager set before.
+FIELD_MANAGER = "konduktor-health"
+EVENT_NAMESPACE = "default"  # where the kubelet records Node events, so `kubectl describe node` shows ours too
+CONFLICT_RETRIES = 5
+
+
+def timestamp(when: float) -> str:
+    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def node_patch(node: Mapping[str, Any], update: UpdateNode) -> dict[str, Any] | None:
+    """The merge patch that makes `update` on `node`, conditional on its resourceVersion; None if nothing changes.
+
+    A taint is identified by key and effect, as the API does.
+    """
+    taints: list[dict[str, Any]] = list(node.get("spec", {}).get("taints") or [])
+    removed = {(t.key, t.effect) for t in update.remove_taints}
+    kept = [t for t in taints if (t.get("key"), t.get("effect")) not in removed]
+    present = {(t.get("key"), t.get("effect")) for t in kept}
+    added = [
+        {"key": t.key, "effect": t.effect, **({"value": t.value} if t.value else {})}
+        for t in update.add_taints
+        if (t.key, t.effect) not in present
+    ]
+    annotations = node["metadata"].get("annotations") or {}
+    changed = {key: value for key, value in update.annotations.items() if annotations.get(key) != value}
+    if kept + added == taints and not changed:
+        return None
+    patch: dict[str, Any] = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}}
+    if kept + added != taints:
+        patch["spec"] = {"taints": kept + added}
+    if changed:
+        patch["metadata"]["annotations"] = changed
+    return patch
+
+
+def condition_status(action: SetCondition, now: float) -> dict[str, Any]:
+    stamp = timestamp(now)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": action.node},
+        "status": {
+            "conditions": [
+                {
+                    "type": CONDITION_TYPE,
+                    "status": "True" if action.healthy else "False",
+                    "reason": action.reason,
+                    "message": action.message,
+                    # The decision writes the condition only when its status changes.
+                    "lastTransitionTime": stamp,
+                    "lastHeartbeatTime": stamp,
+                }
+            ]
+        },
+    }
+
+
+def event(
+    action: RecordEvent, node: Mapping[str, Any] | None, component: str, instance: str, now: float
+) -> dict[str, Any]:
+    stamp = timestamp(now)
+    uid = (node or {}).get("metadata", {}).get("uid")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        # client-go's naming: the object's name and the time in hexadecimal nanoseconds.
+        "metadata": {"name": f"{action.node}.{time.time_ns():x}", "namespace": EVENT_NAMESPACE},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": action.node, **({"uid": uid} if uid else {})},
+        "reason": action.reason,
+        "message": action.message,
+        "type": action.event_type,
+        "source": {"component": component},
+        "reportingComponent": component,
+        "reportingInstance": instance,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+def update_node(kube: Kube, update: UpdateNode, node: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """Makes `update` with a conditional patch, recomputed after each conflict. Returns the Node as written,
+    or None when nothing had to change."""
+    node = node or kube.get("v1", "Node", update.node)
+    for _ in range(CONFLICT_RETRIES):
+        if node is None:
+            raise ApiError(f"node {update.node} is gone", status=404)
+        patch = node_patch(node, update)
+        if patch is None:
+            return None
+        try:
+            written: dict[str, Any] = kube.patch("v1", "Node", update.node, patch)
+            return written
+        except ApiError as problem:
+            if problem.status != 409:
+                raise
+            node = kube.get("v1", "Node", update.node)
+    raise ApiError(f"node {update.node} kept changing; gave up after {CONFLICT_RETRIES} conflicts", status=409)
