@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from konduktor.cli.main import main
 from konduktor.paths import state_dir
 from konduktor.quotas.render import KUEUE_API
 from konduktor.sim.workloads import gpu_job
+from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim
 
@@ -21,7 +24,7 @@ def test_up_installs_applies_and_verifies_then_changes_nothing(
     monkeypatch.delenv("KUBECONFIG", raising=False)
     assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0
     err = capsys.readouterr().err
-    assert "konduktor-core revision" in err
+    assert "konduktor-core 0.1.0 revision" in err
     for team in ("team-a", "team-b"):
         queue = sim.kube.get(KUEUE_API, "ClusterQueue", team)
         assert queue is not None
@@ -69,3 +72,67 @@ def test_preflight_failure_stops_up_before_any_change(
     err = capsys.readouterr().err
     assert "preflight FAIL" in err and "nothing was changed" in err
     assert not sim.kube.list(KUEUE_API, "ClusterQueue", label_selector="konduktor.ai/config=wishful-lab")
+
+
+def test_dry_run_and_plan_show_exactly_a_quota_edit(
+    sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0
+    assert main(["plan", str(EXAMPLE), "--sim", sim.cluster.name]) == 0  # in sync
+    capsys.readouterr()
+    edited = tmp_path / "config.yaml"
+    edited.write_text(
+        EXAMPLE.read_text().replace(
+            "h100: {quota: 20, borrowLimit: 10, lendLimit: 16}", "h100: {quota: 16, borrowLimit: 10, lendLimit: 16}", 1
+        )
+    )
+    assert main(["plan", str(edited), "--sim", sim.cluster.name]) == 1
+    changes = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("upgrade release")]
+    assert changes == ["update    ClusterQueue team-a (spec.resourceGroups)"]
+    assert main(["up", str(edited), "--sim", sim.cluster.name, "--dry-run"]) == 0
+    assert "1 quota objects would change" in capsys.readouterr().err
+    queue = sim.kube.get(KUEUE_API, "ClusterQueue", "team-a")
+    assert queue is not None
+    gpu = queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][-1]
+    assert str(gpu["nominalQuota"]) == "20"  # the dry run changed nothing
+
+
+def test_an_interrupted_up_is_finished_by_the_next(sim: Sim, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed right after the helm step; the next `up` converges."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    for team in ("team-a", "team-b"):  # as if quotas had never been applied
+        sim.kube.delete(KUEUE_API, "LocalQueue", "default", team)
+    command = [str(Path(sys.executable).with_name("konduktor-install")), "up", str(EXAMPLE), "--sim", sim.cluster.name]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert process.stdout is not None
+    for line in process.stdout:
+        if "quotas: applying" in line:  # helm has finished
+            process.kill()
+            break
+    process.wait()
+    assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0
+    for team in ("team-a", "team-b"):
+        assert sim.kube.get(KUEUE_API, "LocalQueue", "default", team) is not None
+
+
+def test_status_then_down_removes_what_up_made(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    given = ["--kubeconfig", str(sim.kubeconfig)]
+    assert main(["up", str(EXAMPLE), *given, "--force", "--yes"]) == 2  # a real cluster gets the umbrella chart
+    assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0
+    assert main(["status", *given]) == 0
+    assert "konduktor-core revision" in capsys.readouterr().out
+    assert main(["down", *given]) == 2  # no terminal to confirm on: nothing is removed without --yes
+    assert sim.kube.get(KUEUE_API, "ClusterQueue", "team-a") is not None
+    assert main(["down", *given, "--yes"]) == 0
+    wait_until(
+        "the queues to be gone",
+        lambda: not sim.kube.list(KUEUE_API, "ClusterQueue", label_selector="app.kubernetes.io/managed-by=konduktor"),
+    )
+    assert not sim.kube.list("apps/v1", "Deployment", "konduktor-system")
+    assert sim.kube.get("v1", "Namespace", "team-a") is not None  # kept: it holds the team's work
+    assert main(["status", *given]) == 1
+    assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0  # and back, for the tests that follow

@@ -17,6 +17,9 @@ quotas.register(app)
 preflight.register(app)
 burnin.register(app)
 app.command("up")(up.up)
+app.command("plan")(up.plan)
+app.command("status")(up.status)
+app.command("down")(up.down)
 
 
 def main(argv: list[str] | None = None) -> int:

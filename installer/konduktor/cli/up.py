@@ -1,34 +1,85 @@
-"""`konduktor-install up`: from one config to a working platform, every step safe to repeat.
+"""The platform's life cycle: `up`, `plan`, `status`, `down`.
 
-validate -> target (the given cluster, else the simulated one) -> install the chart -> apply team quotas
--> verify queues and the health controller. Nothing touches a cluster until the whole config validates.
+up: validate -> target (the given cluster, else the simulated one) -> preflight -> install the chart ->
+apply team quotas -> verify queues and the health controller -> audit existing GPU workloads against the
+policies. Nothing touches a cluster until the whole config validates and preflight passes; every step is
+safe to repeat, so a run that was interrupted is finished by running it again.
 """
 
 from __future__ import annotations
 
+import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from konduktor.cli.cluster_quotas import sync_quotas
-from konduktor.cli.console import err, progress
+from konduktor.cli.cluster_quotas import QUOTA_KINDS, sync_quotas
+from konduktor.cli.console import OutputFormat, err, print_rows, progress
 from konduktor.cli.preflight import cluster_checks, read_cluster
 from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.sim import spec_from
-from konduktor.cli.target import KubeconfigOption, explicit_kubeconfig
+from konduktor.cli.target import KubeconfigOption, connect, explicit_kubeconfig
 from konduktor.config.load import LoadedConfig
 from konduktor.config.model import Config
 from konduktor.errors import KonduktorError, PartialApply, PreflightFailed, UsageError
-from konduktor.helm.release import CHARTS, NAMESPACE, RELEASE, install_or_upgrade
+from konduktor.helm.release import CHARTS, NAMESPACE, RELEASE, Release, current, install_or_upgrade, uninstall
 from konduktor.helm.values import merge_values, umbrella_values
 from konduktor.kube.client import Kube
 from konduktor.kube.documents import load_documents
-from konduktor.kube.policy_audit import audit_gpu_workloads
+from konduktor.kube.policy_audit import Violation, audit_gpu_workloads
+from konduktor.kube.sync import Change
 from konduktor.preflight.results import Status
-from konduktor.quotas.render import KUEUE_API
+from konduktor.quotas.render import KUEUE_API, MANAGED_BY, MANAGED_BY_LABEL
+from konduktor.quotas.usage import team_usage
 from konduktor.sim.cluster import DEFAULT_NAME, SimCluster
 from konduktor.waiting import wait_until
+
+# What the umbrella installs that the simulated cluster cannot run: its fake nodes run no containers, and
+# Kueue already runs beside its control plane.
+SKIPPED_ON_SIM = {
+    "gpu-operator": "no real GPUs or drivers on fake nodes",
+    "network-operator": "no NICs on fake nodes",
+    "dcgm-exporter": "no GPUs to measure",
+    "kube-prometheus-stack": "fake nodes run no containers",
+    "loki": "fake nodes run no containers",
+    "opentelemetry-collector": "fake nodes run no containers",
+    "kueue": "the simulated cluster runs Kueue v0.19.2 as a local process",
+}
+
+
+class StepClock:
+    """How long each step of `up` took, for its report and the benchmark."""
+
+    def __init__(self, report: Any) -> None:
+        self.report = report
+        self.steps: list[tuple[str, float]] = []
+        self._started = time.monotonic()
+        self._name: str | None = None
+
+    def step(self, name: str, message: str) -> None:
+        self.finish()
+        self._name, self._started = name, time.monotonic()
+        self.report(f"{name}: {message}")
+
+    def finish(self) -> None:
+        if self._name is not None:
+            self.steps.append((self._name, time.monotonic() - self._started))
+            self._name = None
+
+
+@dataclass
+class UpReport:
+    config: Config
+    target: Path
+    simulated: bool
+    chart: Path
+    release: Release | None
+    changes: list[Change]
+    violations: list[Violation]
+    steps: list[tuple[str, float]]
 
 
 def target_cluster(config_path: Path, kubeconfig: Path | None, sim_name: str, report: Any) -> tuple[Path, bool]:
@@ -110,61 +161,261 @@ def verify(kube: Kube, config: Config, report: Any) -> None:
     wait_until("the health controller to be available", controller_ready, timeout=300)
 
 
+def run_up(
+    config_path: Path,
+    kubeconfig: Path | None,
+    sim_name: str,
+    extra: dict[str, Any],
+    *,
+    force: bool = False,
+    dry_run: bool = False,
+    confirm: Any = None,
+    report: Any = lambda _m: None,
+) -> UpReport:
+    """Everything `up` does; with `dry_run` it stops after preflight and plans the quota changes."""
+    loaded = load_checked(config_path)  # nothing below runs unless the whole config validates
+    clock = StepClock(report)
+    clock.step("cluster", "simulated" if explicit_kubeconfig(kubeconfig) is None else "given")
+    target, simulated = target_cluster(config_path, kubeconfig, sim_name, report)
+    clock.step("preflight", "checking the cluster")
+    preflight_passes(target, loaded, force)
+    chart, chart_values = chart_for(simulated, loaded.config, extra)
+    if dry_run:
+        kube = Kube(target)
+        try:
+            changes = sync_quotas(kube, loaded.config, prune=True, dry_run=True) if kueue_served(kube) else []
+        finally:
+            kube.close()
+        clock.finish()
+        return UpReport(loaded.config, target, simulated, chart, None, changes, [], clock.steps)
+    if confirm is not None and not simulated:
+        confirm(f"install {chart.name} into the cluster at {Kube(target).server}?")
+    clock.step("install", f"helm upgrade --install {RELEASE} {chart.name} in {NAMESPACE}")
+    release = install_or_upgrade(target, chart, RELEASE, NAMESPACE, chart_values, wait=True)
+    kube = Kube(target)
+    try:
+        clock.step("quotas", "applying")
+        changes = sync_quotas(kube, loaded.config, prune=True, dry_run=False)
+        clock.step("verify", "queues active, health controller available")
+        verify(kube, loaded.config, report)
+        clock.step("policies", "checking existing GPU workloads")
+        violations = audit_gpu_workloads(kube)
+        clock.finish()
+    except KonduktorError as problem:
+        if isinstance(problem, PartialApply):
+            raise
+        raise PartialApply(
+            f"installed {chart.name} (revision {release.revision}) but could not finish: {problem.message}",
+            hint=problem.hint or "fix the cause and run the same command again",
+            detail=problem.detail,
+        ) from problem
+    finally:
+        kube.close()
+    return UpReport(loaded.config, target, simulated, chart, release, changes, violations, clock.steps)
+
+
+def kueue_served(kube: Kube) -> bool:
+    return kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", "clusterqueues.kueue.x-k8s.io") is not None
+
+
+def print_report(result: UpReport) -> None:
+    config = result.config
+    where = "simulated cluster" if result.simulated else str(result.target)
+    chart = load_documents(result.chart / "Chart.yaml")[0]
+    if result.release is None:
+        err.print(f"up (dry run): {where}: would install {chart['name']} {chart['version']}", markup=False)
+    else:
+        err.print(
+            f"up: {where}: {chart['name']} {chart['version']} revision {result.release.revision} "
+            f"({result.release.status})",
+            markup=False,
+        )
+    for dependency in chart.get("dependencies", []):
+        err.print(f"  {dependency['name']} {dependency['version']}", markup=False)
+    if result.simulated:
+        skipped = ", ".join(f"{name} ({why})" for name, why in SKIPPED_ON_SIM.items())
+        err.print(f"  not on the simulated cluster: {skipped}", markup=False)
+    for name, team in sorted(config.teams.items()):
+        gpus = ", ".join(f"{q.quota} {t}" for t, q in team.gpus.items())
+        err.print(f"  queue {name}: {gpus} GPUs, namespaces {', '.join(team.namespaces)}", markup=False)
+    verb = "would change" if result.release is None else "changed"
+    changed = [c for c in result.changes if c.action in ("create", "update", "prune")]
+    err.print(f"  {len(changed)} quota objects {verb}", markup=False)
+    for change in changed if result.release is None else []:
+        err.print(f"    {change.describe()}", markup=False)
+    for violation in result.violations:
+        err.print(f"policy: {violation.kind} {violation.namespace}/{violation.name}: {violation.reason}", markup=False)
+    if result.violations:
+        err.print(
+            f"up: {len(result.violations)} existing GPU workload(s) break the admission policies (warned, not "
+            "refused); move them to their team's queue before setting policies.validationActions=[Deny,Audit]",
+            markup=False,
+        )
+    err.print("took: " + ", ".join(f"{name} {seconds:.1f}s" for name, seconds in result.steps), markup=False)
+
+
+def read_values(paths: list[Path] | None) -> dict[str, Any]:
+    extra: dict[str, Any] = {}
+    for path in paths or []:  # e.g. overlays/<environment>/values.yaml
+        documents = load_documents(path)
+        if not documents:
+            raise UsageError(f"{path}: no values in it")
+        extra = merge_values(extra, documents[0])
+    return extra
+
+
+def confirmation(yes: bool) -> Any:
+    """A question for the user on a terminal; none with --yes; an error without a terminal to ask on."""
+    if yes:
+        return None
+
+    def ask(question: str) -> None:
+        if not sys.stdin.isatty():
+            raise UsageError(f"{question} needs an answer", hint="pass --yes when there is no terminal")
+        if not typer.confirm(question):
+            raise typer.Exit(1)
+
+    return ask
+
+
+SimOption = Annotated[str, typer.Option("--sim", help="Simulated cluster to use when no kubeconfig is given.")]
+YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before changing a real cluster.")]
+
+
 def up(
     config: ConfigArgument,
     kubeconfig: KubeconfigOption = None,
     values: Annotated[
         list[Path] | None, typer.Option("--values", "-f", help="Extra chart values files (repeatable).")
     ] = None,
-    sim: Annotated[str, typer.Option("--sim", help="Simulated cluster to use when no kubeconfig is given.")] = (
-        DEFAULT_NAME
-    ),
+    sim: SimOption = DEFAULT_NAME,
     force: Annotated[bool, typer.Option("--force", help="Install even when preflight checks fail.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate, preflight and plan; change nothing.")] = False,
+    yes: YesOption = False,
 ) -> None:
     """Install or upgrade Konduktor from a config: the simulated cluster when no kubeconfig is given."""
-    loaded = load_checked(config)  # nothing below runs unless the whole config validates
-    extra: dict[str, Any] = {}
-    for path in values or []:  # e.g. overlays/<environment>/values.yaml
-        documents = load_documents(path)
-        if not documents:
-            raise UsageError(f"{path}: no values in it")
-        extra = merge_values(extra, documents[0])
     with progress("up") as report:
-        target, simulated = target_cluster(config, kubeconfig, sim, report)
-        report("preflight: checking the cluster")
-        preflight_passes(target, loaded, force)
-        chart, chart_values = chart_for(simulated, loaded.config, extra)
-        report(f"install: helm upgrade --install {RELEASE} {chart.name} in {NAMESPACE}")
-        release = install_or_upgrade(target, chart, RELEASE, NAMESPACE, chart_values)
-        kube = Kube(target)
-        try:
-            report("quotas: applying")
-            changes = sync_quotas(kube, loaded.config, prune=True, dry_run=False)
-            verify(kube, loaded.config, report)
-            report("policies: checking existing GPU workloads")
-            violations = audit_gpu_workloads(kube)
-        except KonduktorError as problem:
-            if isinstance(problem, PartialApply):
-                raise
-            raise PartialApply(
-                f"installed {chart.name} (revision {release.revision}) but could not finish: {problem.message}",
-                hint=problem.hint or "fix the cause and run the same command again",
-                detail=problem.detail,
-            ) from problem
-        finally:
-            kube.close()
-    changed = sum(c.action in ("create", "update", "prune") for c in changes)
+        result = run_up(
+            config,
+            kubeconfig,
+            sim,
+            read_values(values),
+            force=force,
+            dry_run=dry_run,
+            confirm=confirmation(yes),
+            report=report,
+        )
+    print_report(result)
+    err.print(f"next: konduktor-install quotas explain --kubeconfig {result.target}", markup=False)
+
+
+def plan(
+    config: ConfigArgument,
+    kubeconfig: KubeconfigOption = None,
+    values: Annotated[list[Path] | None, typer.Option("--values", "-f", help="Extra chart values files.")] = None,
+    sim: SimOption = DEFAULT_NAME,
+) -> None:
+    """What `up` would change. Exit 0: nothing; 1: changes pending (release or quotas); 2 or more: error."""
+    loaded = load_checked(config)
+    explicit = explicit_kubeconfig(kubeconfig)
+    target = explicit or SimCluster(sim).kubeconfig
+    if explicit is None and not target.exists():
+        typer.echo(f"create the simulated cluster {sim!r} and install konduktor-core")
+        raise typer.Exit(1)
+    chart, _ = chart_for(explicit is None, loaded.config, read_values(values))
+    wanted = load_documents(chart / "Chart.yaml")[0]
+    installed = current(target, RELEASE, NAMESPACE)
+    pending = False
+    if installed is None:
+        typer.echo(f"install {wanted['name']} {wanted['version']} as release {RELEASE} in {NAMESPACE}")
+        pending = True
+    else:
+        typer.echo(
+            f"upgrade release {RELEASE} (revision {installed.revision}, {installed.status}) with {wanted['name']}"
+        )
+    kube = Kube(target)
+    try:
+        changes = sync_quotas(kube, loaded.config, prune=True, dry_run=True) if kueue_served(kube) else []
+    finally:
+        kube.close()
+    for change in changes:
+        if change.action in ("create", "update", "prune"):
+            typer.echo(change.describe())
+            pending = True
+    if pending:
+        raise typer.Exit(1)
+
+
+def status(
+    kubeconfig: KubeconfigOption = None,
+    output: Annotated[OutputFormat, typer.Option("-o", "--output")] = "table",
+) -> None:
+    """The release, the team queues and the health controller. Exit 1 when Konduktor is not installed."""
+    kube = connect(kubeconfig)
+    try:
+        target = kube.kubeconfig or SimCluster(DEFAULT_NAME).kubeconfig
+        release = current(Path(target), RELEASE, NAMESPACE)
+        queues = team_usage(kube.list(KUEUE_API, "ClusterQueue")) if kueue_served(kube) else []
+        controllers = kube.list(
+            "apps/v1", "Deployment", NAMESPACE, label_selector="app.kubernetes.io/component=health-controller"
+        )
+    finally:
+        kube.close()
+    rows: list[dict[str, Any]] = [
+        {
+            "component": "release",
+            "state": f"{release.chart} revision {release.revision} {release.status}" if release else "not installed",
+        },
+        *[
+            {
+                "component": "health-controller",
+                "state": f"{d.get('status', {}).get('availableReplicas', 0)}/{d['spec'].get('replicas', 1)} available",
+            }
+            for d in controllers
+        ],
+        *[
+            {"component": f"queue {q.team}", "state": f"{q.row()['used']}/{q.row()['nominal']} {q.flavor} GPUs used"}
+            for q in queues
+        ],
+    ]
+    print_rows(rows, ["component", "state"], output)
+    if release is None:
+        raise typer.Exit(1)
+
+
+def down(
+    kubeconfig: KubeconfigOption = None,
+    purge: Annotated[
+        bool, typer.Option("--purge", help="Also delete the team and konduktor-system namespaces.")
+    ] = False,
+    yes: YesOption = False,
+) -> None:
+    """Remove what `up` made: the release and every quota object Konduktor owns. Namespaces (and what runs in
+    them) stay unless --purge."""
+    kube = connect(kubeconfig)
+    try:
+        target = Path(kube.kubeconfig) if kube.kubeconfig else SimCluster(DEFAULT_NAME).kubeconfig
+        ask = confirmation(yes)
+        if ask is not None:
+            ask(f"remove Konduktor from the cluster at {kube.server}{' and delete its namespaces' if purge else ''}?")
+        owned = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+        removed = 0
+        for api_version, kind in reversed(QUOTA_KINDS):
+            if kind == "Namespace" or (api_version.startswith("kueue") and not kueue_served(kube)):
+                continue
+            for obj in kube.list(api_version, kind, label_selector=owned):
+                removed += kube.delete(api_version, kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
+        uninstalled = uninstall(target, RELEASE, NAMESPACE)
+        namespaces = []
+        if purge:
+            namespaces = [n["metadata"]["name"] for n in kube.list("v1", "Namespace", label_selector=owned)]
+            namespaces.append(NAMESPACE)
+            for name in namespaces:
+                kube.delete("v1", "Namespace", name)
+    finally:
+        kube.close()
     err.print(
-        f"up: {'simulated cluster' if simulated else target}: {chart.name} revision {release.revision}, "
-        f"{len(loaded.config.teams)} teams, {changed} quota objects changed",
+        f"down: release {'uninstalled' if uninstalled else 'was not installed'}, {removed} quota objects deleted"
+        + (f", namespaces deleted: {', '.join(namespaces)}" if namespaces else ""),
         markup=False,
     )
-    for violation in violations:
-        err.print(f"policy: {violation.kind} {violation.namespace}/{violation.name}: {violation.reason}", markup=False)
-    if violations:
-        err.print(
-            f"up: {len(violations)} existing GPU workload(s) break the admission policies (warned, not refused); "
-            "move them to their team's queue before setting policies.validationActions=[Deny,Audit]",
-            markup=False,
-        )
-    err.print(f"next: konduktor-install quotas explain --kubeconfig {target}", markup=False)

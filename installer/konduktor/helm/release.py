@@ -81,3 +81,18 @@ def current(kubeconfig: Path, release: str, namespace: str, toolbox: Toolbox | N
         return Release(release, namespace, revision.revision, str(revision.status.value), chart.name)
 
     return asyncio.run(run())
+
+
+def uninstall(kubeconfig: Path, release: str, namespace: str, toolbox: Toolbox | None = None) -> bool:
+    """`helm uninstall`; False when there was no such release."""
+
+    async def run() -> bool:
+        helm = client(kubeconfig, toolbox)
+        try:
+            await helm.get_current_revision(release, namespace=namespace)
+        except HelmError:
+            return False
+        await helm.uninstall_release(release, namespace=namespace, wait=True)
+        return True
+
+    return asyncio.run(run())
