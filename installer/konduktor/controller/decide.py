@@ -153,7 +153,7 @@ def _carries_taint_key(node: NodeState) -> bool:
 def restore_breaker(nodes: Mapping[str, NodeState], settings: BreakerSettings, now: float) -> BreakerState:
     """After a restart: the quarantines of the window that are still in place, read from our annotations
     (one released within the window is not counted, which errs towards allowing a quarantine)."""
-    times = (_parse_time(n.annotations.get(QUARANTINED_AT)) for n in nodes.values() if quarantined_by_us(n))
+    times = (parse_time(n.annotations.get(QUARANTINED_AT)) for n in nodes.values() if quarantined_by_us(n))
     return BreakerState(tuple(sorted(t for t in times if t is not None and now - t < settings.window_seconds)))
 
 
@@ -393,7 +393,7 @@ class _Planner:
         return self.now - self._rested_since(node) >= self.settings.cooldown_seconds
 
     def _rested_since(self, node: NodeState) -> float:
-        times = [_parse_time(node.annotations.get(k)) for k in (QUARANTINED_AT, REQUALIFIED_AT)]
+        times = [parse_time(node.annotations.get(k)) for k in (QUARANTINED_AT, REQUALIFIED_AT)]
         # An unreadable stamp (edited by hand) must not block requalification forever.
         return max((t for t in times if t is not None), default=0.0)
 
@@ -418,7 +418,7 @@ def _stamp(when: float | None) -> str:
     return "-" if when is None else datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _parse_time(text: str | None) -> float | None:
+def parse_time(text: str | None) -> float | None:
     if not text:
         return None
     try:

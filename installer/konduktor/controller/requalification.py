@@ -23,7 +23,7 @@ from konduktor.burnin.manifests import NODE_ANNOTATION, make_run_id, node_job, s
 from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict, worst
 from konduktor.burnin.tiers import BurnInOptions, options_for_tier
 from konduktor.burnin.verdict import NodeEvidence, judge_node
-from konduktor.controller.decide import QUARANTINED_AT, REQUALIFIED_AT, NodeState
+from konduktor.controller.decide import QUARANTINED_AT, REQUALIFIED_AT, NodeState, parse_time
 from konduktor.controller.logs import log
 from konduktor.controller.nodes import PRODUCT_LABEL
 from konduktor.controller.settings import RequalificationSettings
@@ -61,15 +61,6 @@ class PodLogs:
         return data.decode("utf-8", errors="replace")
 
 
-def _time(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        return None
-
-
 @dataclass(frozen=True)
 class Run:
     """One requalification Job as the controller needs it."""
@@ -91,16 +82,18 @@ def run_of(job: Mapping[str, Any]) -> Run | None:
         if condition.get("status") != "True":
             continue
         if condition.get("type") == "Complete":
-            finished_at = _time(job["status"].get("completionTime")) or _time(condition.get("lastTransitionTime"))
+            finished_at = parse_time(job["status"].get("completionTime")) or parse_time(
+                condition.get("lastTransitionTime")
+            )
         elif condition.get("type") == "Failed":
-            finished_at = _time(condition.get("lastTransitionTime"))
+            finished_at = parse_time(condition.get("lastTransitionTime"))
             failure = f"{condition.get('reason', 'Failed')}: {condition.get('message', '')}".rstrip(": ")
     return Run(meta["name"], node, meta.get("annotations", {}).get(TIER_ANNOTATION, ""), finished_at, failure)
 
 
 def acted_on(run: Run, node: NodeState) -> bool:
     """The node's stamps show that the decision already acted on this finished run."""
-    stamps = [_time(node.annotations.get(key)) for key in (REQUALIFIED_AT, QUARANTINED_AT)]
+    stamps = [parse_time(node.annotations.get(key)) for key in (REQUALIFIED_AT, QUARANTINED_AT)]
     latest = max((s for s in stamps if s is not None), default=None)
     # Stamps have whole seconds; the run's end is compared at the same precision.
     return run.finished_at is not None and latest is not None and latest >= int(run.finished_at)
