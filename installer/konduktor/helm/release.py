@@ -54,10 +54,24 @@ def install_or_upgrade(
     async def run() -> Release:
         helm = client(kubeconfig, toolbox)
         loaded = await helm.get_chart(chart)
+        try:
+            await helm.get_current_revision(release, namespace=namespace)
+            upgrade = True
+        except HelmError:
+            upgrade = False
         # force_conflicts: Helm 4 applies server-side; fields another manager touched (kubectl edit) are
-        # taken back, as a re-run of the installer should.
+        # taken back, as a re-run of the installer should. A failed upgrade rolls back to the working
+        # revision; a failed first install stays (GPU components can be slow to become Ready), and the
+        # next run upgrades it.
         revision = await helm.install_or_upgrade_release(
-            release, loaded, values, namespace=namespace, create_namespace=True, wait=wait, force_conflicts=True
+            release,
+            loaded,
+            values,
+            namespace=namespace,
+            create_namespace=True,
+            wait=wait,
+            force_conflicts=True,
+            rollback_on_failure=upgrade and wait,
         )
         return Release(release, namespace, revision.revision, str(revision.status.value), loaded.metadata.name)
 
