@@ -141,32 +141,59 @@ def wait_for(condition: Any, what: str, timeout: float = 60) -> None:
         time.sleep(0.5)
 
 
+def stored(kube: Kube, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    """An object as it is now, without what the server writes, so it can be put back as it was."""
+    obj = kube.get(api_version, kind, name, namespace)
+    if obj is None:
+        return None
+    meta = {k: v for k, v in obj["metadata"].items() if k in ("name", "namespace", "labels", "annotations")}
+    return {**{k: v for k, v in obj.items() if k not in ("status", "metadata")}, "metadata": meta}
+
+
 @pytest.fixture(scope="module")
 def enforcing(sim: Any) -> Iterator[Kube]:
+    """The policies enforced on the session cluster. The same objects may already be there from the chart (in
+    Warn mode, owned by Helm); they are set aside and put back afterwards, so later tests find them as they were."""
     kube: Kube = sim.kube
     setup = documents(CASE_DIR / "setup.yaml")
     namespaces = [doc["metadata"]["name"] for doc in setup if doc["kind"] == "Namespace"]
     created = [name for name in namespaces if kube.get("v1", "Namespace", name) is None]
-    for obj in setup:
-        kube.apply(obj)
-    # Pods without a service account get "default", which kube-controller-manager creates in new namespaces.
-    for name in namespaces:
-        wait_for(lambda n=name: kube.get("v1", "ServiceAccount", "default", n) is not None, f"{name}/default")
-    kube.apply(PARAMS)
-    for name, policy in POLICIES.items():
-        kube.apply(policy)
-        kube.apply(enforced(BINDINGS[name]))
-    # The apiserver's policy informers pick new bindings up asynchronously.
-    for name in POLICIES:
-        first_denied = next(case for case in CASES if case.policy == name and case.expect == "deny")
-        wait_for(lambda c=first_denied: denial(kube, c.object) is not None, f"{name} to be enforced")
-    try:
-        yield kube
-    finally:
+    params = (PARAMS["metadata"]["name"], PARAMS["metadata"]["namespace"])
+    before = [stored(kube, "v1", "ConfigMap", *params)] + [
+        stored(kube, ADMISSION, kind, name)
+        for name in POLICIES
+        for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    ]
+
+    def remove_ours() -> None:
         for name in POLICIES:
             kube.delete(ADMISSION, "ValidatingAdmissionPolicyBinding", name)
             kube.delete(ADMISSION, "ValidatingAdmissionPolicy", name)
-        kube.delete("v1", "ConfigMap", PARAMS["metadata"]["name"], PARAMS["metadata"]["namespace"])
+        kube.delete("v1", "ConfigMap", *params)
+
+    try:
+        for obj in setup:  # while whatever policies are there still have their parameters
+            kube.apply(obj)
+        # Pods without a service account get "default", which kube-controller-manager creates in new namespaces.
+        for name in namespaces:
+            wait_for(lambda n=name: kube.get("v1", "ServiceAccount", "default", n) is not None, f"{name}/default")
+        kube.apply(PARAMS)
+        for name in POLICIES:  # a binding merged with the chart's would hold both Warn and Deny
+            kube.delete(ADMISSION, "ValidatingAdmissionPolicyBinding", name)
+            kube.delete(ADMISSION, "ValidatingAdmissionPolicy", name)
+        for name, policy in POLICIES.items():
+            kube.apply(policy)
+            kube.apply(enforced(BINDINGS[name]))
+        # The apiserver's policy informers pick new bindings up asynchronously.
+        for name in POLICIES:
+            first_denied = next(case for case in CASES if case.policy == name and case.expect == "deny")
+            wait_for(lambda c=first_denied: denial(kube, c.object) is not None, f"{name} to be enforced")
+        yield kube
+    finally:
+        remove_ours()
+        for obj in before:
+            if obj is not None:
+                kube.create(obj)
         for name in created:
             kube.delete("v1", "Namespace", name)
 

@@ -27,7 +27,7 @@ from konduktor.config.model import Config
 from konduktor.errors import KonduktorError, PartialApply, PreflightFailed, UsageError
 from konduktor.helm.release import CHARTS, NAMESPACE, RELEASE, Release, current, install_or_upgrade, uninstall
 from konduktor.helm.values import merge_values, umbrella_values
-from konduktor.kube.client import Kube
+from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.documents import load_documents
 from konduktor.kube.policy_audit import Violation, audit_gpu_workloads
 from konduktor.kube.sync import Change
@@ -159,6 +159,24 @@ def verify(kube: Kube, config: Config, report: Any) -> None:
         return True
 
     wait_until("the health controller to be available", controller_ready, timeout=300)
+    report("verify: waiting for the admission policies to be in force")
+    # The API server loads a new binding's parameters asynchronously; until then it refuses every pod the
+    # binding matches ("no params found"). A dry-run pod shows when that has passed.
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "konduktor-probe-", "namespace": NAMESPACE},
+        "spec": {"containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10"}]},
+    }
+
+    def admitted() -> bool:
+        try:
+            kube.dry_run_create(probe)
+        except ApiError:
+            return False
+        return True
+
+    wait_until("the admission policies to be in force", admitted, timeout=60)
 
 
 def run_up(
