@@ -449,7 +449,15 @@ def written_by_anyone(sim: Sim) -> list[Any]:
 
 
 @pytest.mark.sim
+def reset_nodes(sim: Sim) -> None:
+    """The nodes as the config describes them: earlier tests on the shared cluster change node status."""
+    spec = sim.cluster.spec()
+    assert spec is not None
+    sim.cluster.apply_nodes(sim.kube, spec)
+
+
 def test_preflight_on_the_simulated_cluster(capsys: pytest.CaptureFixture[str], sim: Sim) -> None:
+    reset_nodes(sim)
     code, out, err = preflight(capsys, sim, str(EXAMPLE), "-o", "json")
     assert code == 0, err + out
     report = json.loads(out)
@@ -469,6 +477,7 @@ def test_preflight_on_the_simulated_cluster(capsys: pytest.CaptureFixture[str], 
 def test_preflight_fails_with_exit_3_for_nodes_that_do_not_exist(
     capsys: pytest.CaptureFixture[str], sim: Sim, tmp_path: Path
 ) -> None:
+    reset_nodes(sim)
     config = tmp_path / "config.yaml"
     config.write_text(with_a100())
     before = written_by_anyone(sim)

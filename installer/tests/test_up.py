@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,7 +46,7 @@ def test_up_installs_applies_and_verifies_then_changes_nothing(
         sim.kube.delete("v1", "Pod", "bypass", "default")
     assert "0 quota objects changed" in err
     assert "policy: Pod default/bypass:" in err and "konduktor-gpu-in-team-namespaces" in err
-    assert "1 existing GPU workload(s) break the admission policies" in err
+    assert re.search(r"up: \d+ existing GPU workload\(s\) break the admission policies", err)
 
 
 def test_a_bad_config_starts_nothing(
