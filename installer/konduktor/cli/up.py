@@ -207,7 +207,9 @@ def run_up(
         clock.finish()
         return UpReport(loaded.config, target, simulated, chart, None, changes, [], clock.steps)
     if confirm is not None and not simulated:
-        confirm(f"install {chart.name} into the cluster at {Kube(target).server}?")
+        client = Kube(target)  # only for the server's address: the question must name the cluster
+        client.close()
+        confirm(f"install {chart.name} into the cluster at {client.server}?")
     clock.step("install", f"helm upgrade --install {RELEASE} {chart.name} in {NAMESPACE}")
     release = install_or_upgrade(target, chart, RELEASE, NAMESPACE, chart_values, wait=True)
     kube = Kube(target)
