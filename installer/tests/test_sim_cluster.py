@@ -145,7 +145,7 @@ def cluster_ports(cluster: SimCluster) -> list[int]:
 
 def cluster_pids(cluster: SimCluster) -> list[int]:
     pids = [int(p.read_text()) for p in (cluster.cluster_dir / "pids").glob("*.pid")]
-    return [*pids, int((cluster.kueue_dir / "kueue.pid").read_text())]
+    return [*pids, int((cluster.kueue_dir / "kueue.pid").read_text()), int(cluster.agent_pidfile.read_text())]
 
 
 def konduktor_install(*args: str) -> subprocess.CompletedProcess[str]:
@@ -168,7 +168,8 @@ def test_down_leaves_nothing_behind_and_up_works_again(sim: Sim) -> None:
         assert '"gpus": 8' in status.stdout
         assert '"kueue": "ready"' in status.stdout
         ports, pids = cluster_ports(cluster), cluster_pids(cluster)
-        assert len(pids) == 6  # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, kueue
+        # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, kueue, the GPU agent
+        assert len(pids) == 7
         assert all(listening(p) for p in ports)
 
         down = konduktor_install("sim", "down", "--name", name)
@@ -184,6 +185,7 @@ def test_sim_status_and_kubeconfig_of_the_session_cluster(sim: Sim) -> None:
     assert report["ready_nodes"] == 5  # 4 GPU nodes and the system node
     assert report["gpus"] == 40
     assert set(report["components"]) >= {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kueue"}
+    assert report["components"]["gpu-agent"] == "running"
     assert sim.kube.version()["gitVersion"] == "v1.36.3"
 
 

@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -187,6 +188,9 @@ class SimCluster:
             "kubeVersion": self.toolbox.tools["kubernetes"].version,
             "etcdVersion": self.toolbox.tools["etcd"].version,
             "kwokVersion": self.toolbox.tools["kwok"].version,
+            # Pod logs come from Logs objects in the API (one per pod, naming a file on this machine), so a test
+            # or a burn-in on the sim reads step output through the real pods/log endpoint.
+            "enableCRDs": ["Logs"],
         }
         documents: list[dict[str, Any]] = [
             {
@@ -342,6 +346,47 @@ class SimCluster:
             stop_process(pid)
         (self.kueue_dir / "kueue.pid").unlink(missing_ok=True)
 
+    # -- GPU agent --------------------------------------------------------------------------------------------
+    @property
+    def agent_pidfile(self) -> Path:
+        return self.root / "gpu-agent.pid"
+
+    def agent_pid(self) -> int | None:
+        try:
+            pid = int(self.agent_pidfile.read_text())
+        except (OSError, ValueError):
+            return None
+        return pid if alive(pid) else None
+
+    def start_agent(self) -> None:
+        """The process that plays the tools of burn-in pods on fake GPU nodes (konduktor.sim.agent)."""
+        if self.agent_pid() is not None:
+            return
+        self.progress("gpu agent: starting (serves burn-in step output through kwok's pod logs)")
+        with (self.root / "gpu-agent.log").open("ab") as log:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "konduktor.sim.agent",
+                    "--kubeconfig",
+                    str(self.kubeconfig),
+                    "--logs-dir",
+                    str(self.root / "pod-logs"),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.agent_pidfile.write_text(str(process.pid))
+
+    def stop_agent(self) -> None:
+        pid = self.agent_pid()
+        if pid is not None:
+            stop_process(pid)
+        self.agent_pidfile.unlink(missing_ok=True)
+
     # -- nodes ------------------------------------------------------------------------------------------------
     def apply_nodes(self, kube: Kube, spec: SimSpec) -> list[str]:
         nodes = [system_node(), *node_manifests(spec.pools, spec.levels)]
@@ -388,6 +433,7 @@ class SimCluster:
         kube = Kube(self.kubeconfig)
         try:
             self.start_kueue(kube, spec)
+            self.start_agent()
             names = self.apply_nodes(kube, spec)
             self.wait_nodes_ready(kube, names)
         finally:
@@ -395,6 +441,7 @@ class SimCluster:
 
     def down(self, keep: bool = False) -> None:
         self.stop_kueue()
+        self.stop_agent()
         if self.created():
             result = self.kwokctl("stop" if keep else "delete", "cluster")
             if result.returncode != 0:
@@ -433,6 +480,7 @@ class SimCluster:
         report["components"]["kueue"] = (
             "ready" if spec and self.kueue_healthy(spec) else ("running" if self.kueue_pid() else "stopped")
         )
+        report["components"]["gpu-agent"] = "running" if self.agent_pid() else "stopped"
         if not self.api_ready():
             report["components"]["kube-apiserver"] = "not answering"
             return report

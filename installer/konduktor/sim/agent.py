@@ -1,0 +1,144 @@
+"""The simulated cluster's GPU agent: it plays the tools of burn-in pods that land on fake GPU nodes.
+
+kwok runs no containers, but it serves a pod's container logs from files that a `Logs` object names
+(kwok.x-k8s.io/v1alpha1, one per pod, enabled in the sim's kwokctl configuration). For every burn-in pod
+bound to a node, this process writes each step's output as its fake GPUs would print it (`sim.gpus`) and
+creates that pod's `Logs` object, owned by the pod so it goes when the pod goes. Burn-in runs and the health
+controller's requalification then read results through the real `pods/log` endpoint, as on hardware.
+
+`sim up` starts it beside Kueue; it needs only the kubeconfig and a directory for the log files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from konduktor.burnin.manifests import GPU_RESOURCE
+from konduktor.config.model import PRODUCT_LABEL
+from konduktor.kube.client import ApiError, Kube
+from konduktor.sim.gpus import FAULTS_ANNOTATION, LOGS_ANNOTATION, FakeNode, FaultSpecError, parse_faults, step_log
+
+LOGS_API = "kwok.x-k8s.io/v1alpha1"
+BURNIN_SELECTOR = ("app.kubernetes.io/name", "konduktor-burnin")
+
+logger = logging.getLogger("konduktor.sim.agent")
+
+
+def cri_log(text: str, at: datetime) -> str:
+    """Text in the CRI log file format that kubelet and kwok read back: `<RFC 3339> stdout F <line>`."""
+    stamp = at.strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
+    return "".join(f"{stamp} stdout F {line}\n" for line in text.splitlines())
+
+
+def is_burnin_pod(pod: Mapping[str, Any]) -> bool:
+    key, value = BURNIN_SELECTOR
+    labels: Mapping[str, str] = pod.get("metadata", {}).get("labels") or {}
+    return labels.get(key) == value
+
+
+def fake_node(node: Mapping[str, Any]) -> FakeNode:
+    metadata = node.get("metadata", {})
+    labels: Mapping[str, str] = metadata.get("labels") or {}
+    annotations: Mapping[str, str] = metadata.get("annotations") or {}
+    capacity = (node.get("status", {}).get("capacity") or {}).get(GPU_RESOURCE, "0")
+    try:
+        faults = parse_faults(annotations.get(FAULTS_ANNOTATION))
+    except FaultSpecError as problem:
+        logger.warning("node %s: ignoring %s: %s", metadata.get("name"), FAULTS_ANNOTATION, problem)
+        faults = {}
+    return FakeNode(
+        metadata.get("name", ""),
+        labels.get(PRODUCT_LABEL, "unknown"),
+        int(str(capacity)),
+        faults,
+        silent=annotations.get(LOGS_ANNOTATION) == "none",
+    )
+
+
+def pod_logs(pod: Mapping[str, Any], node: FakeNode) -> dict[str, str]:
+    """Container name -> log text, for the steps the sim can play."""
+    spec = pod.get("spec", {})
+    containers = [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
+    return {c["name"]: text for c in containers if (text := step_log(c["name"], node)) is not None}
+
+
+def logs_object(pod: Mapping[str, Any], files: Mapping[str, Path]) -> dict[str, Any]:
+    metadata = pod["metadata"]
+    return {
+        "apiVersion": LOGS_API,
+        "kind": "Logs",
+        "metadata": {
+            "name": metadata["name"],
+            "namespace": metadata["namespace"],
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": metadata["name"], "uid": metadata["uid"]}],
+        },
+        "spec": {"logs": [{"containers": [name], "logsFile": str(path)} for name, path in sorted(files.items())]},
+    }
+
+
+class Agent:
+    def __init__(self, kube: Kube, directory: Path) -> None:
+        self.kube = kube
+        self.directory = directory
+        self.served: set[str] = set()
+
+    def serve(self, pod: Mapping[str, Any]) -> None:
+        metadata = pod["metadata"]
+        node_name = pod.get("spec", {}).get("nodeName")
+        if not node_name or metadata["uid"] in self.served or not is_burnin_pod(pod):
+            return
+        node = self.kube.get("v1", "Node", node_name)
+        if node is None:
+            return
+        logs = pod_logs(pod, fake_node(node))
+        folder = self.directory / metadata["namespace"] / metadata["name"]
+        folder.mkdir(parents=True, exist_ok=True)
+        files = {}
+        now = datetime.now(UTC)
+        for container, text in logs.items():
+            files[container] = folder / f"{container}.log"
+            files[container].write_text(cri_log(text, now))
+        if files:
+            self.kube.apply(logs_object(pod, files))
+            logger.info("served %d step logs for %s/%s on %s", len(files), folder.parent.name, folder.name, node_name)
+        self.served.add(metadata["uid"])
+
+    def run(self) -> None:
+        """List, then watch from there; any break (timeout, 410, API restart) starts over with a list."""
+        while True:
+            try:
+                pods = self.kube.request("GET", "/api/v1/pods", query={"labelSelector": "=".join(BURNIN_SELECTOR)})
+                for pod in pods.get("items", []):
+                    self.serve(pod)
+                stream = self.kube.watch("v1", "Pod", resource_version=pods["metadata"]["resourceVersion"])
+                try:
+                    for event in stream:
+                        if event.get("type") in ("ADDED", "MODIFIED"):
+                            self.serve(event["object"])
+                finally:
+                    stream.close()
+            except ApiError as problem:
+                logger.warning("%s; listing again in 1 s", problem)
+                time.sleep(1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m konduktor.sim.agent", description=__doc__.splitlines()[0])
+    parser.add_argument("--kubeconfig", type=Path, required=True)
+    parser.add_argument("--logs-dir", type=Path, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    Agent(Kube(args.kubeconfig), args.logs_dir).run()
+
+
+if __name__ == "__main__":
+    main()
