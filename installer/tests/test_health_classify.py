@@ -12,14 +12,16 @@ from konduktor.controller.classify import (
     DcgmSample,
     DuplicateFilter,
     Finding,
+    ForeignCondition,
     LostGpuWatch,
     burnin_finding,
     classify_dcgm,
     classify_report,
+    condition_findings,
     verdict_detail,
 )
 from konduktor.controller.kernel_log import parse_line
-from konduktor.controller.settings import HealthSettings
+from konduktor.controller.settings import HealthSettings, NodeConditionRule
 
 DEFAULTS = HealthSettings()
 
@@ -222,3 +224,42 @@ def test_lost_gpu_restored_within_grace_is_forgotten() -> None:
     watch.forget("gpu-1")
     clock.now += 100
     assert watch.observe("gpu-1", allocatable=0, expected=8) is None
+
+
+# --- conditions other tools set -----------------------------------------------------------------------------------
+
+
+def foreign(kind: str, status: str, changed_at: float | None = 100.0) -> ForeignCondition:
+    return ForeignCondition(kind, status, "NvmlError: GPU 3 memory errors", "2026-11-22T03:00:00Z", changed_at)
+
+
+def test_gpu_conditions_of_other_tools_quarantine_per_rule_and_status() -> None:
+    rules = HealthSettings().node_conditions
+    conditions = (
+        foreign("GpuMemWatch", "True"),
+        foreign("GpuNvlinkWatch", "False"),  # healthy as that tool says it
+        foreign("AcceleratedHardwareReady", "False"),
+        foreign("SomethingElse", "True"),
+    )
+    findings = condition_findings("n1", conditions, None, rules)
+    assert [(f.reason, f.kind, f.quarantine, f.action) for f in findings] == [
+        ("GpuMemWatch", "condition", True, RecommendedAction.QUARANTINE),
+        ("AcceleratedHardwareReady", "condition", True, RecommendedAction.QUARANTINE),
+    ]
+    assert findings[0].evidence == (
+        "condition GpuMemWatch=True since 2026-11-22T03:00:00Z set by another tool: NvmlError: GPU 3 memory errors"
+    )
+    warn_only = [NodeConditionRule(type="GpuMemWatch", quarantine=False)]
+    (finding,) = condition_findings("n1", conditions, None, warn_only)
+    assert (finding.quarantine, finding.severity) == (False, Severity.WARNING)
+    assert condition_findings("n1", conditions, None, []) == []
+
+
+def test_a_condition_older_than_the_last_requalification_is_stale() -> None:
+    rules = HealthSettings().node_conditions
+    old, new = foreign("GpuMemWatch", "True", 100.0), foreign("GpuPcieWatch", "True", 300.0)
+    assert [f.reason for f in condition_findings("n1", (old, new), 200.0, rules)] == ["GpuPcieWatch"]
+    # A transition time nobody can read is not stale: the condition counts.
+    assert [f.reason for f in condition_findings("n1", (foreign("GpuMemWatch", "True", None),), 200.0, rules)] == [
+        "GpuMemWatch"
+    ]

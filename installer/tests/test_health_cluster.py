@@ -15,15 +15,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 import pytest
 import requests
 from conftest import Sim
+from loki_api import LokiApi
 from ruamel.yaml import YAML
 
 from konduktor.burnin.manifests import NODE_ANNOTATION, node_job
@@ -53,6 +51,7 @@ from konduktor.controller.settings import (
 from konduktor.errors import KonduktorError
 from konduktor.kube.client import ApiError, Kube
 from konduktor.sim.cluster import free_port
+from konduktor.sim.gpus import FAULTS_ANNOTATION
 from konduktor.sim.tools import Toolbox
 from konduktor.waiting import wait_until
 
@@ -60,11 +59,21 @@ pytestmark = pytest.mark.sim
 
 NODES = [f"gpu-h100-{i:04d}" for i in range(4)]
 NAMESPACE = "konduktor-health-test"  # the Lease and the requalification Jobs
-OUR_ANNOTATIONS = (QUARANTINED_AT, QUARANTINE_REASON, REQUALIFIED_AT, REQUALIFICATION_RESULT)
+# The controller's annotations, and the sim's fault injection for its GPU agent.
+OUR_ANNOTATIONS = (QUARANTINED_AT, QUARANTINE_REASON, REQUALIFIED_AT, REQUALIFICATION_RESULT, FAULTS_ANNOTATION)
 FOREIGN_TAINT = "ops.example.com/maintenance"
 TEST_MANAGER = "health-test"  # the field manager this test writes node status with (as a kubelet would)
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
 XID_13 = "NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0)"
+XID_48 = (
+    "NVRM: Xid (PCI:0000:5d:00): 48, pid=2001, name=python, An uncorrectable double bit error (DBE) has been detected"
+)
+XID_31 = (
+    "NVRM: Xid (PCI:0000:9a:00): 31, pid=2002, name=python, Ch 00000010, intr 00000000. "
+    "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f1c_00000000. "
+    "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ"
+)
+XID_43 = "NVRM: Xid (PCI:0000:ab:00): 43, pid=2003, name=python, Ch 00000008"
 
 
 # --- the cluster side ------------------------------------------------------------------------------------------
@@ -171,52 +180,6 @@ def clean(kube: Kube) -> Iterator[None]:
 # --- a Loki that speaks query_range ----------------------------------------------------------------------------
 
 
-@dataclass
-class LokiApi:
-    """A tiny HTTP server answering Loki's /loki/api/v1/query_range from lines the test adds."""
-
-    lines: list[tuple[dict[str, str], int, str]] = field(default_factory=list)
-    queries: list[dict[str, str]] = field(default_factory=list)
-
-    def add(self, node_name: str, line: str, at_ns: int | None = None) -> int:
-        stamp = at_ns or time.time_ns()
-        self.lines.append(({"job": "kernel", "node": node_name}, stamp, line))
-        return stamp
-
-    def answer(self, query: dict[str, str]) -> dict[str, Any]:
-        self.queries.append(query)
-        start, end, limit = int(query["start"]), int(query["end"]), int(query.get("limit", 100))
-        chosen = sorted((e for e in self.lines if start <= e[1] < end), key=lambda e: e[1])[:limit]
-        streams: dict[str, dict[str, Any]] = {}
-        for labels, stamp, line in chosen:
-            stream = streams.setdefault(json.dumps(labels, sort_keys=True), {"stream": labels, "values": []})
-            stream["values"].append([str(stamp), line])
-        return {"status": "success", "data": {"resultType": "streams", "result": list(streams.values())}}
-
-    def serve(self) -> ThreadingHTTPServer:
-        loki = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                url = urlparse(self.path)
-                if url.path != "/loki/api/v1/query_range":
-                    self.send_error(404)
-                    return
-                body = json.dumps(loki.answer({k: v[0] for k, v in parse_qs(url.query).items()})).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        return server
-
-
 @pytest.fixture()
 def loki() -> Iterator[tuple[LokiApi, str]]:
     api = LokiApi()
@@ -227,42 +190,6 @@ def loki() -> Iterator[tuple[LokiApi, str]]:
 
 
 # --- the controller --------------------------------------------------------------------------------------------
-
-
-def passive_log(gpus: int) -> str:
-    """The passive burn-in step's output on a healthy node with `gpus` H100s (as the Job's container prints it)."""
-    bus = [f"00000000:{0x18 + 16 * i:02X}:00.0" for i in range(gpus)]
-    uuid = [f"GPU-{i:08d}-0000-4000-8000-000000000000" for i in range(gpus)]
-    lines = [
-        "### konduktor:gpu",
-        "index, pci.bus_id, uuid, name, ecc.mode.current, ecc.errors.uncorrected.volatile.total, "
-        "ecc.errors.uncorrected.volatile.sram, ecc.errors.corrected.volatile.sram, retired_pages.pending, "
-        "clocks_event_reasons.active, temperature.gpu, power.draw [W], clocks.sm [MHz]",
-        *(
-            f"{i}, {bus[i]}, {uuid[i]}, NVIDIA H100 80GB HBM3, Enabled, 0, 0, 0, [N/A], 0x1, 31, 70.0, 345"
-            for i in range(gpus)
-        ),
-        "### konduktor:remapped-rows",
-        "gpu_bus_id, remapped_rows.correctable, remapped_rows.uncorrectable, remapped_rows.pending, "
-        "remapped_rows.failure",
-        *(f"{b}, 0, 0, 0, 0" for b in bus),
-        "### konduktor:nvlink",
-    ]
-    for i in range(gpus):
-        lines += [
-            f"GPU {i}: NVIDIA H100 80GB HBM3 (UUID: {uuid[i]})",
-            *(f"\t Link {k}: 26.562 GB/s" for k in range(18)),
-        ]
-    lines += ["### konduktor:uptime", "86412.53 1378923.11", "### konduktor:kernel-log", "dmesg-exit: 0"]
-    return "\n".join([*lines, 'KONDUKTOR-STEP-END {"step": "passive", "exit_code": 0, "seconds": 3}', ""])
-
-
-class HealthyStepLogs:
-    """Step logs of a healthy node. kwok serves no container logs (pods/log answers 400 "no logs found"), so
-    tests that need a passing burn-in give the controller the text the real step would have printed."""
-
-    def read(self, namespace: str, pod: str, container: str) -> str | None:
-        return passive_log(10) if container == "passive" else None
 
 
 def settings(**overrides: Any) -> HealthSettings:
@@ -353,6 +280,7 @@ def test_a_lost_gpu_is_quarantined_and_a_passing_requalification_releases_it(kub
 
     # The GPU is back; after the cool-down (0 here) the node is requalified by a burn-in Job on it.
     set_allocatable(kube, victim, 10)
+    patch_node(kube, victim, lambda _: {"metadata": {"annotations": {FAULTS_ANNOTATION: "4=ecc"}}})
     requalifying = controller(kube, settings(cooldown_seconds=0))
     requalifying.reconcile_once()
     (job,) = kube.list("batch/v1", "Job", NAMESPACE, label_selector=f"{REQUALIFICATION_LABEL}=true")
@@ -362,15 +290,17 @@ def test_a_lost_gpu_is_quarantined_and_a_passing_requalification_releases_it(kub
     assert pod["serviceAccountName"] == "konduktor-burnin"
     wait_for_job(kube, job["metadata"]["name"])
 
-    # The sim's kubelet (kwok) keeps no container logs: read through pods/log, the burn-in judged nothing (ERROR),
-    # so the node stays out and the attempt is recorded.
+    # The burn-in reads the step logs through pods/log (the sim's GPU agent prints what the node's GPUs say):
+    # another GPU of the node still reports uncorrectable ECC errors, so it FAILs and the node stays out.
     requalifying.reconcile_once()
     kept = node(kube, victim)
-    assert health_taints(kept) and kept["metadata"]["annotations"][REQUALIFICATION_RESULT].startswith("ERROR")
-    assert any(e["reason"] == "RequalificationError" for e in our_events(kube, victim))
+    assert health_taints(kept) and kept["metadata"]["annotations"][REQUALIFICATION_RESULT].startswith("FAIL")
+    assert kept["metadata"]["annotations"][REQUALIFICATION_RESULT] == "FAIL: ecc: 1 problem(s)"
+    assert any(e["reason"] == "RequalificationFailed" for e in our_events(kube, victim))
 
-    # The next attempt's logs are those of a healthy node: PASS releases it.
-    passing = controller(kube, settings(cooldown_seconds=0), step_logs=HealthyStepLogs())
+    # Repaired: the next attempt's GPUs are healthy, and PASS releases the node.
+    patch_node(kube, victim, lambda _: {"metadata": {"annotations": {FAULTS_ANNOTATION: None}}})
+    passing = controller(kube, settings(cooldown_seconds=0))
     passing.reconcile_once()
     jobs = kube.list("batch/v1", "Job", NAMESPACE, label_selector=f"{REQUALIFICATION_LABEL}=true")
     assert len(jobs) == 2
@@ -422,6 +352,27 @@ def test_xid_79_quarantines_xid_13_does_not_and_repeats_cost_no_writes(kube: Kub
     assert health_taints(untouched) == [] and gpu_condition(untouched) is None
     (warning,) = our_events(kube, busy)
     assert (warning["type"], warning["reason"]) == ("Warning", "Xid13")
+
+
+def test_xid_48_quarantines_and_application_xids_31_and_43_do_not(kube: Kube, loki: tuple[LokiApi, str]) -> None:
+    api, url = loki
+    broken, busy = "gpu-h100-0001", "gpu-h100-0000"
+    api.add(broken, f"[ 4242.000001] {XID_48}")  # dmesg
+    api.add(busy, f"Nov 22 03:00:00 {busy} kernel: {XID_31}")  # syslog
+    api.add(busy, f"[Sun Nov 22 03:00:01 2026] {XID_43}")  # dmesg -T
+    health = controller(kube, settings(loki=loki_settings(url)))
+    health.reconcile_once()
+
+    quarantined = node(kube, broken)
+    assert health_taints(quarantined) == [{"key": TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}]
+    condition = gpu_condition(quarantined)
+    assert condition is not None and (condition["status"], condition["reason"]) == ("False", "Xid48")
+    (evidence,) = our_events(kube, broken)
+    assert evidence["reason"] == "Xid48" and XID_48 in evidence["message"]
+    # Page faults and stopped channels are the application's: Events for its users, the node stays in service.
+    untouched = node(kube, busy)
+    assert health_taints(untouched) == [] and gpu_condition(untouched) is None
+    assert sorted(e["reason"] for e in our_events(kube, busy)) == ["Xid31", "Xid43"]
 
 
 def test_a_restarted_controller_does_not_count_loki_lines_twice(
@@ -484,7 +435,7 @@ def test_a_health_taint_placed_by_someone_else_is_never_removed(kube: Kube) -> N
     job["spec"]["template"]["spec"]["serviceAccountName"] = "konduktor-burnin"
     kube.create(job)
     wait_for_job(kube, job["metadata"]["name"])
-    plan = controller(kube, settings(), step_logs=HealthyStepLogs()).reconcile_once()
+    plan = controller(kube, settings()).reconcile_once()
     assert any("not placed by this controller" in n.message for n in plan.notices)
     assert health_taints(node(kube, manual)) == [{"key": TAINT_KEY, "value": "manual", "effect": "NoSchedule"}]
     assert [a for a in plan.actions if a.node == manual] == []
@@ -686,3 +637,80 @@ def test_killing_the_leader_hands_over_to_the_standby(sim: Sim, kube: Kube, tmp_
 def holder(kube: Kube) -> str | None:
     lease = kube.get(LEASE_API, "Lease", LEASE_NAME, NAMESPACE)
     return None if lease is None else lease["spec"].get("holderIdentity")
+
+
+def test_an_api_server_restart_loses_no_fault(sim: Sim, kube: Kube, loki: tuple[LokiApi, str], tmp_path: Path) -> None:
+    """The API server dies (and every watch with it) while a fault is reported: the controller keeps running
+    and acts once the server is back; a GPU lost after the restart is seen through the new watch."""
+    api, url = loki
+    config = write_config(tmp_path / "health.yaml", settings(loki=loki_settings(url)))
+    log = (tmp_path / "controller.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "konduktor.controller.main", "run", "--kubeconfig", str(sim.kubeconfig),
+         "--config", str(config), "--lease-namespace", NAMESPACE, "--port", "0"],
+        env={**os.environ, "POD_NAME": "survivor"}, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        wait_until("the controller to lead", lambda: holder(kube) == "survivor", timeout=60)
+        apiserver = int((sim.cluster.cluster_dir / "pids" / "kube-apiserver.pid").read_text())
+        os.kill(apiserver, signal.SIGKILL)
+        wait_until("the API server to be gone", lambda: not sim.cluster.api_ready(), timeout=30)
+        api.add("gpu-h100-0002", XID_79)
+        time.sleep(3)  # polls and lease renewals fail meanwhile
+        assert process.poll() is None, (tmp_path / "controller.log").read_text()[-3000:]
+
+        restarted = sim.cluster.kwokctl("start", "cluster", "--wait", "2m")
+        assert restarted.returncode == 0, restarted.stderr[-2000:]
+        wait_until("the API server to answer", sim.cluster.api_ready, timeout=60)
+        wait_until("the Xid 79 node to be tainted", lambda: bool(health_taints(node(kube, "gpu-h100-0002"))), 60)
+        set_allocatable(kube, "gpu-h100-0003", 9)
+        wait_until("the lost GPU to be tainted", lambda: bool(health_taints(node(kube, "gpu-h100-0003"))), 30)
+        assert [e["reason"] for e in our_events(kube, "gpu-h100-0002")] == ["Xid79"]  # acted on once
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+        log.close()
+        # Kueue and the GPU agent lost their connections too: `sim up` repairs whatever did not come back.
+        spec = sim.cluster.spec()
+        assert spec is not None
+        sim.cluster.up(spec)
+
+
+def test_a_gpu_condition_set_by_another_tool_quarantines_once(kube: Kube) -> None:
+    victim, other_tool = "gpu-h100-0001", "nvsentinel-test"
+
+    def condition(status: dict[str, Any]) -> None:
+        kube.apply_status(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": victim}, "status": status}, other_tool
+        )
+
+    condition(
+        {
+            "conditions": [
+                {
+                    "type": "GpuMemWatch",
+                    "status": "True",
+                    "reason": "GpuMemWatchIsNotHealthy",
+                    "message": "ErrorCode:DCGM_FR_VOLATILE_DBE_DETECTED GPU:3",
+                    "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "lastHeartbeatTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                }
+            ]
+        }
+    )
+    try:
+        health = controller(kube, settings())
+        health.reconcile_once()
+        quarantined = node(kube, victim)
+        assert health_taints(quarantined) == [{"key": TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}]
+        ours = gpu_condition(quarantined)
+        assert ours is not None and (ours["status"], ours["reason"]) == ("False", "GpuMemWatch")
+        (event,) = our_events(kube, victim)
+        assert "DCGM_FR_VOLATILE_DBE_DETECTED" in event["message"]
+        # The other tool's condition is still there on the next passes: nothing more is written.
+        version = node(kube, victim)["metadata"]["resourceVersion"]
+        assert [a for a in health.reconcile_once().actions if a.node == victim] == []
+        assert node(kube, victim)["metadata"]["resourceVersion"] == version
+        assert health_taints(node(kube, "gpu-h100-0000")) == []
+    finally:
+        condition({})  # an apply that names no condition removes the other tool's

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -24,9 +24,9 @@ from konduktor.controller.catalog import (
     Severity,
 )
 from konduktor.controller.kernel_log import KernelReport
-from konduktor.controller.settings import HealthSettings
+from konduktor.controller.settings import HealthSettings, NodeConditionRule
 
-FindingKind = Literal["xid", "sxid", "peermem", "gpu_lost", "dcgm", "burnin"]
+FindingKind = Literal["xid", "sxid", "peermem", "gpu_lost", "dcgm", "burnin", "condition"]
 DedupKey = tuple[str, str, str | None, RecommendedAction]
 
 
@@ -137,6 +137,51 @@ def classify_dcgm(sample: DcgmSample, settings: HealthSettings, catalog: Catalog
         rule.reason,
         evidence,
     )
+
+
+@dataclass(frozen=True)
+class ForeignCondition:
+    """A Node condition another tool set (not our GPUHealthy)."""
+
+    type: str
+    status: str
+    detail: str  # "reason: message"
+    since: str  # lastTransitionTime as written
+    changed_at: float | None  # the same, parsed
+
+
+def condition_findings(
+    node: str, conditions: Sequence[ForeignCondition], requalified_at: float | None, rules: Sequence[NodeConditionRule]
+) -> list[Finding]:
+    """GPU conditions other tools set on the node. One that turned bad before the node's last requalification
+    is stale: the burn-in since then judged the node, and some tools never clear their conditions
+    (node-problem-detector #215), which would otherwise quarantine the node again after every release."""
+    findings = []
+    for condition in conditions:
+        kind, status, detail, since = condition.type, condition.status, condition.detail, condition.since
+        rule = next((r for r in rules if r.type == kind and r.status == status), None)
+        if rule is None:
+            continue
+        changed = condition.changed_at
+        if requalified_at is not None and changed is not None and changed <= requalified_at:
+            continue
+        findings.append(
+            Finding(
+                node,
+                "condition",
+                None,
+                None,
+                kind,
+                detail or f"{kind}={status}",
+                Severity.CRITICAL if rule.quarantine else Severity.WARNING,
+                RecommendedAction.QUARANTINE if rule.quarantine else RecommendedAction.NONE,
+                rule.quarantine,
+                False,
+                kind,
+                f"condition {kind}={status} since {since or '?'} set by another tool: {detail or 'no message'}",
+            )
+        )
+    return findings
 
 
 def burnin_finding(result: NodeVerdict) -> Finding | None:

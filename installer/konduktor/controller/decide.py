@@ -22,7 +22,7 @@ from typing import Literal
 
 from konduktor.burnin.results import NodeVerdict, Verdict
 from konduktor.controller.catalog import Severity
-from konduktor.controller.classify import Finding, burnin_finding, verdict_detail
+from konduktor.controller.classify import Finding, ForeignCondition, burnin_finding, verdict_detail
 from konduktor.controller.settings import BreakerSettings, HealthSettings
 
 TAINT_KEY = "konduktor.ai/gpu-health"
@@ -66,6 +66,7 @@ class NodeState:
     gpu_allocatable: int | None = None
     gpu_expected: int | None = None
     requalification_running: bool = False
+    conditions: tuple[ForeignCondition, ...] = ()  # set by other tools
 
 
 @dataclass(frozen=True)

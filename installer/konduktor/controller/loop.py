@@ -18,15 +18,24 @@ from dataclasses import dataclass
 import requests
 
 from konduktor.controller.actuator import Actuator, Outcome, action_name
-from konduktor.controller.classify import DuplicateFilter, Finding, LostGpuWatch, classify_dcgm, classify_report
+from konduktor.controller.classify import (
+    DuplicateFilter,
+    Finding,
+    LostGpuWatch,
+    classify_dcgm,
+    classify_report,
+    condition_findings,
+)
 from konduktor.controller.decide import (
     QUARANTINE_REASON,
+    REQUALIFIED_AT,
     BreakerState,
     NodeState,
     Plan,
     RecordEvent,
     breaker_limit,
     decide,
+    parse_time,
     quarantined_by_us,
     restore_breaker,
 )
@@ -206,7 +215,7 @@ class HealthController:
         if poll:
             self.requalifier.refresh()
         states = self._node_states()
-        signals = self._lost_gpu_signals(states, now)
+        signals = self._lost_gpu_signals(states, now) + self._condition_signals(states, now)
         results: list[Result] = []
         cursor: LokiCursor | None = None
         if poll:
@@ -252,6 +261,16 @@ class HealthController:
             finding = self.lost_gpus.observe(name, state.gpu_allocatable, state.gpu_expected)
             if finding is not None:
                 signals.append(Signal(finding, self.lost_gpus.short_since(name) or now, "allocatable"))
+        return signals
+
+    def _condition_signals(self, states: dict[str, NodeState], now: float) -> list[Signal]:
+        signals = []
+        for state in states.values():
+            requalified = parse_time(state.annotations.get(REQUALIFIED_AT))
+            for finding in condition_findings(state.name, state.conditions, requalified, self.settings.node_conditions):
+                # The condition's own transition time dates the evidence, for the detection latency.
+                changed = next((c.changed_at for c in state.conditions if c.type == finding.name), None)
+                signals.append(Signal(finding, changed or now, "node_condition"))
         return signals
 
     def _kernel_log_signals(self) -> tuple[list[Signal], LokiCursor | None]:

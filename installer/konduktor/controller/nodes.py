@@ -10,7 +10,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from konduktor.controller.decide import CONDITION_TYPE, NodeState, Taint, TaintEffect
+from konduktor.controller.classify import ForeignCondition
+from konduktor.controller.decide import CONDITION_TYPE, NodeState, Taint, TaintEffect, parse_time
 from konduktor.controller.logs import log
 from konduktor.controller.settings import HealthSettings
 from konduktor.controller.telemetry import HealthMetrics
@@ -46,6 +47,10 @@ def is_gpu_node(node: Node, expected: int | None) -> bool:
     return expected is not None or GPU_RESOURCE in node.get("status", {}).get("capacity", {})
 
 
+# The kubelet's own conditions: node health in general, not the GPUs'; never rules for this controller.
+_KUBELET_CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
+
+
 def node_state(node: Node, expected: int | None, requalification_running: bool) -> NodeState:
     meta = node["metadata"]
     conditions = node.get("status", {}).get("conditions", [])
@@ -65,6 +70,17 @@ def node_state(node: Node, expected: int | None, requalification_running: bool) 
         gpu_allocatable=allocatable_gpus(node),
         gpu_expected=expected,
         requalification_running=requalification_running,
+        conditions=tuple(
+            ForeignCondition(
+                c.get("type", ""),
+                c.get("status", ""),
+                f"{c.get('reason', '')}: {c.get('message', '')}".strip(": "),
+                c.get("lastTransitionTime", ""),
+                parse_time(c.get("lastTransitionTime")),
+            )
+            for c in conditions
+            if c.get("type") not in (CONDITION_TYPE, *_KUBELET_CONDITIONS)
+        ),
     )
 
 

@@ -84,6 +84,26 @@ class RequalificationSettings(_Section):
     service_account: str = Field(default="konduktor-burnin", min_length=1)
 
 
+class NodeConditionRule(_Section):
+    """A Node condition another tool sets (node-problem-detector rules, the EKS node monitoring agent,
+    NVSentinel) whose `status` means the node's GPUs are unhealthy."""
+
+    type: str = Field(min_length=1)
+    status: Literal["True", "False", "Unknown"] = "True"
+    quarantine: StrictBool = True
+
+
+# Condition types of other GPU health tools (health.md 3 and 4.3): the EKS node monitoring agent reports
+# AcceleratedHardwareReady=False; NVSentinel sets its fatal conditions True (syslog Xids, DCGM health watches).
+DEFAULT_NODE_CONDITIONS = (
+    NodeConditionRule(type="AcceleratedHardwareReady", status="False"),
+    NodeConditionRule(type="SysLogsXIDError"),
+    NodeConditionRule(type="GpuMemWatch"),
+    NodeConditionRule(type="GpuNvlinkWatch"),
+    NodeConditionRule(type="GpuPcieWatch"),
+)
+
+
 class HealthSettings(_Section):
     """Everything the health controller reads from its config file; every field has a safe default."""
 
@@ -106,6 +126,8 @@ class HealthSettings(_Section):
     # Expected GPUs per node by GPU type; nodes of other types fall back to their nvidia.com/gpu.count label.
     gpu_types: dict[str, GpuTypeSettings] = Field(default_factory=dict)
     requalification: RequalificationSettings = Field(default_factory=RequalificationSettings)
+    # GPU conditions set by other tools; an empty list ignores them all.
+    node_conditions: list[NodeConditionRule] = Field(default_factory=lambda: list(DEFAULT_NODE_CONDITIONS))
     # How often Loki and Prometheus are queried; Node changes are watched and act at once.
     poll_seconds: float = Field(default=5, gt=0)
     # A leader that has not renewed its Lease for this long is replaced by a standby replica.

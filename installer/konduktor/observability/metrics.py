@@ -370,7 +370,7 @@ CONTRACT = "defined by Konduktor (installer/konduktor/observability/metrics.py):
 # Label values the controller must use, so that dashboards and rules can select them.
 FAULT_KINDS: tuple[str, ...] = get_args(FindingKind)
 REQUALIFICATION_VERDICTS: tuple[str, ...] = tuple(verdict.value for verdict in Verdict)
-DETECTION_SOURCES = ("kernel_log", "dcgm", "allocatable", "burnin")
+DETECTION_SOURCES = ("kernel_log", "dcgm", "allocatable", "node_condition", "burnin")
 SIGNAL_SOURCES = ("loki", "prometheus")
 WITHHELD_ACTIONS = ("taint", "untaint", "condition", "event", "requalification")
 # Kernel-log faults should reach a taint in <= 5 s and DCGM-only faults in <= 20 s at p99 (health.md
