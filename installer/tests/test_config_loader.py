@@ -50,7 +50,7 @@ def errors_of(text: str) -> list[str]:
     return [f.located("config.yaml") for f in raised.value.findings if f.is_error]
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "multi-department.yaml", "gke-topology.yaml"])
+@pytest.mark.parametrize("name", ["config.yaml", "multi-department.yaml", "gke-topology.yaml", "ssh-preflight.yaml"])
 def test_config_examples_validate_cleanly(name: str) -> None:
     loaded = load_config(EXAMPLES / name)
     assert loaded.warnings == []
@@ -121,7 +121,8 @@ def test_config_single_error_is_the_message_and_its_hint_the_hint() -> None:
         ("gpu_types", "did you mean 'gpuTypes'?"),
         (
             "components",
-            "valid keys here: version, cluster, kueue, capacityReserve, topology, gpuTypes, priorities, teams",
+            "valid keys here: version, cluster, kueue, capacityReserve, topology, gpuTypes, priorities, teams, "
+            "preflight",
         ),
     ],
 )
@@ -167,6 +168,40 @@ def test_config_gang_timeout(value: str, expected: str | None) -> None:
 def test_config_bad_gang_timeout(value: str) -> None:
     [message] = errors_of(VALID + f"kueue: {{gangTimeout: '{value}'}}\n")
     assert message.startswith("config.yaml:23: kueue.gangTimeout: ")
+
+
+def test_config_preflight_inventory_is_optional_down_to_its_fields() -> None:
+    assert parse_config(VALID).config.preflight.nodes is None
+    nodes = parse_config(VALID + "preflight: {nodes: {ssh: {}}}\n").config.preflight.nodes
+    assert nodes is not None and (nodes.ssh.user, nodes.ssh.key, nodes.ssh.port, nodes.ssh.hosts) == (None,) * 4
+
+
+def test_config_preflight_inventory_errors_carry_their_lines() -> None:
+    text = VALID + textwrap.dedent("""\
+        preflight:
+          nodes:
+            ssh:
+              users: ubuntu
+              port: "22"
+              hosts: [gpu-01, gpu-02, gpu-01]
+              key: ""
+        """)
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text, "config.yaml")
+    assert [(f.located("config.yaml"), f.hint) for f in raised.value.findings] == [
+        ("config.yaml:26: preflight.nodes.ssh.users: unknown key", "did you mean 'user'?"),
+        ("config.yaml:27: preflight.nodes.ssh.port: must be a whole number (got the string '22')", None),
+        ("config.yaml:28: preflight.nodes.ssh.hosts: listed more than once: gpu-01", None),
+        ("config.yaml:29: preflight.nodes.ssh.key: must not be empty", None),
+    ]
+    assert errors_of(VALID + "preflight:\n  nodes:\n    ssh: {port: 0, hosts: []}\n") == [
+        "config.yaml:25: preflight.nodes.ssh.port: must be >= 1",
+        "config.yaml:25: preflight.nodes.ssh.hosts: must have at least 1 entry",
+    ]
+    assert errors_of(VALID + "preflight:\n  nodes: {sssh: {}}\n") == [
+        "config.yaml:24: preflight.nodes.ssh: required but missing",
+        "config.yaml:24: preflight.nodes.sssh: unknown key",
+    ]
 
 
 def test_config_yaml_syntax_error_has_a_line() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,9 +17,11 @@ from conftest import EXAMPLE, Sim
 from ruamel.yaml import YAML
 
 from konduktor.cli.main import main
-from konduktor.cli.preflight import open_host, pinned_versions
+from konduktor.cli.preflight import expectations_for, host_checks, open_host, pinned_versions, ssh_inventory
+from konduktor.config.findings import ConfigError
 from konduktor.config.load import LoadedConfig, load_config, parse_config
 from konduktor.controller.decide import QUARANTINED_AT, TAINT_KEY
+from konduktor.errors import UsageError
 from konduktor.preflight.cluster import (
     ClusterFacts,
     CrdFacts,
@@ -31,13 +34,16 @@ from konduktor.preflight.cluster import (
     judge_rdma,
     judge_server_version,
     judge_taints,
+    node_facts,
 )
+from konduktor.preflight.inventory import HostTarget, SshHosts, config_inventory
 from konduktor.preflight.node import NodeExpectations, Ran, run_node_checks
 from konduktor.preflight.results import Check, PreflightReport, Status, render_json, render_table
 
 RELEASE = ("konduktor-system", "konduktor")
 PINNED = {"kueue": "0.19.2", "gpu-operator": "v26.7.0", "kube-prometheus-stack": "88.5.3"}
 H100 = "NVIDIA-H100-80GB-HBM3"
+CLOSED_PORT = 1  # tcpmux: nothing listens there, so ssh is refused at once
 
 
 def example() -> LoadedConfig:
@@ -430,6 +436,135 @@ def test_a_host_that_cannot_be_resolved_is_reported_not_raised() -> None:
     assert checks[0].evidence and checks[0].evidence[0]
 
 
+# --- which hosts: the config's SSH inventory -------------------------------------------------------------------
+
+
+def with_inventory(directory: Path, ssh: str) -> Path:
+    """The example with `preflight.nodes.ssh: <ssh>` (flow style), written as config.yaml in `directory`."""
+    path = directory / "config.yaml"
+    path.write_text(EXAMPLE.read_text() + f"preflight:\n  nodes:\n    ssh: {ssh}\n")
+    return path
+
+
+SSH_LINE = len(EXAMPLE.read_text().splitlines()) + 3
+
+
+def test_hosts_listed_in_the_config_are_checked_as_listed(tmp_path: Path) -> None:
+    loaded = load_config(
+        with_inventory(tmp_path, "{user: ubuntu, port: 2222, hosts: [gpu-h100-0001, 10.0.0.7, fd00::7]}")
+    )
+    inventory = config_inventory(loaded)
+    assert inventory == SshHosts(("gpu-h100-0001", "10.0.0.7", "fd00::7"), "ubuntu", None, 2222)
+    assert inventory.targets(loaded.config, FLEET) == [
+        HostTarget("gpu-h100-0001", "ssh://ubuntu@gpu-h100-0001:2222"),
+        HostTarget("10.0.0.7", "ssh://ubuntu@10.0.0.7:2222"),
+        HostTarget("fd00::7", "ssh://ubuntu@[fd00::7]:2222"),
+    ]
+    assert config_inventory(example()) is None
+
+
+def test_without_hosts_every_node_of_the_gpu_types_is_checked_at_its_internal_ip() -> None:
+    loaded = example()
+    cpu = NodeFacts("system-0000", {"kubernetes.io/hostname": "system-0000"}, {}, {"cpu": "16"}, (), False, "10.0.0.2")
+    nodes = (
+        cpu,
+        replace(FLEET[1], internal_ip="fd00::11"),
+        replace(FLEET[0], internal_ip="10.0.0.10"),
+        FLEET[2],  # no InternalIP: its name
+    )
+    assert SshHosts(user="ops").targets(loaded.config, nodes) == [
+        HostTarget("gpu-h100-0000", "ssh://ops@10.0.0.10"),
+        HostTarget("gpu-h100-0001", "ssh://ops@[fd00::11]"),
+        HostTarget("gpu-h100-0002", "ssh://ops@gpu-h100-0002"),
+    ]
+    listed = {"metadata": {"name": "n"}, "status": {"addresses": [{"type": "Hostname", "address": "n"}]}}
+    assert node_facts(listed).internal_ip is None
+    listed["status"]["addresses"].append({"type": "InternalIP", "address": "10.0.0.10"})
+    assert node_facts(listed).internal_ip == "10.0.0.10"
+    facts = ClusterFacts("https://x", nodes=nodes)
+    # Held to the node's GPU type whether named as the node or by its address.
+    assert expectations_for("gpu-h100-0000", loaded, facts).gpus == 10
+    assert expectations_for("10.0.0.10", loaded, facts).gpus == 10
+    assert expectations_for("10.0.0.99", loaded, facts).gpus is None
+
+
+def test_ssh_user_key_and_port_become_testinfra_options(tmp_path: Path) -> None:
+    key = tmp_path / "id_ed25519"
+    backend = open_host("ssh://ubuntu@10.0.0.7:2222", key).backend
+    assert (backend.host.name, backend.host.user, backend.host.port) == ("10.0.0.7", "ubuntu", "2222")
+    assert backend.ssh_identity_file == str(key)
+    assert "-o BatchMode=yes" in backend.ssh_extra_args and "-o ConnectTimeout=10" in backend.ssh_extra_args
+    ipv6 = open_host("ssh://[fd00::7]:22", None).backend
+    assert (ipv6.host.name, ipv6.host.user, ipv6.host.port, ipv6.ssh_identity_file) == ("fd00::7", None, "22", None)
+
+
+def test_the_key_is_found_from_the_config_file_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "id_ed25519").write_text("not checked here\n")
+    relative = config_inventory(load_config(with_inventory(tmp_path, "{key: keys/id_ed25519}")))
+    assert relative is not None and relative.key == tmp_path / "keys" / "id_ed25519"
+    assert relative.hosts is None
+    monkeypatch.setenv("HOME", str(tmp_path))
+    home = config_inventory(load_config(with_inventory(tmp_path, "{key: ~/keys/id_ed25519}")))
+    assert home is not None and home.key == tmp_path / "keys" / "id_ed25519"
+
+    path = with_inventory(tmp_path, "{key: keys/id_rsa}")
+    with pytest.raises(ConfigError) as raised:
+        config_inventory(load_config(path))
+    assert raised.value.exit_code == 2
+    assert raised.value.message == (
+        f"{path}:{SSH_LINE}: preflight.nodes.ssh.key: no such file: {tmp_path / 'keys' / 'id_rsa'}"
+    )
+    assert raised.value.hint and "config file's directory" in raised.value.hint
+
+
+def test_the_ssh_example_checks_every_gpu_node_with_its_login(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "id_ed25519").write_text("")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    inventory = config_inventory(load_config(EXAMPLE.with_name("ssh-preflight.yaml")))
+    assert inventory == SshHosts(None, "ubuntu", tmp_path / ".ssh" / "id_ed25519", 22)
+
+
+def test_the_command_line_goes_over_the_config_inventory(tmp_path: Path) -> None:
+    (tmp_path / "id_ed25519").write_text("")
+    loaded = load_config(with_inventory(tmp_path, "{user: ubuntu, key: id_ed25519, port: 2222}"))
+    assert ssh_inventory(loaded, [], None, None) == config_inventory(loaded)
+    other_key = tmp_path / "ops_key"
+    assert ssh_inventory(loaded, ["gpu-9"], "ops", other_key) == SshHosts(("gpu-9",), "ops", other_key, 2222)
+    assert ssh_inventory(example(), ["gpu-9"], None, None) == SshHosts(("gpu-9",))
+    assert ssh_inventory(example(), [], None, None) is None
+    with pytest.raises(UsageError, match="--ssh-user and --ssh-key need --ssh HOST"):
+        ssh_inventory(example(), [], "ops", None)
+
+
+@pytest.mark.parametrize(
+    ("facts", "why"),
+    [
+        (ClusterFacts("https://x", nodes=()), "the cluster has no node of the config's GPU types"),
+        (ClusterFacts("https://x", problems={"nodes": "403 forbidden"}), "cannot list nodes: 403 forbidden"),
+        (ClusterFacts("https://x", unreachable="timed out"), "the API server did not answer"),
+    ],
+)
+def test_no_host_to_derive_is_skipped_with_the_reason(facts: ClusterFacts, why: str) -> None:
+    [skipped] = host_checks(example(), facts, SshHosts(), False, lambda _message: None)
+    assert (skipped.name, skipped.status) == ("ssh-hosts", Status.SKIPPED)
+    assert skipped.summary == f"no GPU host to check over SSH: {why}" and skipped.hint
+
+
+def test_unreachable_inventory_hosts_each_fail_with_ssh_s_reason() -> None:
+    """Real ssh against closed ports: refused at once, never a prompt (BatchMode), in inventory order."""
+    inventory = SshHosts(("127.0.0.1", "127.0.0.2"), "konduktor", None, CLOSED_PORT)
+    started = time.monotonic()
+    checks = host_checks(example(), ClusterFacts("https://x", nodes=FLEET), inventory, False, lambda _message: None)
+    assert time.monotonic() - started < 20
+    reachable = [c for c in checks if c.name == "host-reachable"]
+    assert [(c.subject, c.status) for c in reachable] == [("127.0.0.1", Status.FAIL), ("127.0.0.2", Status.FAIL)]
+    for item in reachable:
+        assert f"port {CLOSED_PORT}" in item.evidence[0], item.evidence
+    assert {c.status for c in checks if c.name != "host-reachable"} == {Status.SKIPPED}
+
+
 # --- the command on the simulated cluster -----------------------------------------------------------------------
 
 
@@ -499,6 +634,40 @@ def test_preflight_reports_an_unreachable_ssh_host(capsys: pytest.CaptureFixture
     assert host[0]["name"] == "host-reachable" and host[0]["status"] == "FAIL"
     assert {c["status"] for c in host[1:]} == {"SKIPPED"}
     assert "host-reachable (gpu-h100-0000.invalid)" in err
+
+
+@pytest.mark.sim
+def test_preflight_checks_the_config_inventory_and_fails_per_unreachable_host(
+    capsys: pytest.CaptureFixture[str], sim: Sim, tmp_path: Path
+) -> None:
+    reset_nodes(sim)
+    (tmp_path / "id_test").write_text("")
+    config = with_inventory(tmp_path, f"{{user: konduktor, key: id_test, port: {CLOSED_PORT}, hosts: [127.0.0.1]}}")
+    code, out, err = preflight(capsys, sim, str(config), "-o", "json")
+    assert code == 3
+    checks = json.loads(out)["checks"]
+    assert {c["status"] for c in checks if c["subject"] in ("cluster", "h100")} <= {"PASS", "WARN", "SKIPPED"}
+    host = [c for c in checks if c["subject"] == "127.0.0.1"]
+    assert host[0]["name"] == "host-reachable" and host[0]["status"] == "FAIL"
+    assert f"port {CLOSED_PORT}" in host[0]["evidence"][0] and host[0]["hint"]
+    assert {c["status"] for c in host[1:]} == {"SKIPPED"}
+    assert "1 preflight check(s) failed: host-reachable (127.0.0.1)" in err
+
+    # --ssh replaces the inventory's hosts; its user, key and port still apply.
+    code, out, err = preflight(capsys, sim, str(config), "--ssh", "127.0.0.2", "-o", "json")
+    assert code == 3
+    assert {c["subject"] for c in json.loads(out)["checks"] if c["name"] == "host-reachable"} == {"127.0.0.2"}
+
+
+def test_a_missing_inventory_key_is_a_config_error_before_any_connection(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = with_inventory(tmp_path, "{key: id_missing}")
+    assert main(["validate", str(config)]) == 0  # rendering and validating need no key
+    assert main(["preflight", str(config), "--kubeconfig", str(tmp_path / "no-kubeconfig")]) == 2
+    err = capsys.readouterr().err
+    assert f"{config}:{SSH_LINE}: preflight.nodes.ssh.key: no such file: {tmp_path / 'id_missing'}" in err
+    assert "Traceback" not in err
 
 
 def test_preflight_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,6 +11,7 @@ import pytest
 from conftest import EXAMPLE, Sim
 
 from konduktor.cli.main import main
+from konduktor.helm.release import NAMESPACE, RELEASE, current
 from konduktor.paths import state_dir
 from konduktor.quotas.render import KUEUE_API
 from konduktor.sim.workloads import gpu_job
@@ -73,6 +74,47 @@ def test_preflight_failure_stops_up_before_any_change(
     err = capsys.readouterr().err
     assert "preflight FAIL" in err and "nothing was changed" in err
     assert not sim.kube.list(KUEUE_API, "ClusterQueue", label_selector="konduktor.ai/config=wishful-lab")
+
+
+def ssh_inventory_config(directory: Path, ssh: str) -> Path:
+    """The example under another cluster name, with GPU hosts to check over SSH."""
+    path = directory / "config.yaml"
+    text = EXAMPLE.read_text().replace("name: gpu-lab", "name: ssh-lab")
+    path.write_text(text + f"preflight:\n  nodes:\n    ssh: {ssh}\n")
+    return path
+
+
+def test_an_unreachable_gpu_host_stops_up_before_any_change(
+    sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The cluster checks pass, the node checks cannot reach the host: exit 3, no release or quota change."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    spec = sim.cluster.spec()  # the config's nodes: earlier tests on the shared cluster change node status
+    assert spec is not None
+    sim.cluster.apply_nodes(sim.kube, spec)
+    config = ssh_inventory_config(tmp_path, "{user: konduktor, port: 1, hosts: [127.0.0.1]}")  # 1: nothing listens
+    before = current(sim.kubeconfig, RELEASE, NAMESPACE)
+    assert main(["up", str(config), "--kubeconfig", str(sim.kubeconfig)]) == 3
+    err = capsys.readouterr().err
+    assert "preflight FAIL host-reachable (127.0.0.1): cannot run commands on the host" in err
+    assert "port 1" in err and "nothing was changed" in err and "Traceback" not in err
+    assert [line for line in err.splitlines() if line.startswith("preflight FAIL")] == [
+        "preflight FAIL host-reachable (127.0.0.1): cannot run commands on the host"
+    ]
+    after = current(sim.kubeconfig, RELEASE, NAMESPACE)
+    assert (after.revision if after else None) == (before.revision if before else None)
+    assert not sim.kube.list(KUEUE_API, "ClusterQueue", label_selector="konduktor.ai/config=ssh-lab")
+
+
+def test_a_missing_ssh_key_starts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    config = ssh_inventory_config(tmp_path, "{key: keys/id_ed25519}")
+    assert main(["up", str(config), "--sim", "never-started"]) == 2
+    err = capsys.readouterr().err
+    assert f"{config}:" in err and "preflight.nodes.ssh.key: no such file" in err and "Traceback" not in err
+    assert not (state_dir() / "never-started").exists()
 
 
 def test_dry_run_and_plan_show_exactly_a_quota_edit(

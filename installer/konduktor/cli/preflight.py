@@ -1,14 +1,16 @@
 """`konduktor-install preflight`: is the cluster (and are its GPU hosts) fit for this config? Reads only.
 
 The cluster is read once through `konduktor.kube` and judged by `konduktor.preflight.cluster`; GPU hosts are
-checked over SSH or on this machine by `konduktor.preflight.node`. Exit 3 when any check FAILs.
+checked over SSH (`konduktor.preflight.inventory` says which) or on this machine by `konduktor.preflight.node`.
+Exit 3 when any check FAILs.
 """
 
 from __future__ import annotations
 
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -19,6 +21,7 @@ from konduktor.cli.console import err, progress
 from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.target import KubeconfigOption, connect
 from konduktor.config.load import LoadedConfig
+from konduktor.config.model import HOSTNAME_LABEL
 from konduktor.errors import PreflightFailed, UsageError
 from konduktor.helm.release import CHARTS, NAMESPACE, RELEASE
 from konduktor.kube.client import ApiError, Kube
@@ -32,6 +35,7 @@ from konduktor.preflight.cluster import (
     node_facts,
     nodes_of,
 )
+from konduktor.preflight.inventory import HostTarget, SshHosts, config_inventory, no_hosts
 from konduktor.preflight.node import NodeExpectations, run_node_checks
 from konduktor.preflight.results import (
     Check,
@@ -45,6 +49,8 @@ from konduktor.sim.tools import load_tools
 
 ReportFormat = Literal["table", "json", "yaml"]
 LOCAL = "local://"
+SSH_OPTIONS = "-o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=15 -o ServerAliveCountMax=2"
+HOST_WORKERS = 32
 
 
 def register(app: typer.Typer) -> None:
@@ -59,33 +65,34 @@ def preflight(
         list[str] | None,
         typer.Option(
             "--ssh",
-            help="GPU hosts to check over SSH, HOST[,HOST...] (repeatable). Name them as their Kubernetes nodes: "
-            "each is then held to its GPU type.",
+            help="GPU hosts to check over SSH, HOST[,HOST...] (repeatable), instead of preflight.nodes.ssh.hosts. "
+            "Name them as their Kubernetes nodes: each is then held to its GPU type.",
         ),
     ] = None,
-    ssh_user: Annotated[str | None, typer.Option("--ssh-user", help="SSH user (default: ssh's own).")] = None,
+    ssh_user: Annotated[
+        str | None, typer.Option("--ssh-user", help="SSH user (default: the config's, else ssh's own).")
+    ] = None,
     ssh_key: Annotated[
-        Path | None, typer.Option("--ssh-key", help="SSH private key.", exists=True, dir_okay=False)
+        Path | None,
+        typer.Option("--ssh-key", help="SSH private key (default: the config's).", exists=True, dir_okay=False),
     ] = None,
     local: Annotated[bool, typer.Option("--local", help="Also check this machine as a GPU host.")] = False,
 ) -> None:
     """Check the cluster (API, version, GPU nodes, taints, RDMA, capacity, CRDs) and GPU hosts. Exit 3 on FAIL.
 
-    Nothing is changed: the cluster is only read, and host checks run read-only commands.
+    GPU hosts are checked when the config has preflight.nodes.ssh, or --ssh or --local is given. Nothing is
+    changed: the cluster is only read, and host checks run read-only commands.
     """
     loaded = load_checked(config)
     hosts = [name.strip() for item in ssh or [] for name in item.split(",") if name.strip()]
-    if (ssh_user or ssh_key) and not hosts:
-        raise UsageError("--ssh-user and --ssh-key need --ssh HOST")
+    inventory = ssh_inventory(loaded, hosts, ssh_user, ssh_key)
     kube = connect(kubeconfig)
     try:
         with progress("preflight") as report:
             report("reading the cluster")
             facts = read_cluster(kube)
             checks = cluster_checks(loaded, facts, (NAMESPACE, RELEASE))
-            for name, url in node_targets(hosts, ssh_user, local):
-                report(f"checking host {name}")
-                checks += run_node_checks(open_host(url, ssh_key), name, expectations_for(name, loaded, facts))
+            checks += host_checks(loaded, facts, inventory, local, report)
     finally:
         kube.close()
     result = PreflightReport(tuple(checks))
@@ -143,24 +150,62 @@ def pinned_versions(chart: Path = CHARTS / "konduktor" / "Chart.yaml") -> dict[s
     return {"kueue": load_tools()["kueue"].version}
 
 
-def node_targets(hosts: Sequence[str], user: str | None, local: bool) -> list[tuple[str, str]]:
-    """(name, testinfra host URL) per host to check."""
-    targets = [(name, f"ssh://{user + '@' if user else ''}{name}") for name in hosts]
+def ssh_inventory(loaded: LoadedConfig, hosts: Sequence[str], user: str | None, key: Path | None) -> SshHosts | None:
+    """The config's SSH inventory with the command line over it: --ssh replaces its hosts, --ssh-user and
+    --ssh-key its user and key. None: no host is checked over SSH."""
+    configured = config_inventory(loaded)
+    if configured is None and not hosts:
+        if user or key:
+            raise UsageError("--ssh-user and --ssh-key need --ssh HOST (or preflight.nodes.ssh in the config)")
+        return None
+    base = configured or SshHosts()
+    return SshHosts(tuple(hosts) if hosts else base.hosts, user or base.user, key or base.key, base.port)
+
+
+def host_checks(
+    loaded: LoadedConfig,
+    facts: ClusterFacts,
+    inventory: SshHosts | None,
+    local: bool,
+    report: Callable[[str], None],
+) -> list[Check]:
+    """The node checks of every host of the inventory (and of this machine with `local`), in inventory order.
+
+    Hosts are checked side by side: a check is a dozen short commands, and an unreachable host waits out
+    ssh's connect timeout, so one at a time would take hours on a thousand nodes.
+    """
+    targets = inventory.targets(loaded.config, facts.nodes) if inventory is not None else []
+    checks = [no_hosts(facts)] if inventory is not None and not targets else []
     if local:
-        targets.append((socket.gethostname(), LOCAL))
-    return targets
+        targets.append(HostTarget(socket.gethostname(), LOCAL))
+    if not targets:
+        return checks
+    key = inventory.key if inventory is not None else None
+    hosts = [open_host(target.url, key) for target in targets]
+
+    def check_host(target: HostTarget, host: Any) -> list[Check]:
+        return run_node_checks(host, target.subject, expectations_for(target.subject, loaded, facts))
+
+    report(f"checking {len(targets)} GPU host(s)")
+    with ThreadPoolExecutor(max_workers=min(HOST_WORKERS, len(targets))) as pool:
+        results = pool.map(check_host, targets, hosts)
+        for index, (target, found) in enumerate(zip(targets, results, strict=True), 1):
+            report(f"checked host {target.subject} ({index}/{len(targets)})")
+            checks += found
+    return checks
 
 
 def open_host(url: str, key: Path | None) -> Any:
-    """A testinfra host. BatchMode: a host that wants a password or a host-key answer fails instead of prompting."""
+    """A testinfra host. BatchMode: a host that wants a password or a host-key answer fails instead of prompting;
+    the timeouts make an unreachable or vanished host fail instead of hanging."""
     if url == LOCAL:
         return testinfra.get_host(url)
-    return testinfra.get_host(url, ssh_identity_file=str(key) if key else None, ssh_extra_args="-o BatchMode=yes")
+    return testinfra.get_host(url, ssh_identity_file=str(key) if key else None, ssh_extra_args=SSH_OPTIONS)
 
 
 def expectations_for(name: str, loaded: LoadedConfig, facts: ClusterFacts) -> NodeExpectations:
-    """What the host's Node (same name, or same hostname label) and its GPU type say it must have."""
-    node = next((n for n in facts.nodes if name in (n.name, n.labels.get("kubernetes.io/hostname"))), None)
+    """What the host's Node (same name, hostname label or InternalIP) and its GPU type say it must have."""
+    node = next((n for n in facts.nodes if name in (n.name, n.labels.get(HOSTNAME_LABEL), n.internal_ip)), None)
     if node is None:
         return NodeExpectations()
     gpus = next((t.gpus_per_node for t in loaded.config.gpu_types.values() if nodes_of(t, [node])), None)

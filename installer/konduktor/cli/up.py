@@ -18,7 +18,7 @@ import typer
 
 from konduktor.cli.cluster_quotas import QUOTA_KINDS, sync_quotas
 from konduktor.cli.console import OutputFormat, err, print_rows, progress
-from konduktor.cli.preflight import cluster_checks, read_cluster
+from konduktor.cli.preflight import cluster_checks, host_checks, read_cluster
 from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.sim import spec_from
 from konduktor.cli.target import KubeconfigOption, connect, explicit_kubeconfig
@@ -31,6 +31,7 @@ from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.documents import load_documents
 from konduktor.kube.policy_audit import Violation, audit_gpu_workloads
 from konduktor.kube.sync import Change
+from konduktor.preflight.inventory import SshHosts, config_inventory
 from konduktor.preflight.results import Status
 from konduktor.quotas.render import KUEUE_API, MANAGED_BY, MANAGED_BY_LABEL
 from konduktor.quotas.usage import team_usage
@@ -92,16 +93,23 @@ def target_cluster(config_path: Path, kubeconfig: Path | None, sim_name: str, re
     return sim.kubeconfig, True
 
 
-def preflight_passes(kubeconfig: Path, loaded: LoadedConfig, force: bool) -> None:
-    """The same cluster checks as `konduktor-install preflight`; a FAIL stops `up` before anything changes."""
+def preflight_passes(
+    kubeconfig: Path, loaded: LoadedConfig, inventory: SshHosts | None, force: bool, report: Any
+) -> None:
+    """The same checks as `konduktor-install preflight`: the cluster's, then the GPU hosts' when the config has
+    an SSH inventory. A FAIL stops `up` before anything changes."""
     kube = Kube(kubeconfig)
     try:
-        checks = cluster_checks(loaded, read_cluster(kube), (NAMESPACE, RELEASE))
+        facts = read_cluster(kube)
     finally:
         kube.close()
+    checks = cluster_checks(loaded, facts, (NAMESPACE, RELEASE))
+    checks += host_checks(loaded, facts, inventory, False, report)
     failed = [c for c in checks if c.status is Status.FAIL]
     for check in failed:
         err.print(f"preflight FAIL {check.name} ({check.subject}): {check.summary}", markup=False)
+        for fact in check.evidence:
+            err.print(f"  {fact}", markup=False)
     if failed and not force:
         raise PreflightFailed(
             f"{len(failed)} preflight check(s) failed; nothing was changed",
@@ -192,11 +200,12 @@ def run_up(
 ) -> UpReport:
     """Everything `up` does; with `dry_run` it stops after preflight and plans the quota changes."""
     loaded = load_checked(config_path)  # nothing below runs unless the whole config validates
+    inventory = config_inventory(loaded)  # and its SSH key, if any, is there
     clock = StepClock(report)
     clock.step("cluster", "simulated" if explicit_kubeconfig(kubeconfig) is None else "given")
     target, simulated = target_cluster(config_path, kubeconfig, sim_name, report)
-    clock.step("preflight", "checking the cluster")
-    preflight_passes(target, loaded, force)
+    clock.step("preflight", "checking the cluster" + (" and the GPU hosts" if inventory else ""))
+    preflight_passes(target, loaded, inventory, force, report)
     chart, chart_values = chart_for(simulated, loaded.config, extra)
     if dry_run:
         kube = Kube(target)

@@ -7,6 +7,7 @@ cohort, namespaces) live in `konduktor.config.lint`, so every problem can be rep
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -181,6 +182,49 @@ class Team(Model):
     gpus: dict[str, GpuQuota] = Field(min_length=1)
 
 
+def _not_empty(text: str | None) -> str | None:
+    if text is not None and not text.strip():
+        raise ValueError("must not be empty")
+    return text
+
+
+def _distinct(hosts: list[str] | None) -> list[str] | None:
+    repeated = sorted(host for host, count in Counter(hosts or ()).items() if count > 1)
+    if repeated:
+        raise ValueError(f"listed more than once: {', '.join(repeated)}")
+    return hosts
+
+
+Text = Annotated[str, AfterValidator(_not_empty)]
+
+
+class SshInventory(Model):
+    """How preflight reaches the GPU hosts over SSH (BatchMode: never a password or host-key prompt)."""
+
+    user: Text | None = Field(default=None, description="SSH user; default: ssh's own")
+    key: Text | None = Field(
+        default=None,
+        description="Private key file; ~ expands, a relative path is taken from the config file's directory",
+    )
+    port: int | None = Field(default=None, ge=1, le=65535, description="SSH port; default: ssh's own (22)")
+    hosts: Annotated[list[Text] | None, AfterValidator(_distinct)] = Field(
+        default=None,
+        min_length=1,
+        description="Hosts to check, named as their Kubernetes nodes (or by address); default: every node of "
+        "the GPU types, at its InternalIP",
+    )
+
+
+class NodeChecks(Model):
+    ssh: SshInventory
+
+
+class Preflight(Model):
+    nodes: NodeChecks | None = Field(
+        default=None, description="Check the GPU hosts too (driver, nvidia-smi, ECC, ...); `up` runs them first"
+    )
+
+
 def _default_priorities() -> dict[str, int]:
     # Work on borrowed capacity should be `opportunistic`: Kueue preempts the lowest priority first.
     return {"opportunistic": 100, "standard": 1000, "urgent": 10000}
@@ -197,6 +241,7 @@ class Config(Model):
     gpu_types: dict[str, GpuType] = Field(min_length=1)
     priorities: dict[str, Int32] = Field(default_factory=_default_priorities)
     teams: dict[str, Team] = Field(min_length=1)
+    preflight: Preflight = Field(default_factory=Preflight)
 
     def teams_using(self, gpu_type: str) -> list[str]:
         return [name for name, team in self.teams.items() if gpu_type in team.gpus]

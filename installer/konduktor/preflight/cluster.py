@@ -48,6 +48,7 @@ class NodeFacts:
     allocatable: Mapping[str, str]
     taints: tuple[Mapping[str, str], ...]
     unschedulable: bool
+    internal_ip: str | None = None  # where SSH reaches the host when the config lists no hosts
 
     @property
     def gpus(self) -> int:
@@ -95,6 +96,10 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
         allocatable={k: str(v) for k, v in (node.get("status", {}).get("allocatable") or {}).items()},
         taints=tuple(dict(t) for t in spec.get("taints") or ()),
         unschedulable=bool(spec.get("unschedulable")),
+        internal_ip=next(
+            (a.get("address") for a in node.get("status", {}).get("addresses") or () if a.get("type") == "InternalIP"),
+            None,
+        ),
     )
 
 
