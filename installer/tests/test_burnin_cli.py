@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXAMPLE, Sim
+from conftest import EXAMPLE, Sim, installer_events, release_nodes
 
 from konduktor.burnin.manifests import RUN_LABEL, node_job_name, scripts_configmap_name
 from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, Verdict
@@ -49,7 +49,6 @@ from konduktor.controller.decide import (
     QUARANTINE_REASON,
     QUARANTINED_AT,
     REQUALIFICATION_RESULT,
-    REQUALIFIED_AT,
     TAINT_KEY,
     RecordEvent,
     SetCondition,
@@ -58,7 +57,7 @@ from konduktor.controller.decide import (
 )
 from konduktor.controller.node_writes import node_patch
 from konduktor.errors import UsageError
-from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.client import Kube
 from konduktor.sim.gpus import FAULTS_ANNOTATION, LOGS_ANNOTATION
 from konduktor.waiting import wait_until
 
@@ -305,49 +304,10 @@ def test_the_installer_does_not_need_the_controller_extra() -> None:
 # --- the command on the simulated cluster -----------------------------------------------------------------------
 
 
-def our_events(kube: Kube) -> list[dict[str, Any]]:
-    return [
-        e for e in kube.list("v1", "Event", "default") if e.get("source", {}).get("component") == "konduktor-install"
-    ]
-
-
-def release_nodes(kube: Kube) -> None:
-    """Leave the session's nodes as other tests expect them: no health taint, annotation, condition or Event."""
-    for name in NODES:
-        for _ in range(10):
-            current = kube.get("v1", "Node", name)
-            assert current is not None
-            taints = current["spec"].get("taints", [])
-            patch = {
-                "metadata": {
-                    "resourceVersion": current["metadata"]["resourceVersion"],
-                    "annotations": dict.fromkeys(
-                        (
-                            *(QUARANTINED_AT, QUARANTINE_REASON, REQUALIFIED_AT, REQUALIFICATION_RESULT),
-                            *(FAULTS_ANNOTATION, LOGS_ANNOTATION),
-                        )
-                    ),
-                },
-                "spec": {"taints": [t for t in taints if t["key"] != TAINT_KEY]},
-            }
-            try:
-                kube.patch("v1", "Node", name, patch)
-                break
-            except ApiError as problem:
-                if problem.status != 409:
-                    raise
-        # An apply that names no condition removes the one this manager set.
-        kube.apply_status(
-            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {}}, "konduktor-health"
-        )
-    for event in our_events(kube):
-        kube.delete("v1", "Event", event["metadata"]["name"], "default")
-
-
 @pytest.fixture(scope="module")
 def cluster(sim: Sim) -> Iterator[Sim]:
     yield sim
-    release_nodes(sim.kube)
+    release_nodes(sim.kube, NODES)
     sim.kube.delete("v1", "Namespace", NAMESPACE)
 
 
@@ -551,12 +511,12 @@ def test_standard_burnin_end_to_end_finds_the_corrupting_gpu_and_quarantines_its
         assert [t for t in node["spec"]["taints"] if t["key"] == TAINT_KEY] == [
             {"key": TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}
         ]
-        events = [e for e in our_events(kube) if e["involvedObject"]["name"] == bad]
+        events = [e for e in installer_events(kube) if e["involvedObject"]["name"] == bad]
         assert [e["reason"] for e in events].count("BurnInFailed") == 1
         healthy = kube.get("v1", "Node", good)
         assert healthy is not None and not [t for t in healthy["spec"].get("taints", []) if t["key"] == TAINT_KEY]
     finally:
-        release_nodes(kube)
+        release_nodes(kube, NODES)
 
 
 @pytest.mark.sim
@@ -574,14 +534,14 @@ def test_quarantine_taints_a_fail_node_exactly_once(cluster: Sim) -> None:
         assert failed["metadata"]["annotations"][QUARANTINE_REASON].startswith("BurnInFailed")
         condition = next(c for c in failed["status"]["conditions"] if c["type"] == CONDITION_TYPE)
         assert (condition["status"], condition["reason"]) == ("False", "BurnInFailed")
-        events = [e for e in our_events(kube) if e["involvedObject"]["name"] == NODES[1]]
+        events = [e for e in installer_events(kube) if e["involvedObject"]["name"] == NODES[1]]
         reasons = sorted((e["type"], e["reason"]) for e in events)
         assert reasons == [("Warning", "BurnInFailed"), ("Warning", "RequalificationFailed")]
         assert failed["metadata"]["annotations"][REQUALIFICATION_RESULT].startswith("FAIL")
         passed = kube.get("v1", "Node", NODES[0])
         assert passed is not None and not [t for t in passed["spec"]["taints"] if t["key"] == TAINT_KEY]
     finally:
-        release_nodes(kube)
+        release_nodes(kube, NODES)
 
 
 @pytest.mark.sim

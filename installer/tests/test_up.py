@@ -8,12 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE, Sim
+from conftest import EXAMPLE, Sim, release_nodes
 
+from konduktor.burnin.manifests import HEALTH_TAINT_KEY
 from konduktor.cli.main import main
 from konduktor.helm.release import NAMESPACE, RELEASE, current
 from konduktor.paths import state_dir
 from konduktor.quotas.render import KUEUE_API
+from konduktor.sim.gpus import FAULTS_ANNOTATION
 from konduktor.sim.workloads import gpu_job
 from konduktor.waiting import wait_until
 
@@ -35,6 +37,7 @@ def test_up_installs_applies_and_verifies_then_changes_nothing(
         "apps/v1", "Deployment", "konduktor-system", label_selector="app.kubernetes.io/part-of=konduktor"
     )
     assert controller["status"]["availableReplicas"] == 1
+    assert re.search(r"burn-in \S+: 4 PASS, 0 WARN, 0 FAIL, 0 ERROR, 0 SKIPPED", err)  # quick, on every GPU node
 
     # A GPU pod that bypasses the queues, created before the policies are enforced: up reports it.
     spec = gpu_job("bypass", "default", gpus=1, queue=None)["spec"]["template"]["spec"]
@@ -48,6 +51,24 @@ def test_up_installs_applies_and_verifies_then_changes_nothing(
     assert "0 quota objects changed" in err
     assert "policy: Pod default/bypass:" in err and "konduktor-gpu-in-team-namespaces" in err
     assert re.search(r"up: \d+ existing GPU workload\(s\) break the admission policies", err)
+
+
+def test_up_burns_in_the_gpu_nodes_and_quarantines_one_that_fails(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    bad = "gpu-h100-0002"
+    sim.kube.patch("v1", "Node", bad, {"metadata": {"annotations": {FAULTS_ANNOTATION: "4=missing"}}})
+    try:
+        assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 1
+        err = capsys.readouterr().err
+        assert f"burn-in: {bad} FAIL (quarantined): nvidia-smi lists 9 GPUs, the node advertises 10" in err
+        assert "up: the platform is installed, but burn-in" in err
+        for node in sim.kube.list("v1", "Node", label_selector="type=kwok"):
+            tainted = any(t["key"] == HEALTH_TAINT_KEY for t in node["spec"].get("taints", []))
+            assert tainted == (node["metadata"]["name"] == bad)
+    finally:
+        release_nodes(sim.kube, [bad])
 
 
 def test_a_bad_config_starts_nothing(

@@ -54,7 +54,7 @@ from konduktor.cli.burnin_run import (
 from konduktor.cli.console import err, progress
 from konduktor.cli.quotas import load_checked
 from konduktor.cli.target import KubeconfigOption, connect
-from konduktor.config.model import duration_seconds
+from konduktor.config.model import Config, duration_seconds
 from konduktor.controller.decide import RecordEvent, SetCondition, UpdateNode
 from konduktor.controller.node_writes import FIELD_MANAGER, condition_status, event, update_node
 from konduktor.errors import PartialApply, UsageError
@@ -127,26 +127,44 @@ def burnin(
     names = [n.strip() for n in (nodes or "").split(",") if n.strip()]
     kube = connect(kubeconfig)
     try:
-        runner = BurnInRunner(kube, namespace, run, options)
-        targets = select_targets(kube.list("v1", "Node"), loaded.config if loaded else None, names)
         if dry_run:
-            sys.stdout.write(to_yaml(runner.objects(targets)))
+            targets = select_targets(kube.list("v1", "Node"), loaded.config if loaded else None, names)
+            sys.stdout.write(to_yaml(BurnInRunner(kube, namespace, run, options).objects(targets)))
             return
-        err.print(f"burn-in {run}: {options.tier.value} on {len(targets)} node(s) in {namespace}", markup=False)
-        verdicts, waited_out = runner.run(targets, wait_s)
-        report = BurnInReport(run, options.tier.value, DEFAULT_THRESHOLDS.version, verdicts, runner.pairs)
+        report, waited_out = burn_in(
+            kube, loaded.config if loaded else None, names, options, namespace, run, wait_s, quarantine
+        )
         sys.stdout.write({"table": render_table, "json": render_json, "junit": render_junit}[output](report))
-        if quarantine:
-            quarantine_failed(kube, verdicts)
     finally:
         kube.close()
-    counts = ", ".join(f"{sum(v.verdict is s for v in verdicts)} {s.value}" for s in Verdict)
-    err.print(f"burn-in {run}: {counts}", markup=False)
     code = exit_code(report, waited_out)
     if code == 4:
         err.print(f"some Jobs are still running; collect them with --run-id {run}", markup=False)
     if code:
         raise typer.Exit(code)
+
+
+def burn_in(
+    kube: Kube,
+    config: Config | None,
+    names: Sequence[str],
+    options: BurnInOptions,
+    namespace: str,
+    run: str,
+    wait_s: float | None,
+    quarantine: bool,
+) -> tuple[BurnInReport, bool]:
+    """One run on the chosen nodes, judged; FAIL nodes quarantined when asked. (report, whether the wait ended
+    with Jobs still running)."""
+    runner = BurnInRunner(kube, namespace, run, options)
+    targets = select_targets(kube.list("v1", "Node"), config, names)
+    err.print(f"burn-in {run}: {options.tier.value} on {len(targets)} node(s) in {namespace}", markup=False)
+    verdicts, waited_out = runner.run(targets, wait_s)
+    if quarantine:
+        quarantine_failed(kube, verdicts)
+    counts = ", ".join(f"{sum(v.verdict is s for v in verdicts)} {s.value}" for s in Verdict)
+    err.print(f"burn-in {run}: {counts}", markup=False)
+    return BurnInReport(run, options.tier.value, DEFAULT_THRESHOLDS.version, verdicts, runner.pairs), waited_out
 
 
 def images_from(overrides: Sequence[str]) -> BurnInImages:

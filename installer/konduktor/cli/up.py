@@ -2,8 +2,9 @@
 
 up: validate -> target (the given cluster, else the simulated one) -> preflight -> install the chart ->
 apply team quotas -> verify queues and the health controller -> audit existing GPU workloads against the
-policies. Nothing touches a cluster until the whole config validates and preflight passes; every step is
-safe to repeat, so a run that was interrupted is finished by running it again.
+policies -> burn in the GPU nodes (config `burnin`). Nothing touches a cluster until the whole config
+validates and preflight passes; every step is safe to repeat, so a run that was interrupted is finished by
+running it again.
 """
 
 from __future__ import annotations
@@ -11,11 +12,16 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from konduktor.burnin.manifests import make_run_id
+from konduktor.burnin.results import BurnInReport, Verdict
+from konduktor.burnin.tiers import Tier, options_for_tier
+from konduktor.cli.burnin import burn_in
 from konduktor.cli.cluster_quotas import QUOTA_KINDS, sync_quotas
 from konduktor.cli.console import OutputFormat, err, print_rows, progress
 from konduktor.cli.preflight import cluster_checks, host_checks, read_cluster
@@ -81,6 +87,7 @@ class UpReport:
     changes: list[Change]
     violations: list[Violation]
     steps: list[tuple[str, float]]
+    burnin: BurnInReport | None = None
 
 
 def target_cluster(config_path: Path, kubeconfig: Path | None, sim_name: str, report: Any) -> tuple[Path, bool]:
@@ -229,6 +236,19 @@ def run_up(
         verify(kube, loaded.config, report)
         clock.step("policies", "checking existing GPU workloads")
         violations = audit_gpu_workloads(kube)
+        burnin = None
+        if loaded.config.burnin.level != "none":
+            clock.step("burnin", f"{loaded.config.burnin.level} on the GPU nodes")
+            burnin, _ = burn_in(
+                kube,
+                loaded.config,
+                (),
+                options_for_tier(Tier(loaded.config.burnin.level)),
+                NAMESPACE,
+                make_run_id(datetime.now(UTC)),
+                None,
+                loaded.config.burnin.quarantine,
+            )
         clock.finish()
     except KonduktorError as problem:
         if isinstance(problem, PartialApply):
@@ -240,7 +260,11 @@ def run_up(
         ) from problem
     finally:
         kube.close()
-    return UpReport(loaded.config, target, simulated, chart, release, changes, violations, clock.steps)
+    return UpReport(loaded.config, target, simulated, chart, release, changes, violations, clock.steps, burnin)
+
+
+def burnin_failed(report: BurnInReport) -> bool:
+    return any(node.verdict in (Verdict.FAIL, Verdict.ERROR) for node in report.nodes)
 
 
 def kueue_served(kube: Kube) -> bool:
@@ -280,6 +304,12 @@ def print_report(result: UpReport) -> None:
             "refused); move them to their team's queue before setting policies.validationActions=[Deny,Audit]",
             markup=False,
         )
+    if result.burnin is not None:
+        for node in result.burnin.nodes:
+            if node.verdict in (Verdict.FAIL, Verdict.ERROR):
+                reasons = "; ".join(r for c in node.checks if c.verdict is node.verdict for r in c.reasons[:1])
+                quarantined = " (quarantined)" if node.verdict is Verdict.FAIL and config.burnin.quarantine else ""
+                err.print(f"burn-in: {node.node} {node.verdict.value}{quarantined}: {reasons}", markup=False)
     err.print("took: " + ", ".join(f"{name} {seconds:.1f}s" for name, seconds in result.steps), markup=False)
 
 
@@ -336,6 +366,13 @@ def up(
         )
     print_report(result)
     err.print(f"next: konduktor-install quotas explain --kubeconfig {result.target}", markup=False)
+    if result.burnin is not None and burnin_failed(result.burnin):
+        err.print(
+            f"up: the platform is installed, but burn-in {result.burnin.run_id} found nodes that are not fit; "
+            f"details: konduktor-install burnin --run-id {result.burnin.run_id} --kubeconfig {result.target}",
+            markup=False,
+        )
+        raise typer.Exit(1)
 
 
 def plan(

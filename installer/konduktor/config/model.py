@@ -225,6 +225,17 @@ class Preflight(Model):
     )
 
 
+class BurnIn(Model):
+    """The burn-in `up` runs once the platform is installed (`konduktor-install burnin` runs any level)."""
+
+    level: Literal["quick", "standard", "full", "none"] = Field(
+        default="quick",
+        description="quick: GPU state, seconds and safe on a live cluster; standard: + DCGM diag, matmul soak, "
+        "one-node NCCL; full: + node pairs; none: no burn-in in `up`",
+    )
+    quarantine: bool = Field(default=True, description="Taint nodes that FAIL, as the health controller does")
+
+
 def _default_priorities() -> dict[str, int]:
     # Work on borrowed capacity should be `opportunistic`: Kueue preempts the lowest priority first.
     return {"opportunistic": 100, "standard": 1000, "urgent": 10000}
@@ -242,6 +253,7 @@ class Config(Model):
     priorities: dict[str, Int32] = Field(default_factory=_default_priorities)
     teams: dict[str, Team] = Field(min_length=1)
     preflight: Preflight = Field(default_factory=Preflight)
+    burnin: BurnIn = Field(default_factory=BurnIn)
 
     def teams_using(self, gpu_type: str) -> list[str]:
         return [name for name, team in self.teams.items() if gpu_type in team.gpus]

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from konduktor.burnin.manifests import HEALTH_TAINT_KEY
 from konduktor.cli.sim import spec_from
-from konduktor.kube.client import Kube
+from konduktor.controller.decide import QUARANTINE_REASON, QUARANTINED_AT, REQUALIFICATION_RESULT, REQUALIFIED_AT
+from konduktor.kube.client import ApiError, Kube
 from konduktor.sim.cluster import SimCluster
+from konduktor.sim.gpus import FAULTS_ANNOTATION, LOGS_ANNOTATION
 
 # The session's cluster is the one examples/config.yaml describes: 4 nodes x 10 H100, fair sharing.
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "config.yaml"
@@ -31,6 +35,42 @@ class Sim:
     @property
     def kubeconfig(self) -> Path:
         return self.cluster.kubeconfig
+
+
+def installer_events(kube: Kube) -> list[dict[str, Any]]:
+    """The Events `konduktor-install` wrote (burn-in quarantines)."""
+    events = kube.list("v1", "Event", "default")
+    return [e for e in events if e.get("source", {}).get("component") == "konduktor-install"]
+
+
+def release_nodes(kube: Kube, names: Sequence[str]) -> None:
+    """Leave nodes as the other tests expect them: no health taint, annotation or condition, no injected GPU
+    fault, no quarantine Event."""
+    annotations = (QUARANTINED_AT, QUARANTINE_REASON, REQUALIFIED_AT, REQUALIFICATION_RESULT)
+    for name in names:
+        for _ in range(10):
+            current = kube.get("v1", "Node", name)
+            assert current is not None
+            taints = current["spec"].get("taints", [])
+            patch = {
+                "metadata": {
+                    "resourceVersion": current["metadata"]["resourceVersion"],
+                    "annotations": dict.fromkeys((*annotations, FAULTS_ANNOTATION, LOGS_ANNOTATION)),
+                },
+                "spec": {"taints": [t for t in taints if t["key"] != HEALTH_TAINT_KEY]},
+            }
+            try:
+                kube.patch("v1", "Node", name, patch)
+                break
+            except ApiError as problem:
+                if problem.status != 409:
+                    raise
+        # An apply that names no condition removes the one this manager set.
+        kube.apply_status(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {}}, "konduktor-health"
+        )
+    for event in installer_events(kube):
+        kube.delete("v1", "Event", event["metadata"]["name"], "default")
 
 
 @pytest.fixture(scope="session")
