@@ -2,11 +2,14 @@
 
     KONDUKTOR_E2E_KUBECONFIG=~/.kube/gpu KONDUKTOR_E2E_CONFIG=config.yaml .venv/bin/pytest e2e
 runs it against a real cluster where `konduktor-install up config.yaml` has been run; without them it runs
-`up examples/config.yaml` on the simulated cluster first (what CI does).
+`up examples/config.yaml` on the simulated cluster first (what CI does). The burn-in runs at
+KONDUKTOR_E2E_BURNIN_LEVEL (default standard): on GPUs it measures them, on the simulated cluster the sim's
+GPU agent answers for healthy GPUs.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +30,8 @@ from konduktor.waiting import wait_until
 @dataclass
 class Platform:
     kube: Kube
+    kubeconfig: Path
+    config_path: Path
     config: Config
 
 
@@ -34,8 +39,8 @@ class Platform:
 def platform(request: pytest.FixtureRequest) -> Iterator[Platform]:
     kubeconfig = os.environ.get("KONDUKTOR_E2E_KUBECONFIG")
     if kubeconfig:
-        config = load_config(Path(os.environ.get("KONDUKTOR_E2E_CONFIG", str(EXAMPLE)))).config
-        kube = Kube(Path(kubeconfig))
+        config_path = Path(os.environ.get("KONDUKTOR_E2E_CONFIG", str(EXAMPLE)))
+        kubeconfig_path = Path(kubeconfig)
     else:
         sim = request.getfixturevalue("sim")
         saved = os.environ.pop("KUBECONFIG", None)
@@ -44,9 +49,10 @@ def platform(request: pytest.FixtureRequest) -> Iterator[Platform]:
         finally:
             if saved is not None:
                 os.environ["KUBECONFIG"] = saved
-        config, kube = load_config(EXAMPLE).config, Kube(sim.kubeconfig)
+        config_path, kubeconfig_path = EXAMPLE, sim.kubeconfig
+    kube = Kube(kubeconfig_path)
     try:
-        yield Platform(kube, config)
+        yield Platform(kube, kubeconfig_path, config_path, load_config(config_path).config)
     finally:
         kube.close()
 
@@ -96,3 +102,14 @@ def test_admission_policies_are_installed(platform: Platform) -> None:
         for p in platform.kube.list("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding")
     }
     assert {"konduktor-gpu-through-localqueue", "konduktor-gpu-in-team-namespaces"} <= names
+
+
+def test_every_gpu_node_passes_burn_in(platform: Platform, capsys: pytest.CaptureFixture[str]) -> None:
+    level = os.environ.get("KONDUKTOR_E2E_BURNIN_LEVEL", "standard")
+    args = ["burnin", str(platform.config_path), "--level", level, "-o", "json"]
+    code = main([*args, "--kubeconfig", str(platform.kubeconfig)])
+    report = json.loads(capsys.readouterr().out)
+    unfit = {n["node"]: n["verdict"] for n in report["nodes"] if n["verdict"] not in ("PASS", "WARN", "SKIPPED")}
+    assert (code, unfit) == (0, {})
+    gpu_nodes = sum(t.nodes for t in platform.config.gpu_types.values())
+    assert len(report["nodes"]) == gpu_nodes
