@@ -37,7 +37,7 @@ from konduktor.controller.decide import (
     UpdateNode,
 )
 from konduktor.controller.leader import LEASE_API, LEASE_NAME
-from konduktor.controller.loop import CURSOR_ANNOTATION, HealthController
+from konduktor.controller.loop import BREAKER_ANNOTATION, CURSOR_ANNOTATION, HealthController
 from konduktor.controller.nodes import NodeEvent, list_nodes
 from konduktor.controller.requalification import REQUALIFICATION_LABEL
 from konduktor.controller.server import HealthServer
@@ -714,3 +714,49 @@ def test_a_gpu_condition_set_by_another_tool_quarantines_once(kube: Kube) -> Non
         assert health_taints(node(kube, "gpu-h100-0000")) == []
     finally:
         condition({})  # an apply that names no condition removes the other tool's
+
+
+def test_a_tripped_breaker_outlives_a_restart_until_an_operator_resets_it(
+    kube: Kube, loki: tuple[LokiApi, str]
+) -> None:
+    api, url = loki
+    tight = settings(loki=loki_settings(url), breaker=BreakerSettings(max_fraction=1, max_nodes=1))
+
+    def run_loop(name: str) -> tuple[HealthController, threading.Event, threading.Thread]:
+        health = controller(kube, tight, name=name)
+        stop = threading.Event()
+        loop = threading.Thread(target=health.run, args=(stop,))
+        loop.start()
+        wait_until(f"{name} to lead", lambda: health.leading, timeout=30)
+        return health, stop, loop
+
+    def tripped(health: HealthController) -> bool:
+        return health.metrics.sample("konduktor_quarantine_breaker_tripped") == 1
+
+    first, stop, loop = run_loop("first")
+    try:
+        api.add("gpu-h100-0000", XID_79)
+        api.add("gpu-h100-0001", XID_79, time.time_ns() + 1000)
+        wait_until("the breaker to trip", lambda: tripped(first), timeout=30)
+        lease = kube.get(LEASE_API, "Lease", LEASE_NAME, NAMESPACE)
+        assert lease is not None and BREAKER_ANNOTATION in lease["metadata"]["annotations"]
+    finally:
+        stop.set()
+        loop.join(timeout=30)
+
+    # A new process takes the lead: still tripped, so a new fault is reported but quarantines nothing.
+    second, stop, loop = run_loop("second")
+    try:
+        wait_until("the trip to be restored from the Lease", lambda: tripped(second), timeout=10)
+        api.add("gpu-h100-0002", XID_79)
+        wait_until("the fault to be reported", lambda: gpu_condition(node(kube, "gpu-h100-0002")) is not None, 30)
+        assert health_taints(node(kube, "gpu-h100-0002")) == []
+
+        # The operator resets the breaker by removing the trip from the Lease: the next fault is quarantined.
+        kube.patch(LEASE_API, "Lease", LEASE_NAME, {"metadata": {"annotations": {BREAKER_ANNOTATION: None}}}, NAMESPACE)
+        wait_until("the breaker to reset", lambda: not tripped(second), timeout=30)
+        api.add("gpu-h100-0003", XID_79)
+        wait_until("the next fault to be quarantined", lambda: bool(health_taints(node(kube, "gpu-h100-0003"))), 30)
+    finally:
+        stop.set()
+        loop.join(timeout=30)

@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import requests
 
@@ -43,6 +43,7 @@ from konduktor.controller.kernel_log import parse_line
 from konduktor.controller.leader import LeaderLease
 from konduktor.controller.logs import log
 from konduktor.controller.loki import LokiCursor, LokiSource
+from konduktor.controller.node_writes import timestamp
 from konduktor.controller.nodes import (
     NodeCache,
     NodeEvent,
@@ -60,6 +61,9 @@ from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
 
 CURSOR_ANNOTATION = "konduktor.ai/loki-cursor"
+# When the breaker tripped. It outlives restarts and leader changes; an operator resets the breaker by
+# removing it: kubectl annotate lease konduktor-health -n konduktor-system konduktor.ai/breaker-tripped-at-
+BREAKER_ANNOTATION = "konduktor.ai/breaker-tripped-at"
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
@@ -112,6 +116,7 @@ class HealthController:
         self._states: dict[str, tuple[str, bool, NodeState]] = {}
         self._known: set[str] = set()
         self._saved_cursor: str | None = None
+        self._trip_saved = False  # the Lease carries the breaker's trip, so its absence means a reset
         self._next_renewal = 0.0
 
     # --- entry points ---------------------------------------------------------------------------------------
@@ -158,19 +163,20 @@ class HealthController:
 
     # --- leadership -----------------------------------------------------------------------------------------
 
-    def _lead(self, cursor: str | None = None) -> bool:
+    def _lead(self, changes: dict[str, str] | None = None) -> bool:
         if self.lease is None:
             self.leading = True
             return True
-        # Only a replica already leading writes its cursor: a new leader has none of its own yet.
-        changes = {CURSOR_ANNOTATION: cursor} if self.leading and cursor is not None else None
+        # Only a replica already leading writes its state: a new leader has none of its own yet.
+        changes = changes if self.leading else None
         leading = self.lease.acquire_or_renew(changes)
         if leading and not self.leading:
             self.cursor = LokiCursor.decode(self.lease.annotations.get(CURSOR_ANNOTATION))
             self._saved_cursor = self.cursor.encode() if self.cursor else None
             self.breaker = None
         if leading and changes:
-            self._saved_cursor = cursor
+            self._saved_cursor = changes.get(CURSOR_ANNOTATION, self._saved_cursor)
+            self._trip_saved = self._trip_saved or BREAKER_ANNOTATION in changes
         self.leading = leading
         self._next_renewal = time.monotonic() + self.settings.lease_seconds / 3
         return leading
@@ -225,8 +231,7 @@ class HealthController:
         fresh = [s for s in signals if self.duplicates.admit(s.finding)]
         for found in fresh:
             self.metrics.fault(found.finding)
-        if self.breaker is None:
-            self.breaker = restore_breaker(states, self.settings.breaker, now)
+        self.breaker = self._breaker(states, now)
         plan = decide(
             [s.finding for s in fresh], states, self.breaker, self.settings, now, [r.verdict for r in results]
         )
@@ -246,9 +251,26 @@ class HealthController:
         if cursor is not None and not outcome.failed:
             self.cursor = cursor
             if self.lease is not None and cursor.encode() != self._saved_cursor:
-                self._lead(cursor.encode())
+                self._lead({CURSOR_ANNOTATION: cursor.encode()})
+        if self.lease is not None and plan.breaker.tripped_at is not None and not self._trip_saved:
+            self._lead({BREAKER_ANNOTATION: timestamp(plan.breaker.tripped_at)})
         self._report_state(now)
         return plan
+
+    def _breaker(self, states: dict[str, NodeState], now: float) -> BreakerState:
+        """The breaker as it stands: counted again from the nodes on taking the lead, tripped if the Lease says
+        so; reset when an operator removed the trip from the Lease."""
+        tripped = self.lease.annotations.get(BREAKER_ANNOTATION) if self.lease is not None else None
+        if self.breaker is None:
+            restored = restore_breaker(states, self.settings.breaker, now)
+            tripped_at = parse_time(tripped)
+            self._trip_saved = tripped_at is not None
+            return restored if tripped_at is None else replace(restored, tripped_at=tripped_at)
+        if self.breaker.tripped and self._trip_saved and tripped is None:
+            log(logging.WARNING, "circuit breaker reset: the trip was removed from the Lease; quarantining resumes")
+            self._trip_saved = False
+            return BreakerState()
+        return self.breaker
 
     def _lost_gpu_signals(self, states: dict[str, NodeState], now: float) -> list[Signal]:
         signals = []
