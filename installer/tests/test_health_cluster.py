@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import Sim
+from conftest import Sim, patch_node
 from loki_api import LokiApi
 from ruamel.yaml import YAML
 
@@ -49,7 +49,7 @@ from konduktor.controller.settings import (
     RequalificationSettings,
 )
 from konduktor.errors import KonduktorError
-from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.client import Kube
 from konduktor.sim.cluster import free_port
 from konduktor.sim.gpus import FAULTS_ANNOTATION
 from konduktor.sim.tools import Toolbox
@@ -114,21 +114,6 @@ def set_allocatable(kube: Kube, name: str, gpus: int) -> None:
         },
         field_manager=TEST_MANAGER,
     )
-
-
-def patch_node(kube: Kube, name: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-    """A conditional merge patch computed from a fresh read, retried on conflict."""
-    for _ in range(10):
-        current = node(kube, name)
-        patch = change(current)
-        patch.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
-        try:
-            kube.patch("v1", "Node", name, patch)
-            return
-        except ApiError as problem:
-            if problem.status != 409:
-                raise
-    raise AssertionError(f"could not patch {name}")
 
 
 def reset_node(kube: Kube, name: str) -> None:

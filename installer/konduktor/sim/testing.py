@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,28 +43,35 @@ def installer_events(kube: Kube) -> list[dict[str, Any]]:
     return [e for e in events if e.get("source", {}).get("component") == "konduktor-install"]
 
 
+def patch_node(kube: Kube, name: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """A conditional merge patch computed from a fresh read of the Node, retried on conflict."""
+    for _ in range(10):
+        current = kube.get("v1", "Node", name)
+        assert current is not None, f"no node {name}"
+        patch = change(current)
+        patch.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
+        try:
+            kube.patch("v1", "Node", name, patch)
+            return
+        except ApiError as problem:
+            if problem.status != 409:
+                raise
+    raise AssertionError(f"could not patch {name}")
+
+
 def release_nodes(kube: Kube, names: Sequence[str]) -> None:
     """Leave nodes as the other tests expect them: no health taint, annotation or condition, no injected GPU
     fault, no quarantine Event."""
     annotations = (QUARANTINED_AT, QUARANTINE_REASON, REQUALIFIED_AT, REQUALIFICATION_RESULT)
     for name in names:
-        for _ in range(10):
-            current = kube.get("v1", "Node", name)
-            assert current is not None
-            taints = current["spec"].get("taints", [])
-            patch = {
-                "metadata": {
-                    "resourceVersion": current["metadata"]["resourceVersion"],
-                    "annotations": dict.fromkeys((*annotations, FAULTS_ANNOTATION, LOGS_ANNOTATION)),
-                },
-                "spec": {"taints": [t for t in taints if t["key"] != HEALTH_TAINT_KEY]},
-            }
-            try:
-                kube.patch("v1", "Node", name, patch)
-                break
-            except ApiError as problem:
-                if problem.status != 409:
-                    raise
+        patch_node(
+            kube,
+            name,
+            lambda node: {
+                "metadata": {"annotations": dict.fromkeys((*annotations, FAULTS_ANNOTATION, LOGS_ANNOTATION))},
+                "spec": {"taints": [t for t in node["spec"].get("taints", []) if t["key"] != HEALTH_TAINT_KEY]},
+            },
+        )
         # An apply that names no condition removes the one this manager set.
         kube.apply_status(
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {}}, "konduktor-health"
