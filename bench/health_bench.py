@@ -1,0 +1,455 @@
+"""Health controller figures on the simulated cluster with many fake GPU nodes: fault-to-taint latency of the Node
+watch signal (a lost GPU) and of the Loki signal (an Xid 79 line), a burst of simultaneous faults, API writes per
+fault and per duplicate, and the controller's memory.
+
+    .venv/bin/python bench/health_bench.py [--nodes 1000,5000] [--samples 60] [--log-samples 40] [--poll 1]
+                                           [--burst 200] [--duplicates 1000]
+
+For each node count: a new sim cluster `bench-health` (COUNT x 8 H100) whose kube-apiserver keeps an audit log of
+writes; `konduktor-health run` as a subprocess against it; a Loki query_range server in this process; taints seen
+through a Node watch in this process. Runs in its own state directory (tools come from the shared cache) and
+removes its clusters afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ["KONDUKTOR_STATE"] = tempfile.mkdtemp(prefix="konduktor-bench-")
+# kwokctl reads it when it creates a cluster: kube-apiserver then logs the requests the policy selects.
+os.environ["KWOK_KUBE_AUDIT_POLICY"] = os.path.join(os.environ["KONDUKTOR_STATE"], "audit-policy.yaml")
+# The Loki query_range server is the one the health controller's tests use.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "installer" / "tests"))
+
+import requests
+from loki_api import LokiApi
+from ruamel.yaml import YAML
+
+from konduktor.controller.decide import TAINT_KEY, TAINT_VALUE
+from konduktor.controller.settings import BreakerSettings, GpuTypeSettings, HealthSettings, LokiSettings
+from konduktor.kube.client import ApiError, Kube
+from konduktor.sim.cluster import SimCluster, SimSpec, free_port, tail
+from konduktor.sim.nodes import PRODUCTS, node_name, parse_nodes_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+STATE = Path(os.environ["KONDUKTOR_STATE"])
+AUDIT_POLICY = Path(os.environ["KWOK_KUBE_AUDIT_POLICY"])
+CLUSTER = "bench-health"
+NAMESPACE = "konduktor-health-bench"  # the controller's Lease
+GPUS = 8
+BENCH_AGENT = "konduktor-health-bench"  # this process's requests, told apart from the controller's in the audit log
+WRITE_VERBS = {"create", "update", "patch", "delete"}
+XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
+WATCH_GOAL = 0.5
+RSS_GOAL_MIB = 150
+REST_SECONDS = 10
+
+POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: None
+    namespaces: [kube-node-lease]
+  - level: Metadata
+    verbs: [create, update, patch, delete]
+    resources:
+      - {group: "", resources: [nodes, nodes/status, events]}
+      - {group: coordination.k8s.io, resources: [leases]}
+      - {group: batch, resources: [jobs]}
+  - level: None
+"""
+
+
+# --- observing the cluster ----------------------------------------------------------------------------------------
+
+
+class TaintWatch:
+    """When this process first saw each node carry the quarantine taint, from a Node watch."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.seen: dict[str, float] = {}
+        self.changed = threading.Condition()
+        self._stream: Any = None
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="taint-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping = True
+        if self._stream is not None:
+            self._stream.close()
+        self._thread.join(timeout=10)
+
+    def wait(self, names: Sequence[str], timeout: float = 60) -> dict[str, float]:
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not all(name in self.seen for name in names):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    missing = [n for n in names if n not in self.seen]
+                    raise TimeoutError(f"{len(missing)} nodes not tainted after {timeout:.0f}s: {missing[:5]}")
+                self.changed.wait(left)
+            return {name: self.seen[name] for name in names}
+
+    def _note(self, node: dict[str, Any], at: float) -> None:
+        taints = node.get("spec", {}).get("taints") or []
+        if any(t.get("key") == TAINT_KEY and t.get("value") == TAINT_VALUE for t in taints):
+            with self.changed:
+                self.seen.setdefault(node["metadata"]["name"], at)
+                self.changed.notify_all()
+
+    def _run(self) -> None:
+        version: str | None = None
+        while not self._stopping:
+            try:
+                if version is None:
+                    listing = self.kube.request("GET", "/api/v1/nodes")
+                    version = listing["metadata"]["resourceVersion"]
+                    for node in listing["items"]:
+                        self._note(node, time.monotonic())
+                self._stream = self.kube.watch("v1", "Node", version)
+                for event in self._stream:
+                    version = event["object"]["metadata"]["resourceVersion"]
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        self._note(event["object"], time.monotonic())
+            except ApiError as problem:
+                if self._stopping:
+                    return
+                if problem.status == 410:
+                    version = None
+                time.sleep(0.1)
+
+
+class AuditLog:
+    """The controller's writes, from kube-apiserver's audit log (it sends the Python client's User-Agent)."""
+
+    def __init__(self, path: Path, agent: str) -> None:
+        self.path = path
+        self.agent = agent
+
+    def mark(self) -> int:
+        return self.path.stat().st_size
+
+    def writes_since(self, offset: int) -> Counter[str]:
+        """Write requests by resource (`nodes`, `nodes/status`, `events`, `leases`), failed ones as `...:409`."""
+        counts: Counter[str] = Counter()
+        with self.path.open("rb") as handle:
+            handle.seek(offset)
+            for raw in handle:
+                entry = json.loads(raw)
+                if entry.get("userAgent") != self.agent or entry.get("verb") not in WRITE_VERBS:
+                    continue
+                ref = entry.get("objectRef", {})
+                resource = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+                code = entry.get("responseStatus", {}).get("code", 0)
+                counts[resource if code < 400 else f"{resource}:{code}"] += 1
+        return counts
+
+
+class Controller:
+    """`konduktor-health run` as its own process, as in the cluster."""
+
+    def __init__(self, kubeconfig: Path, config: Path, log: Path) -> None:
+        self.port = free_port()
+        self.log = log
+        with log.open("wb") as output:
+            self.process = subprocess.Popen(
+                [str(ROOT / ".venv" / "bin" / "konduktor-health"), "run", "--kubeconfig", str(kubeconfig),
+                 "--config", str(config), "--lease-namespace", NAMESPACE, "--port", str(self.port)],
+                stdout=output, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+    def metric(self, name: str) -> float | None:
+        try:
+            text = requests.get(f"http://127.0.0.1:{self.port}/metrics", timeout=5).text
+        except requests.RequestException:
+            return None
+        found = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
+        return float(found[1]) if found else None
+
+    def wait_synced(self, nodes: int, timeout: float = 300) -> float:
+        """Seconds until the controller leads and has judged every GPU node once."""
+        started = time.monotonic()
+        while self.metric("konduktor_gpu_nodes") != nodes:
+            if self.process.poll() is not None or time.monotonic() - started > timeout:
+                raise RuntimeError(f"controller not synced (exit {self.process.poll()}):\n{tail(self.log, 30)}")
+            time.sleep(0.2)
+        return time.monotonic() - started
+
+    def memory_mib(self) -> tuple[float, float]:
+        """Resident set now and at its peak."""
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        kib = {key: int(value.split()[0]) for key, value in re.findall(r"^(VmRSS|VmHWM):\s+(.+)$", status, re.M)}
+        return kib["VmRSS"] / 1024, kib["VmHWM"] / 1024
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(") ", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def cpu_share(self, seconds: float) -> float:
+        """Cores used over the next `seconds`."""
+        before = self.cpu_seconds()
+        time.sleep(seconds)
+        return (self.cpu_seconds() - before) / seconds
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+# --- the runs -----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Figures:
+    nodes: int
+    poll: float
+    sim_up: float = 0.0
+    synced: float = 0.0
+    watch: list[float] = field(default_factory=list)
+    log: list[float] = field(default_factory=list)
+    burst: list[float] = field(default_factory=list)
+    burst_inject: float = 0.0
+    burst_last: float = 0.0
+    faults: int = 0
+    fault_writes: Counter[str] = field(default_factory=Counter)
+    duplicates: int = 0
+    duplicate_writes: Counter[str] = field(default_factory=Counter)
+    lease_writes_per_s: float = 0.0
+    rss_synced: float = 0.0
+    rss_after: float = 0.0
+    rss_peak: float = 0.0
+    cpu: float = 0.0
+    cpu_rest: float = 0.0
+    run_seconds: float = 0.0
+
+
+def lose_gpu(kube: Kube, name: str) -> None:
+    """What the device plugin reports when a GPU falls off the bus: allocatable below the type's count."""
+    kube.patch("v1", "Node", name, {"status": {"allocatable": {"nvidia.com/gpu": str(GPUS - 1)}}}, subresource="status")
+
+
+def health_settings(loki_url: str, poll: float, nodes: int) -> HealthSettings:
+    return HealthSettings(
+        gpu_lost_grace_seconds=0,
+        cooldown_seconds=86400,  # no requalification burn-ins during the run
+        # Every fault of the run is a new quarantine inside one window: the breaker must let them all through.
+        breaker=BreakerSettings(max_fraction=1, max_nodes=nodes),
+        gpu_types={"h100": GpuTypeSettings(product=PRODUCTS["H100"], gpus_per_node=GPUS)},
+        loki=LokiSettings(url=loki_url, query='{job="kernel"} |~ "NVRM: Xid|SXid"', node_label="node"),
+        poll_seconds=poll,
+    )
+
+
+@dataclass
+class Bench:
+    """One node count's cluster, controller and observers."""
+
+    kube: Kube
+    loki: LokiApi
+    watch: TaintWatch
+    audit: AuditLog
+    poll: float
+    rng: random.Random
+
+    def lost_gpus(self, names: Sequence[str]) -> list[float]:
+        latencies = []
+        for name in names:  # one fresh node per sample: only a passing burn-in lifts the taint
+            at = time.monotonic()
+            lose_gpu(self.kube, name)
+            latencies.append(self.watch.wait([name])[name] - at)
+            time.sleep(self.rng.uniform(0.2, 0.8))
+        return latencies
+
+    def xid_lines(self, names: Sequence[str]) -> list[float]:
+        latencies = []
+        for name in names:
+            # Spaced at random against the poll, so the samples cover every phase of it.
+            time.sleep(self.rng.uniform(0.2, 1.2) * self.poll)
+            at = time.monotonic()
+            self.loki.add(name, f"[{time.time():.6f}] {XID_79}")
+            latencies.append(self.watch.wait([name], timeout=30 + 3 * self.poll)[name] - at)
+        return latencies
+
+    def burst(self, names: Sequence[str], figures: Figures) -> None:
+        at: dict[str, float] = {}
+
+        def inject(name: str) -> None:
+            at[name] = time.monotonic()
+            lose_gpu(self.kube, name)
+
+        first = time.monotonic()
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(inject, names))
+        figures.burst_inject = time.monotonic() - first
+        seen = self.watch.wait(names, timeout=300)
+        figures.burst = [seen[name] - at[name] for name in names]
+        figures.burst_last = max(seen.values()) - first
+
+    def duplicates(self, name: str, repeats: int) -> None:
+        """The same line a driver keeps printing, for a node it quarantined a moment ago; returns once read."""
+        line = f"[{time.time():.6f}] {XID_79}"
+        base = time.time_ns()
+        last = max(self.loki.add(name, line, base + k * 1000) for k in range(repeats))
+        deadline = time.monotonic() + 60
+        while not any(int(q["end"]) > last for q in list(self.loki.queries)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def settle(self) -> None:
+        """The condition and the Event follow each taint; a read takes up to a poll."""
+        time.sleep(2 * self.poll + 1)
+
+
+def write_config(path: Path, settings: HealthSettings) -> Path:
+    with path.open("w") as handle:
+        YAML(typ="safe").dump(settings.model_dump(mode="json", exclude_none=True), handle)
+    return path
+
+
+def run(count: int, args: argparse.Namespace) -> Figures:
+    figures = Figures(count, args.poll)
+    names = [node_name(pool, i) for pool in parse_nodes_spec(f"{count}x{GPUS}:H100") for i in range(pool.count)]
+    samples, log_samples = min(args.samples, count // 4), min(args.log_samples, count // 4)
+    watch_nodes, log_nodes = names[:samples], names[samples : samples + log_samples]
+    burst_nodes = names[samples + log_samples :][: args.burst]
+
+    started = time.monotonic()
+    cluster = SimCluster(
+        CLUSTER, progress=lambda m: print(f"  [{time.monotonic() - started:6.1f}s] {m}", file=sys.stderr)
+    )
+    cluster.up(SimSpec(pools=parse_nodes_spec(f"{count}x{GPUS}:H100")))
+    figures.sim_up = time.monotonic() - started
+    kube = Kube(cluster.kubeconfig)
+    audit = AuditLog(cluster.cluster_dir / "logs" / "audit.log", kube.api.user_agent)
+    kube.api.user_agent = BENCH_AGENT
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    loki = LokiApi()
+    server = loki.serve()
+    loki_url = f"http://127.0.0.1:{server.server_address[1]}"
+    config = write_config(STATE / f"health-{count}.yaml", health_settings(loki_url, args.poll, count))
+    watch = TaintWatch(kube)
+    watch.start()
+    bench = Bench(kube, loki, watch, audit, args.poll, random.Random(count))
+    controller = Controller(cluster.kubeconfig, config, STATE / f"controller-{count}.log")
+    try:
+        figures.synced = controller.wait_synced(count)
+        figures.rss_synced, _ = controller.memory_mib()
+        figures.cpu_rest = controller.cpu_share(REST_SECONDS)
+        cpu_start, run_start, start_mark = controller.cpu_seconds(), time.monotonic(), audit.mark()
+
+        figures.watch = bench.lost_gpus(watch_nodes)
+        figures.log = bench.xid_lines(log_nodes)
+        bench.burst(burst_nodes, figures)
+        bench.settle()
+        figures.faults = len(watch_nodes) + len(log_nodes) + len(burst_nodes)
+        figures.fault_writes = audit.writes_since(start_mark)
+
+        duplicate_mark = audit.mark()
+        bench.duplicates(log_nodes[0], args.duplicates)
+        bench.settle()
+        figures.duplicates = args.duplicates
+        figures.duplicate_writes = audit.writes_since(duplicate_mark)
+
+        figures.run_seconds = time.monotonic() - run_start
+        figures.cpu = controller.cpu_seconds() - cpu_start
+        figures.rss_after, figures.rss_peak = controller.memory_mib()
+        figures.lease_writes_per_s = audit.writes_since(start_mark)["leases"] / figures.run_seconds
+        for counts in (figures.fault_writes, figures.duplicate_writes):
+            for key in [k for k in counts if k.startswith("leases")]:
+                del counts[key]
+    finally:
+        controller.stop()
+        watch.stop()
+        server.shutdown()
+        server.server_close()
+        kube.close()
+        cluster.down()
+    return figures
+
+
+# --- the report ---------------------------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def spread(values: Sequence[float]) -> str:
+    return " ".join(f"{percentile(values, q):7.3f}" for q in (0.5, 0.99, 1.0))
+
+
+def report(f: Figures) -> None:
+    node_writes = f.fault_writes["nodes"] + f.fault_writes["nodes/status"]
+    conflicts = sum(v for k, v in f.fault_writes.items() if ":" in k)
+    duplicate_writes = sum(f.duplicate_writes.values())
+    rate = len(f.burst) / f.burst_last if f.burst_last else 0.0
+    print(f"\n{f.nodes} GPU nodes x {GPUS} H100 (sim up {f.sim_up:.1f} s; controller synced in {f.synced:.1f} s)")
+    print(f"  {'figure':<52} {'p50 s':>7} {'p99 s':>7} {'max s':>7}   goal")
+    print(f"  {f'lost GPU -> taint (watch), {len(f.watch)} samples':<52} {spread(f.watch)}   p99 <= {WATCH_GOAL} s")
+    print(
+        f"  {f'Xid 79 line -> taint (Loki, poll {f.poll:g} s), {len(f.log)} samples':<52} {spread(f.log)}"
+        f"   p99 <= {f.poll + 1:g} s (poll + 1 s)"
+    )
+    print(f"  {f'burst of {len(f.burst)} lost GPUs, each fault -> taint':<52} {spread(f.burst)}")
+    print(
+        f"  burst: injected in {f.burst_inject:.2f} s, last taint {f.burst_last:.2f} s after the first fault: "
+        f"{rate:.0f} nodes quarantined/s"
+    )
+    print(
+        f"  API writes per fault ({f.faults} faults): {node_writes / f.faults:.2f} node "
+        f"(patch {f.fault_writes['nodes']}, status {f.fault_writes['nodes/status']}) + "
+        f"{f.fault_writes['events'] / f.faults:.2f} Event; conflicts {conflicts}   goal <= 2 + 1 Event"
+    )
+    print(f"  API writes for {f.duplicates} duplicate lines: {duplicate_writes} {dict(f.duplicate_writes)}   goal 0")
+    print(f"  Lease writes (renewal + Loki cursor): {f.lease_writes_per_s:.2f}/s")
+    print(
+        f"  controller RSS: {f.rss_synced:.0f} MiB after the initial list, {f.rss_after:.0f} MiB after the runs "
+        f"(peak {f.rss_peak:.0f} MiB)   goal <= {RSS_GOAL_MIB} MiB at 5,000 nodes"
+    )
+    print(
+        f"  controller CPU: {100 * f.cpu_rest:.0f}% of a core with no faults ({REST_SECONDS} s after the list), "
+        f"{f.cpu:.1f} s over the {f.run_seconds:.0f} s of runs ({100 * f.cpu / f.run_seconds:.0f}%)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", default="1000,5000", help="comma-separated node counts (default 1000,5000)")
+    parser.add_argument("--samples", type=int, default=60, help="lost-GPU samples per node count")
+    parser.add_argument("--log-samples", type=int, default=40, help="Xid 79 log line samples per node count")
+    parser.add_argument("--poll", type=float, default=1.0, help="the controller's poll_seconds")
+    parser.add_argument("--burst", type=int, default=200, help="simultaneous lost GPUs")
+    parser.add_argument("--duplicates", type=int, default=1000, help="repeats of an Xid line already acted on")
+    args = parser.parse_args()
+    AUDIT_POLICY.write_text(POLICY)
+    for count in (int(part) for part in args.nodes.split(",")):
+        report(run(count, args))
+
+
+if __name__ == "__main__":
+    main()
