@@ -8,6 +8,7 @@ import tempfile
 # Set before any test imports code that reads it: clusters started by tests never touch the user's own.
 os.environ.setdefault("KONDUKTOR_STATE", tempfile.mkdtemp(prefix="konduktor-test-state-"))
 
-from konduktor.sim.testing import EXAMPLE, Sim, installer_events, patch_node, release_nodes, sim
+from konduktor.sim.testing import EXAMPLE, Sim, sim
 
-__all__ = ["EXAMPLE", "Sim", "installer_events", "patch_node", "release_nodes", "sim"]
+# Test modules import only these from `conftest`: pytest loads e2e/conftest.py under the same module name.
+__all__ = ["EXAMPLE", "Sim", "sim"]

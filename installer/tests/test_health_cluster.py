@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import Sim, patch_node
+from conftest import Sim
 from loki_api import LokiApi
 from ruamel.yaml import YAML
 
@@ -52,6 +52,7 @@ from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
 from konduktor.sim.cluster import free_port
 from konduktor.sim.gpus import FAULTS_ANNOTATION
+from konduktor.sim.testing import patch_node
 from konduktor.sim.tools import Toolbox
 from konduktor.waiting import wait_until
 
