@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXAMPLE, Sim, installer_events, release_nodes
+from conftest import EXAMPLE, Sim
 
-from konduktor.burnin.manifests import RUN_LABEL, node_job_name, scripts_configmap_name
+from konduktor.burnin.manifests import RUN_LABEL, node_job_name, scripts_configmap_name, taint_tolerations
 from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, Verdict
 from konduktor.burnin.tiers import options_for_tier
 from konduktor.burnin.verdict import NodeEvidence, judge_node
@@ -40,7 +40,6 @@ from konduktor.cli.burnin_run import (
     pod_problem,
     quarantine_plan,
     select_targets,
-    taint_tolerations,
 )
 from konduktor.cli.main import main
 from konduktor.config.load import load_config
@@ -59,6 +58,7 @@ from konduktor.controller.node_writes import node_patch
 from konduktor.errors import UsageError
 from konduktor.kube.client import Kube
 from konduktor.sim.gpus import FAULTS_ANNOTATION, LOGS_ANNOTATION
+from konduktor.sim.testing import installer_events, release_nodes
 from konduktor.waiting import wait_until
 
 DATA = Path(__file__).parent / "data" / "burnin"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from quota_samples import EXAMPLES, config, seed
+from ruamel.yaml import YAML
 
 from konduktor.config import ConfigError, load_config, parse_config
 from konduktor.config.capacity import pool_share, share_for
@@ -15,6 +16,7 @@ from konduktor.config.pools import node_pools, topology_levels
 from konduktor.config.quantity import format_cpu, format_memory, parse_quantity
 from konduktor.config.schema import SCHEMA_FILE, config_schema, config_schema_text
 from konduktor.errors import UsageError
+from konduktor.helm.release import CHARTS
 from konduktor.quotas.manifests import to_yaml
 from konduktor.sim.nodes import node_manifests
 
@@ -173,7 +175,37 @@ def test_config_bad_gang_timeout(value: str) -> None:
 def test_config_preflight_inventory_is_optional_down_to_its_fields() -> None:
     assert parse_config(VALID).config.preflight.nodes is None
     nodes = parse_config(VALID + "preflight: {nodes: {ssh: {}}}\n").config.preflight.nodes
-    assert nodes is not None and (nodes.ssh.user, nodes.ssh.key, nodes.ssh.port, nodes.ssh.hosts) == (None,) * 4
+    assert nodes is not None and nodes.ssh is not None and nodes.pod is None
+    assert (nodes.ssh.user, nodes.ssh.key, nodes.ssh.port, nodes.ssh.hosts) == (None,) * 4
+
+
+def test_config_preflight_pods_default_to_the_charts_image_in_konduktor_system() -> None:
+    nodes = parse_config(VALID + "preflight: {nodes: {pod: {}}}\n").config.preflight.nodes
+    assert nodes is not None and nodes.ssh is None and nodes.pod is not None
+    values = YAML(typ="safe").load((CHARTS / "konduktor-core" / "values.yaml").read_text())
+    chart = YAML(typ="safe").load((CHARTS / "konduktor-core" / "Chart.yaml").read_text())
+    # What the chart runs for the health controller: that image holds konduktor-install too.
+    assert nodes.pod.image == f"{values['controller']['image']['repository']}:{chart['appVersion']}"
+    assert nodes.pod.namespace == "konduktor-system"
+    custom = parse_config(VALID + "preflight: {nodes: {pod: {image: reg.local/k:1, namespace: ops}}}\n")
+    assert custom.config.preflight.nodes is not None
+    pod = custom.config.preflight.nodes.pod
+    assert pod is not None and (pod.image, pod.namespace) == ("reg.local/k:1", "ops")
+
+
+def test_config_preflight_nodes_take_exactly_one_of_ssh_and_pod() -> None:
+    assert errors_of(VALID + "preflight:\n  nodes:\n    ssh: {}\n    pod: {}\n") == [
+        "config.yaml:24: preflight.nodes: set either ssh or pod, not both: they are two ways to run the same checks"
+    ]
+    assert errors_of(VALID + "preflight:\n  nodes: {}\n") == [
+        "config.yaml:24: preflight.nodes: set ssh (check the hosts over SSH) or pod (check them from a pod on each "
+        "node)"
+    ]
+    assert errors_of(VALID + "preflight:\n  nodes:\n    pod: {namespace: Ops_NS, image: ''}\n") == [
+        "config.yaml:25: preflight.nodes.pod.image: must not be empty",
+        "config.yaml:25: preflight.nodes.pod.namespace: 'Ops_NS' is not a namespace name (lowercase letters, "
+        "digits and '-', at most 63)",
+    ]
 
 
 def test_config_preflight_inventory_errors_carry_their_lines() -> None:
@@ -198,9 +230,10 @@ def test_config_preflight_inventory_errors_carry_their_lines() -> None:
         "config.yaml:25: preflight.nodes.ssh.port: must be >= 1",
         "config.yaml:25: preflight.nodes.ssh.hosts: must have at least 1 entry",
     ]
-    assert errors_of(VALID + "preflight:\n  nodes: {sssh: {}}\n") == [
-        "config.yaml:24: preflight.nodes.ssh: required but missing",
-        "config.yaml:24: preflight.nodes.sssh: unknown key",
+    with pytest.raises(ConfigError) as raised:
+        parse_config(VALID + "preflight:\n  nodes: {sssh: {}}\n", "config.yaml")
+    assert [(f.located("config.yaml"), f.hint) for f in raised.value.findings] == [
+        ("config.yaml:24: preflight.nodes.sssh: unknown key", "did you mean 'ssh'?")
     ]
 
 

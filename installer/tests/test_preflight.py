@@ -5,23 +5,33 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import re
+import subprocess
+import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import testinfra
 from conftest import EXAMPLE, Sim
 from ruamel.yaml import YAML
 
+from konduktor.cli.burnin_run import JobPhase, JobState
 from konduktor.cli.main import main
 from konduktor.cli.preflight import expectations_for, host_checks, open_host, pinned_versions, ssh_inventory
+from konduktor.cli.preflight_pods import node_result, pod_checks
 from konduktor.config.findings import ConfigError
 from konduktor.config.load import LoadedConfig, load_config, parse_config
+from konduktor.config.model import NodeCheckPods
 from konduktor.controller.decide import QUARANTINED_AT, TAINT_KEY
 from konduktor.errors import UsageError
+from konduktor.kube.client import ApiError, Kube
 from konduktor.preflight.cluster import (
     ClusterFacts,
     CrdFacts,
@@ -36,9 +46,19 @@ from konduktor.preflight.cluster import (
     judge_taints,
     node_facts,
 )
+from konduktor.preflight.host_namespaces import UNREACHABLE_HINT, HostNamespaces
 from konduktor.preflight.inventory import HostTarget, SshHosts, config_inventory
 from konduktor.preflight.node import NodeExpectations, Ran, run_node_checks
+from konduktor.preflight.pods import (
+    PodTarget,
+    UnreadableReport,
+    no_result,
+    node_check_command,
+    node_check_job,
+    read_node_report,
+)
 from konduktor.preflight.results import Check, PreflightReport, Status, render_json, render_table
+from konduktor.sim.agent import cri_log, logs_object
 
 RELEASE = ("konduktor-system", "konduktor")
 PINNED = {"kueue": "0.19.2", "gpu-operator": "v26.7.0", "kube-prometheus-stack": "88.5.3"}
@@ -688,3 +708,278 @@ def test_a_refused_read_skips_the_checks_that_need_it() -> None:
     assert skipped == {"gpu-nodes", "gpu-node-taints", "rdma", "quota-capacity"}
     assert by_name(checks, "gpu-nodes").summary == "cannot list nodes: GET /api/v1/nodes: 403 'forbidden'"
     assert by_name(checks, "kueue-crds").status is Status.PASS
+
+
+# --- node checks from a pod on each GPU node (preflight.nodes.pod) -----------------------------------------------
+
+
+KONDUKTOR_INSTALL = (sys.executable, "-c", "from konduktor.cli.main import run; run()")
+
+
+def pod_target(**extra: Any) -> PodTarget:
+    taints = (
+        {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+        {"key": TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"},
+        {"key": "vendor.example.com/repair", "value": "x", "effect": "NoExecute"},
+    )
+    return PodTarget(**{"node": "gpu-h100-0001", "hostname": "gpu-h100-0001.lab", "taints": taints, **extra})
+
+
+def test_the_preflight_job_is_privileged_pinned_and_asks_for_no_gpu() -> None:
+    target = pod_target(expect=NodeExpectations(gpus=8, rdma=True))
+    job = node_check_job("20260101-000000-ab12", target, "reg.local/konduktor:9", "ops", "konduktor-preflight")
+    spec = job["spec"]
+    assert (spec["backoffLimit"], spec["activeDeadlineSeconds"], spec["ttlSecondsAfterFinished"]) == (0, 300, 3600)
+    pod = spec["template"]["spec"]
+    assert pod["hostPID"] is True and pod["restartPolicy"] == "Never"
+    assert pod["serviceAccountName"] == "konduktor-preflight" and pod["automountServiceAccountToken"] is False
+    assert "nodeName" not in pod and "hostNetwork" not in pod
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-h100-0001.lab"]}]}
+    ]
+    assert pod["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists"},
+        {"key": TAINT_KEY, "operator": "Exists"},
+        {"key": "vendor.example.com/repair", "operator": "Exists", "effect": "NoExecute"},
+    ]
+    (container,) = pod["containers"]
+    assert container["image"] == "reg.local/konduktor:9"
+    assert container["command"] == [
+        *("konduktor-install", "preflight-node", "--in-host-namespaces", "--node", "gpu-h100-0001"),
+        *("-o", "json", "--gpus", "8", "--rdma"),
+    ]
+    security = container["securityContext"]
+    assert (security["privileged"], security["runAsUser"], security["readOnlyRootFilesystem"]) == (True, 0, True)
+    assert "nvidia.com/gpu" not in str(container["resources"]) and container["resources"]["requests"]["cpu"]
+    host = next(m for m in container["volumeMounts"] if m["mountPath"] == "/host")
+    assert host["readOnly"] is True
+    assert next(v for v in pod["volumes"] if v["name"] == host["name"])["hostPath"]["path"] == "/"
+    labels = spec["template"]["metadata"]["labels"]
+    assert job["metadata"]["labels"] == labels
+    assert labels["app.kubernetes.io/name"] == "konduktor-preflight"
+    assert labels["konduktor.ai/preflight-run"] == "20260101-000000-ab12"
+    assert labels["konduktor.ai/node"] == "gpu-h100-0001" and labels["app.kubernetes.io/managed-by"] == "konduktor"
+    why = json.loads(spec["template"]["metadata"]["annotations"]["konduktor.ai/privileges"])["node-checks"]
+    assert "nsenter" in why and "hostPID" in why and "no GPU" in why
+    # Without the account (no konduktor-core yet) the pod runs as the namespace's default; unknown GPUs, no flag.
+    bare = node_check_job("r1", pod_target(expect=NodeExpectations()), "i", "ops")["spec"]["template"]["spec"]
+    assert "serviceAccountName" not in bare and "--gpus" not in bare["containers"][0]["command"]
+
+
+def recorded_report(subject: str = "gpu-h100-0001") -> str:
+    checks = run_node_checks(RecordedHost(HEALTHY), subject, NodeExpectations(gpus=8))
+    return render_json(PreflightReport(tuple(checks)))
+
+
+def test_a_pods_report_becomes_the_nodes_checks() -> None:
+    expected = run_node_checks(RecordedHost(HEALTHY), "gpu-h100-0001", NodeExpectations(gpus=8))
+    assert read_node_report(recorded_report(), "gpu-h100-0001") == expected
+    # Kubernetes serves stderr in the same log: a warning around the report does not hide it.
+    noisy = "WARNING: something on stderr {not json}\n" + recorded_report() + "more stderr\n"
+    assert read_node_report(noisy, "gpu-h100-0001") == expected
+    # The report is held to the node the Job was pinned to, whatever the pod called itself.
+    assert {c.subject for c in read_node_report(recorded_report("localhost"), "gpu-h100-0001")} == {"gpu-h100-0001"}
+
+
+@pytest.mark.parametrize(
+    ("log", "why"),
+    [
+        (
+            "exec /usr/local/bin/konduktor-install: exec format error\n",
+            "no node report in the pod's log, which starts: exec /usr/local/bin/konduktor-install: exec format error",
+        ),
+        ('{"status": "PASS", "checks": []}\n', "the pod's report lists no checks"),
+        ('{"checks": [{"name": "kernel", "status": "GREAT", "summary": "x"}]}', "a check in the pod's report cannot"),
+        ('{"checks": [{"name": "kernel", "summary": "x"}]}', "a check in the pod's report cannot be read ('status')"),
+        ('{"checks": [{"name": "k", "status": "PASS", "summary": "x", "evidence": [1]}]}', "must be text"),
+        ('{"checks": [{"name": "kernel", "status": "PA', "no node report in the pod's log"),  # cut off
+    ],
+)
+def test_unreadable_pod_output_says_why(log: str, why: str) -> None:
+    with pytest.raises(UnreadableReport, match=re.escape(why)):
+        read_node_report(log, "n1")
+
+
+def test_a_node_without_a_result_fails_with_the_reasons_and_skips_the_rest() -> None:
+    checks = no_result("n1", ["the API served no log (x)", "not scheduled: 0/4 nodes"], "ops", "kp-job")
+    assert (checks[0].name, checks[0].status, checks[0].summary) == (
+        "host-reachable",
+        Status.FAIL,
+        "no result from the preflight pod",
+    )
+    assert checks[0].evidence == ("the API served no log (x)", "not scheduled: 0/4 nodes")
+    assert checks[0].hint == "kubectl -n ops describe job kp-job; kubectl -n ops logs job/kp-job"
+    assert {(c.status, c.summary) for c in checks[1:]} == {(Status.SKIPPED, "no result from the preflight pod")}
+    assert [c.name for c in checks] == [c.name for c in run_node_checks(RecordedHost(HEALTHY), "x", NodeExpectations())]
+
+
+def test_a_job_that_ran_past_its_deadline_says_so_without_a_pod() -> None:
+    failed = JobState(JobPhase.FAILED, "DeadlineExceeded: Job was active longer than specified deadline")
+    unused = cast(Kube, None)  # with no pod there is no log to ask the API for
+    (reachable, *_) = node_result(unused, "ops", "gpu-1", "kp-x", failed, None)
+    assert reachable.evidence == (
+        "the Job failed: DeadlineExceeded: Job was active longer than specified deadline",
+        "the Job has no pod: none was created, or it was removed when the Job failed",
+    )
+
+
+def test_no_gpu_node_to_check_from_a_pod_is_skipped_with_the_reason() -> None:
+    unused = cast(Kube, None)
+    [skipped] = pod_checks(unused, example().config, ClusterFacts("https://x"), NodeCheckPods(), lambda _: None)
+    assert (skipped.name, skipped.status) == ("preflight-pods", Status.SKIPPED)
+    assert skipped.summary == "no GPU host to check from a pod: the cluster has no node of the config's GPU types"
+
+
+def statuses(checks: list[Check]) -> dict[str, tuple[Status, str]]:
+    return {c.name: (c.status, c.summary) for c in checks}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="entering a process's namespaces (setns) needs root")
+@pytest.mark.parametrize("rdma", [False, True])
+def test_checks_through_nsenter_say_what_the_local_backend_says(rdma: bool) -> None:
+    """Real nsenter on this machine, into this test's own namespaces: every command, quoted as nsenter passes it
+    to the host's shell, gives what testinfra's local backend gives (no GPU here: FAIL or SKIPPED, with reasons)."""
+    expect = NodeExpectations(gpus=8, rdma=rdma)
+    through = run_node_checks(HostNamespaces(pid=os.getpid()), "local", expect, UNREACHABLE_HINT)
+    assert statuses(through) == statuses(run_node_checks(testinfra.get_host("local://"), "local", expect))
+    assert by_name(through, "host-reachable").status is Status.PASS
+    assert by_name(through, "nvidia-smi").status is Status.FAIL
+
+
+def test_without_privileges_the_pod_command_reports_nsenters_refusal() -> None:
+    """What a preflight pod prints when it lost its privileges: run as root without capabilities (or as this
+    unprivileged user), the command cannot enter PID 1's namespaces and says so in its report, exit 0."""
+    drop = ["setpriv", "--bounding-set=-all"] if os.geteuid() == 0 else []
+    command = [*drop, *KONDUKTOR_INSTALL, "preflight-node", "--in-host-namespaces"]
+    done = subprocess.run(
+        [*command, "--node", "gpu-9", "--gpus", "8", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    checks = read_node_report(done.stdout, "gpu-9")
+    reachable = by_name(checks, "host-reachable")
+    assert reachable.status is Status.FAIL and reachable.evidence[0].startswith("nsenter: ")
+    assert reachable.hint == UNREACHABLE_HINT
+    assert {c.status for c in checks[1:]} == {Status.SKIPPED}
+
+
+PREFLIGHT_NAMESPACE = "konduktor-preflight-test"
+SILENT = "gpu-h100-0003"  # its pod prints nothing
+
+
+def pod_mode_config(directory: Path) -> Path:
+    path = directory / "config.yaml"
+    path.write_text(EXAMPLE.read_text() + f"preflight:\n  nodes:\n    pod: {{namespace: {PREFLIGHT_NAMESPACE}}}\n")
+    return path
+
+
+def node_reports(nodes: list[str]) -> dict[str, tuple[list[str], str]]:
+    """Node -> (the command its preflight pod runs, what that command prints when run on this machine)."""
+    commands = {node: node_check_command(node, NodeExpectations(gpus=10)) for node in nodes}
+    running = {
+        node: subprocess.Popen([*KONDUKTOR_INSTALL, *command[1:]], stdout=subprocess.PIPE, text=True)
+        for node, command in commands.items()
+    }
+    return {node: (commands[node], process.communicate(timeout=60)[0]) for node, process in running.items()}
+
+
+class PodLogs(threading.Thread):
+    """Plays the kubelet for the preflight pods on the fake nodes: serves, as each pod's log, what its command
+    printed on this machine (through a kwok Logs object, read back by `preflight` through pods/log)."""
+
+    def __init__(self, kube: Kube, reports: dict[str, tuple[list[str], str]], directory: Path) -> None:
+        super().__init__(daemon=True)
+        self.kube, self.reports, self.directory = kube, reports, directory
+        self.stop = threading.Event()
+        self.served: set[str] = set()  # pod names
+        self.problems: list[str] = []
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.serve()
+            except ApiError as problem:
+                self.problems.append(problem.message)
+            self.stop.wait(0.2)
+
+    def serve(self) -> None:
+        selector = "app.kubernetes.io/name=konduktor-preflight"
+        for pod in self.kube.list("v1", "Pod", PREFLIGHT_NAMESPACE, label_selector=selector):
+            name, node = pod["metadata"]["name"], pod["spec"].get("nodeName")
+            if node is None or name in self.served or node not in self.reports:
+                continue
+            command, printed = self.reports[node]
+            if pod["spec"]["containers"][0]["command"] != command:
+                self.problems.append(f"{name} runs {pod['spec']['containers'][0]['command']}, not {command}")
+            log = self.directory / f"{name}.log"
+            log.write_text(cri_log(printed, datetime.now(UTC)))
+            self.kube.apply(logs_object(pod, {"node-checks": log}))
+            self.served.add(name)
+
+
+@pytest.fixture
+def pod_logs(sim: Sim, tmp_path: Path) -> Iterator[PodLogs]:
+    reset_nodes(sim)
+    reports = node_reports([f"gpu-h100-{i:04d}" for i in range(3)])  # not SILENT
+    kube = Kube(sim.kubeconfig)  # the thread's own client
+    server = PodLogs(kube, reports, tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop.set()
+        server.join()
+        kube.close()
+        sim.kube.delete("v1", "Namespace", PREFLIGHT_NAMESPACE)
+
+
+@pytest.mark.sim
+def test_preflight_pods_report_each_nodes_checks_and_a_silent_node_fails(
+    capsys: pytest.CaptureFixture[str], sim: Sim, pod_logs: PodLogs, tmp_path: Path
+) -> None:
+    """Jobs on the fake nodes, accepted by the API server and scheduled there; each pod's log is what the pod's
+    own command printed on this machine (no GPU: checks FAIL), read back through the API; exit 3."""
+    config = pod_mode_config(tmp_path)
+    code, out, err = preflight(capsys, sim, str(config), "-o", "json")
+    assert code == 3, err
+    assert not pod_logs.problems
+    reported = json.loads(out)["checks"]
+    for node, (_, printed) in pod_logs.reports.items():
+        mine = [c for c in reported if c["subject"] == node]
+        assert mine == json.loads(printed)["checks"]  # what the pod printed, as that node's checks
+        assert any(c["status"] == "FAIL" for c in mine)
+    silent = [c for c in reported if c["subject"] == SILENT]
+    assert (silent[0]["name"], silent[0]["status"], silent[0]["summary"]) == (
+        "host-reachable",
+        "FAIL",
+        "no result from the preflight pod",
+    )
+    assert silent[0]["evidence"][0].startswith("the API served no log (")
+    assert {c["status"] for c in silent[1:]} == {"SKIPPED"}
+    assert f"host-reachable ({SILENT})" in err
+
+    jobs = sim.kube.list("batch/v1", "Job", PREFLIGHT_NAMESPACE)
+    assert sorted(j["metadata"]["annotations"]["konduktor.ai/node"] for j in jobs) == [
+        f"gpu-h100-{i:04d}" for i in range(4)
+    ]
+    (run_id,) = {j["metadata"]["labels"]["konduktor.ai/preflight-run"] for j in jobs}
+    for job in jobs:
+        assert job["spec"]["template"]["spec"]["hostPID"] is True
+        assert any(c["type"] == "Complete" and c["status"] == "True" for c in job["status"]["conditions"])
+    pods = sim.kube.list("v1", "Pod", PREFLIGHT_NAMESPACE)
+    assert sorted(p["spec"]["nodeName"] for p in pods) == [f"gpu-h100-{i:04d}" for i in range(4)]
+
+    # Again: a new run; the finished Jobs of the first are gone, and the answer is the same.
+    code, again, _ = preflight(capsys, sim, str(config), "-o", "json")
+    assert code == 3
+    heard = [c for c in reported if c["subject"] != SILENT]
+    assert [c for c in json.loads(again)["checks"] if c["subject"] != SILENT] == heard
+    runs = {
+        j["metadata"]["labels"]["konduktor.ai/preflight-run"]
+        for j in sim.kube.list("batch/v1", "Job", PREFLIGHT_NAMESPACE)
+    }
+    assert len(runs) == 1 and run_id not in runs

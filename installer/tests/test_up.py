@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE, Sim, release_nodes
+from conftest import EXAMPLE, Sim
 
 from konduktor.burnin.manifests import HEALTH_TAINT_KEY
 from konduktor.cli.main import main
@@ -16,6 +16,7 @@ from konduktor.helm.release import NAMESPACE, RELEASE, current
 from konduktor.paths import state_dir
 from konduktor.quotas.render import KUEUE_API
 from konduktor.sim.gpus import FAULTS_ANNOTATION
+from konduktor.sim.testing import release_nodes
 from konduktor.sim.workloads import gpu_job
 from konduktor.waiting import wait_until
 
@@ -125,6 +126,35 @@ def test_an_unreachable_gpu_host_stops_up_before_any_change(
     after = current(sim.kubeconfig, RELEASE, NAMESPACE)
     assert (after.revision if after else None) == (before.revision if before else None)
     assert not sim.kube.list(KUEUE_API, "ClusterQueue", label_selector="konduktor.ai/config=ssh-lab")
+
+
+def test_preflight_pods_without_a_result_stop_up_before_any_change(
+    sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """preflight.nodes.pod: a Job per GPU node; the fake nodes' pods print nothing, so every node FAILs with that
+    reason: exit 3, no release or quota change."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    spec = sim.cluster.spec()
+    assert spec is not None
+    sim.cluster.apply_nodes(sim.kube, spec)
+    config = tmp_path / "config.yaml"
+    namespace = "konduktor-preflight-up-test"
+    text = EXAMPLE.read_text().replace("name: gpu-lab", "name: pod-lab")
+    config.write_text(text + f"preflight:\n  nodes:\n    pod: {{namespace: {namespace}}}\n")
+    before = current(sim.kubeconfig, RELEASE, NAMESPACE)
+    try:
+        assert main(["up", str(config), "--kubeconfig", str(sim.kubeconfig)]) == 3
+        err = capsys.readouterr().err
+        assert [line for line in err.splitlines() if line.startswith("preflight FAIL")] == [
+            f"preflight FAIL host-reachable (gpu-h100-{i:04d}): no result from the preflight pod" for i in range(4)
+        ]
+        assert "the API served no log" in err and "nothing was changed" in err and "Traceback" not in err
+        assert len(sim.kube.list("batch/v1", "Job", namespace)) == 4
+    finally:
+        sim.kube.delete("v1", "Namespace", namespace)
+    after = current(sim.kubeconfig, RELEASE, NAMESPACE)
+    assert (after.revision if after else None) == (before.revision if before else None)
+    assert not sim.kube.list(KUEUE_API, "ClusterQueue", label_selector="konduktor.ai/config=pod-lab")
 
 
 def test_a_missing_ssh_key_starts_nothing(

@@ -54,7 +54,7 @@ def make_run_id(now: datetime) -> str:
     return now.strftime("%Y%m%d-%H%M%S")
 
 
-def _check_run_id(run_id: str) -> None:
+def check_run_id(run_id: str) -> None:
     if not _RUN_ID.match(run_id):
         raise UsageError(
             f"burn-in run id {run_id!r} is not a DNS label of at most 20 characters",
@@ -66,24 +66,24 @@ def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
-def _dns_name(*parts: str, unique: str) -> str:
+def dns_name(*parts: str, unique: str) -> str:
     """A DNS-1123 label: readable parts, cut to length, made unique by a hash of `unique`."""
     readable = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
     return f"{readable[: _NAME_MAX - 9].rstrip('-')}-{_short_hash(unique)}"
 
 
-def _label_value(value: str) -> str:
+def label_value(value: str) -> str:
     """Node names may be 253 characters; label values stop at 63."""
     return value if len(value) <= 63 else f"{value[:54].rstrip('-.')}-{_short_hash(value)}"
 
 
 def node_job_name(run_id: str, node: str) -> str:
-    return _dns_name("kb", run_id, node, unique=f"{run_id}/{node}")
+    return dns_name("kb", run_id, node, unique=f"{run_id}/{node}")
 
 
 def pair_name(run_id: str, nodes: tuple[str, str]) -> str:
     """Job and Service name of a node pair; the same for (a, b) and (b, a)."""
-    return _dns_name("kb", run_id, "pair", unique=f"{run_id}/{'/'.join(sorted(nodes))}")
+    return dns_name("kb", run_id, "pair", unique=f"{run_id}/{'/'.join(sorted(nodes))}")
 
 
 def _labels(run_id: str, **extra: str) -> dict[str, str]:
@@ -101,7 +101,7 @@ def _labels(run_id: str, **extra: str) -> dict[str, str]:
 
 def scripts_configmap(run_id: str, namespace: str) -> Manifest:
     """matmul.py and allreduce.py as files; each run carries the scripts it was judged with."""
-    _check_run_id(run_id)
+    check_run_id(run_id)
     package = resources.files("konduktor.burnin")
     return {
         "apiVersion": "v1",
@@ -326,9 +326,9 @@ def _privileges_note(steps: Sequence[tuple[str, StepPrivileges]]) -> str:
     return json.dumps({name: p.reason for name, p in steps if p.reason}, sort_keys=True)
 
 
-def _tolerations(extra: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    # Every effect of both keys: GPU nodes are tainted nvidia.com/gpu, and a quarantined node
-    # (health taint) is exactly where a re-qualifying burn-in must run (burnin.md §6.1).
+def gpu_node_tolerations(extra: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    # Every effect of both keys: GPU nodes are tainted nvidia.com/gpu, and a quarantined node (health taint)
+    # is exactly where a re-qualifying burn-in, or a preflight of that node, must run (burnin.md §6.1).
     return [
         {"key": GPU_RESOURCE, "operator": "Exists"},
         {"key": HEALTH_TAINT_KEY, "operator": "Exists"},
@@ -336,7 +336,20 @@ def _tolerations(extra: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def _pin_to_hostnames(hostnames: Sequence[str]) -> dict[str, Any]:
+def taint_tolerations(taints: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
+    """Tolerations for the node's own taints: the Job is pinned to this one node and must run whatever state it
+    is in (a cordon for repair, a vendor taint). The GPU and health taints are in `gpu_node_tolerations`."""
+    tolerations: list[dict[str, str]] = []
+    for taint in taints:
+        if taint.get("key") in (GPU_RESOURCE, HEALTH_TAINT_KEY):
+            continue
+        toleration = {"key": taint["key"], "operator": "Exists", "effect": taint["effect"]}
+        if toleration not in tolerations:
+            tolerations.append(toleration)
+    return tolerations
+
+
+def pin_to_hostnames(hostnames: Sequence[str]) -> dict[str, Any]:
     # Node affinity, not spec.nodeName: nodeName skips the scheduler, so a busy node makes the pod
     # fail (OutOfcpu, OutOfnvidia.com/gpu) instead of waiting (burnin.md §6.1).
     return {
@@ -355,7 +368,7 @@ def _pod_spec(run_id: str, options: BurnInOptions, extra_tolerations: Sequence[M
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 30,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-        "tolerations": _tolerations(extra_tolerations),
+        "tolerations": gpu_node_tolerations(extra_tolerations),
         "volumes": _volumes(run_id),
     }
     if options.priority_class:
@@ -388,12 +401,12 @@ def node_job(
     `kubernetes.io/hostname` label when that differs from the node name; `extra_tolerations` are
     the cluster's own GPU-node taints.
     """
-    _check_run_id(run_id)
+    check_run_id(run_id)
     _check_gpus(gpus)
     containers = [step_container(step, options, gpus) for step in options.steps]
-    labels = _labels(run_id, **{NODE_LABEL: _label_value(node), "app.kubernetes.io/component": "node-burnin"})
+    labels = _labels(run_id, **{NODE_LABEL: label_value(node), "app.kubernetes.io/component": "node-burnin"})
     pod = _pod_spec(run_id, options, extra_tolerations)
-    pod["affinity"] = {"nodeAffinity": _pin_to_hostnames([hostname or node])}
+    pod["affinity"] = {"nodeAffinity": pin_to_hostnames([hostname or node])}
     pod["initContainers"] = containers[:-1]
     pod["containers"] = containers[-1:]
     privileges = [(step.value, step_privileges(step, options)) for step in options.steps]
@@ -440,7 +453,7 @@ def pair_objects(
     `rdma_resources` (e.g. {"rdma/ib": 1}) are requested per pod; RDMA then needs IPC_LOCK to pin
     memory for the NIC (burnin.md §6.1).
     """
-    _check_run_id(run_id)
+    check_run_id(run_id)
     _check_gpus(gpus)
     if nodes[0] == nodes[1]:
         raise UsageError(f"a node pair needs two different nodes, got {nodes[0]} twice")
@@ -491,7 +504,7 @@ def pair_objects(
     pod = _pod_spec(run_id, options, extra_tolerations)
     pod["subdomain"] = name
     pod["affinity"] = {
-        "nodeAffinity": _pin_to_hostnames(list(hostnames or nodes)),
+        "nodeAffinity": pin_to_hostnames(list(hostnames or nodes)),
         # One pod per node: without this both ranks could land on the same node and test no fabric.
         "podAntiAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [

@@ -28,6 +28,7 @@ from konduktor.burnin.manifests import (
     node_job_name,
     pair_objects,
     scripts_configmap,
+    taint_tolerations,
 )
 from konduktor.burnin.report import render_json, render_junit, render_table
 from konduktor.burnin.results import BurnInReport, NodeVerdict, PairVerdict, Verdict
@@ -41,33 +42,30 @@ from konduktor.cli.burnin_run import (
     complete_verdict,
     describe_action,
     exit_code,
-    job_state,
     no_gpu_verdict,
     pair_groups,
     pod_problem,
     quarantine_plan,
     select_targets,
     settle_pairs,
-    taint_tolerations,
     target_job,
 )
 from konduktor.cli.console import err, progress
+from konduktor.cli.jobs import pods_by_job, read_log, wait_for_jobs
 from konduktor.cli.quotas import load_checked
 from konduktor.cli.target import KubeconfigOption, connect
 from konduktor.config.model import Config, duration_seconds
 from konduktor.controller.decide import RecordEvent, SetCondition, UpdateNode
 from konduktor.controller.node_writes import FIELD_MANAGER, condition_status, event, update_node
 from konduktor.errors import PartialApply, UsageError
-from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.client import Kube
 from konduktor.quotas.manifests import to_yaml
 
 ReportFormat = Literal["table", "json", "junit"]
 DEFAULT_NAMESPACE = "konduktor-system"
 # Installed with konduktor-core; the admission policy lets only it (and preflight) tolerate the health taint.
 SERVICE_ACCOUNT = "konduktor-burnin"
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
-POLL_SECONDS = 2.0
 WAIT_SLACK_S = 120  # after a Job's own deadline: time for the Job controller to mark it Failed
 MAX_PAIR_ROUNDS = 10
 _IMAGE_KEYS = {f.name.replace("_", "-"): f.name for f in fields(BurnInImages) if f.name != "nccl_tests_binary"}
@@ -283,20 +281,8 @@ class BurnInRunner:
         return self._judge(targets, names, states), any(not s.finished for s in states.values())
 
     def _wait(self, names: Sequence[str], wait_s: float, report: Callable[[str], None]) -> dict[str, JobState]:
-        deadline = time.monotonic() + wait_s
-        said = ""
         try:
-            while True:
-                jobs = {j["metadata"]["name"]: j for j in self._run_jobs()}
-                states = {name: job_state(jobs.get(name)) for name in names}
-                running = sum(not s.finished for s in states.values())
-                if not running or time.monotonic() > deadline:
-                    return states
-                message = f"{len(names) - running}/{len(names)} Jobs finished"
-                if message != said:  # without a terminal each report is a line: only changes are news
-                    report(message)
-                    said = message
-                time.sleep(POLL_SECONDS)
+            return wait_for_jobs(self.kube, self.namespace, f"{RUN_LABEL}={self.run_id}", names, wait_s, report)
         except KeyboardInterrupt:
             err.print(
                 f"the Jobs keep running; collect their results with: konduktor-install burnin --run-id {self.run_id}",
@@ -306,28 +292,11 @@ class BurnInRunner:
 
     def _pods(self) -> dict[str, list[dict[str, Any]]]:
         """The run's pods by Job name, newest last."""
-        pods = self.kube.list("v1", "Pod", self.namespace, label_selector=f"{RUN_LABEL}={self.run_id}")
-        pods.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""))
-        by_job: dict[str, list[dict[str, Any]]] = {}
-        for pod in pods:
-            by_job.setdefault(pod["metadata"].get("labels", {}).get(JOB_NAME_LABEL, ""), []).append(pod)
-        return by_job
+        return pods_by_job(self.kube, self.namespace, f"{RUN_LABEL}={self.run_id}")
 
     def _log(self, pod: Mapping[str, Any] | None, container: str) -> tuple[str | None, str | None]:
         """(log, None) or (None, why there is no output)."""
-        if pod is None:
-            return None, "no pod"
-        name = pod["metadata"]["name"]
-        try:
-            data = self.kube.send(
-                "GET", f"/api/v1/namespaces/{self.namespace}/pods/{name}/log", query={"container": container}
-            )
-        except ApiError as problem:
-            # The message starts with the request ("GET /api/v1/...: "); the server's words are what matter.
-            said = problem.message.partition(": ")[2] or problem.message
-            return None, f"the API served no log ({said})"
-        text = data.decode("utf-8", errors="replace")
-        return (text, None) if text.strip() else (None, f"container {container} of pod {name} printed nothing")
+        return read_log(self.kube, self.namespace, pod, container)
 
     def _judge(
         self, targets: Sequence[Target], names: Mapping[str, str], states: Mapping[str, JobState]

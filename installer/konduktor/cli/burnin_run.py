@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any, cast
 
 from konduktor.burnin.isolation import IsolationPlan
-from konduktor.burnin.manifests import GPU_RESOURCE, HEALTH_TAINT_KEY, Manifest, node_job
+from konduktor.burnin.manifests import GPU_RESOURCE, Manifest, node_job, taint_tolerations
 from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, PairVerdict, Verdict, worst
 from konduktor.burnin.tiers import PAIR_STEP, BurnInOptions
 from konduktor.burnin.verdict import NCCL_PAIR, apply_isolation
@@ -121,19 +121,6 @@ def _target(node: Mapping[str, Any], config: Config | None) -> Target:
             )
         ),
     )
-
-
-def taint_tolerations(taints: Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
-    """Tolerations for the node's own taints: the Job is pinned to this one node and must run whatever state it
-    is in (a cordon for repair, a vendor taint). The GPU and health taints are tolerated by every burn-in Job."""
-    tolerations: list[dict[str, str]] = []
-    for taint in taints:
-        if taint.get("key") in (GPU_RESOURCE, HEALTH_TAINT_KEY):
-            continue
-        toleration = {"key": taint["key"], "operator": "Exists", "effect": taint["effect"]}
-        if toleration not in tolerations:
-            tolerations.append(toleration)
-    return tolerations
 
 
 def target_job(

@@ -1,8 +1,9 @@
-"""`konduktor-install preflight`: is the cluster (and are its GPU hosts) fit for this config? Reads only.
+"""`konduktor-install preflight`: is the cluster (and are its GPU hosts) fit for this config?
 
 The cluster is read once through `konduktor.kube` and judged by `konduktor.preflight.cluster`; GPU hosts are
-checked over SSH (`konduktor.preflight.inventory` says which) or on this machine by `konduktor.preflight.node`.
-Exit 3 when any check FAILs.
+checked by `konduktor.preflight.node` over SSH (`konduktor.preflight.inventory` says which), on this machine, or
+from a pod on each GPU node (`konduktor.cli.preflight_pods`; the pod runs the hidden `preflight-node` command
+below). Only the pods write: their Jobs. Exit 3 when any check FAILs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import testinfra
 import typer
 
 from konduktor.cli.console import err, progress
+from konduktor.cli.preflight_pods import pod_checks
 from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.target import KubeconfigOption, connect
 from konduktor.config.load import LoadedConfig
@@ -33,9 +35,9 @@ from konduktor.preflight.cluster import (
     crd_facts,
     judge_cluster,
     node_facts,
-    nodes_of,
 )
-from konduktor.preflight.inventory import HostTarget, SshHosts, config_inventory, no_hosts
+from konduktor.preflight.host_namespaces import LOCAL, UNREACHABLE_HINT, HostNamespaces
+from konduktor.preflight.inventory import HostTarget, SshHosts, config_inventory, expectations_of, no_hosts
 from konduktor.preflight.node import NodeExpectations, run_node_checks
 from konduktor.preflight.results import (
     Check,
@@ -48,13 +50,13 @@ from konduktor.preflight.results import (
 from konduktor.sim.tools import load_tools
 
 ReportFormat = Literal["table", "json", "yaml"]
-LOCAL = "local://"
 SSH_OPTIONS = "-o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=15 -o ServerAliveCountMax=2"
 HOST_WORKERS = 32
 
 
 def register(app: typer.Typer) -> None:
     app.command("preflight")(preflight)
+    app.command("preflight-node", hidden=True)(preflight_node)
 
 
 def preflight(
@@ -65,8 +67,9 @@ def preflight(
         list[str] | None,
         typer.Option(
             "--ssh",
-            help="GPU hosts to check over SSH, HOST[,HOST...] (repeatable), instead of preflight.nodes.ssh.hosts. "
-            "Name them as their Kubernetes nodes: each is then held to its GPU type.",
+            help="GPU hosts to check over SSH, HOST[,HOST...] (repeatable), instead of preflight.nodes.ssh.hosts "
+            "(or of the pods of preflight.nodes.pod). Name them as their Kubernetes nodes: each is then held to its "
+            "GPU type.",
         ),
     ] = None,
     ssh_user: Annotated[
@@ -80,8 +83,9 @@ def preflight(
 ) -> None:
     """Check the cluster (API, version, GPU nodes, taints, RDMA, capacity, CRDs) and GPU hosts. Exit 3 on FAIL.
 
-    GPU hosts are checked when the config has preflight.nodes.ssh, or --ssh or --local is given. Nothing is
-    changed: the cluster is only read, and host checks run read-only commands.
+    GPU hosts are checked when the config has preflight.nodes (ssh, or pod: a privileged pod on each GPU node),
+    or --ssh or --local is given. Host checks run read-only commands; the cluster is only read, except for the
+    pods' Jobs (and their namespace when missing).
     """
     loaded = load_checked(config)
     hosts = [name.strip() for item in ssh or [] for name in item.split(",") if name.strip()]
@@ -92,7 +96,7 @@ def preflight(
             report("reading the cluster")
             facts = read_cluster(kube)
             checks = cluster_checks(loaded, facts, (NAMESPACE, RELEASE))
-            checks += host_checks(loaded, facts, inventory, local, report)
+            checks += node_checks(kube, loaded, facts, inventory, local, report)
     finally:
         kube.close()
     result = PreflightReport(tuple(checks))
@@ -162,6 +166,23 @@ def ssh_inventory(loaded: LoadedConfig, hosts: Sequence[str], user: str | None, 
     return SshHosts(tuple(hosts) if hosts else base.hosts, user or base.user, key or base.key, base.port)
 
 
+def node_checks(
+    kube: Kube,
+    loaded: LoadedConfig,
+    facts: ClusterFacts,
+    inventory: SshHosts | None,
+    local: bool,
+    report: Callable[[str], None],
+) -> list[Check]:
+    """The GPU hosts' checks: over SSH (and here with `local`), else from pods when the config has
+    preflight.nodes.pod. An SSH inventory from the command line replaces the pods."""
+    checks = host_checks(loaded, facts, inventory, local, report)
+    pods = loaded.config.preflight.nodes.pod if loaded.config.preflight.nodes else None
+    if pods is not None and inventory is None:
+        checks += pod_checks(kube, loaded.config, facts, pods, report)
+    return checks
+
+
 def host_checks(
     loaded: LoadedConfig,
     facts: ClusterFacts,
@@ -206,7 +227,31 @@ def open_host(url: str, key: Path | None) -> Any:
 def expectations_for(name: str, loaded: LoadedConfig, facts: ClusterFacts) -> NodeExpectations:
     """What the host's Node (same name, hostname label or InternalIP) and its GPU type say it must have."""
     node = next((n for n in facts.nodes if name in (n.name, n.labels.get(HOSTNAME_LABEL), n.internal_ip)), None)
-    if node is None:
-        return NodeExpectations()
-    gpus = next((t.gpus_per_node for t in loaded.config.gpu_types.values() if nodes_of(t, [node])), None)
-    return NodeExpectations(gpus=gpus, rdma=bool(node.rdma))
+    return expectations_of(loaded.config, node) if node is not None else NodeExpectations()
+
+
+def preflight_node(
+    node: Annotated[
+        str | None, typer.Option("--node", help="The node's name, as the report's subject (default: hostname).")
+    ] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", min=1, help="GPUs the node must have.")] = None,
+    rdma: Annotated[bool, typer.Option("--rdma", help="InfiniBand/RoCE ports must be up.")] = False,
+    in_host_namespaces: Annotated[
+        bool,
+        typer.Option(
+            "--in-host-namespaces",
+            help="Run the commands in PID 1's namespaces (nsenter): from a privileged hostPID pod, the node's.",
+        ),
+    ] = False,
+    output: Annotated[ReportFormat, typer.Option("-o", "--output", help="table, json or yaml.")] = "table",
+) -> None:
+    """The node checks of this machine (what a preflight pod runs on its node). Exit 0 once the report is
+    printed: its checks are the answer, read by `preflight` from the pod's log."""
+    subject = node or socket.gethostname()
+    expect = NodeExpectations(gpus=gpus, rdma=rdma)
+    if in_host_namespaces:
+        checks = run_node_checks(HostNamespaces(), subject, expect, UNREACHABLE_HINT)
+    else:
+        checks = run_node_checks(testinfra.get_host(LOCAL), subject, expect)
+    render = {"json": render_json, "yaml": render_yaml, "table": render_table}[output]
+    sys.stdout.write(render(PreflightReport(tuple(checks))))

@@ -24,7 +24,7 @@ from konduktor.burnin.tiers import Tier, options_for_tier
 from konduktor.cli.burnin import burn_in
 from konduktor.cli.cluster_quotas import QUOTA_KINDS, sync_quotas
 from konduktor.cli.console import OutputFormat, err, print_rows, progress
-from konduktor.cli.preflight import cluster_checks, host_checks, read_cluster
+from konduktor.cli.preflight import cluster_checks, node_checks, read_cluster
 from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.sim import spec_from
 from konduktor.cli.target import KubeconfigOption, connect, explicit_kubeconfig
@@ -104,14 +104,15 @@ def preflight_passes(
     kubeconfig: Path, loaded: LoadedConfig, inventory: SshHosts | None, force: bool, report: Any
 ) -> None:
     """The same checks as `konduktor-install preflight`: the cluster's, then the GPU hosts' when the config has
-    an SSH inventory. A FAIL stops `up` before anything changes."""
+    `preflight.nodes` (over SSH, or from a pod on each GPU node). A FAIL stops `up` before anything else
+    changes (the pods' Jobs are all it writes)."""
     kube = Kube(kubeconfig)
     try:
         facts = read_cluster(kube)
+        checks = cluster_checks(loaded, facts, (NAMESPACE, RELEASE))
+        checks += node_checks(kube, loaded, facts, inventory, False, report)
     finally:
         kube.close()
-    checks = cluster_checks(loaded, facts, (NAMESPACE, RELEASE))
-    checks += host_checks(loaded, facts, inventory, False, report)
     failed = [c for c in checks if c.status is Status.FAIL]
     for check in failed:
         err.print(f"preflight FAIL {check.name} ({check.subject}): {check.summary}", markup=False)
@@ -211,7 +212,7 @@ def run_up(
     clock = StepClock(report)
     clock.step("cluster", "simulated" if explicit_kubeconfig(kubeconfig) is None else "given")
     target, simulated = target_cluster(config_path, kubeconfig, sim_name, report)
-    clock.step("preflight", "checking the cluster" + (" and the GPU hosts" if inventory else ""))
+    clock.step("preflight", "checking the cluster" + (" and the GPU hosts" if loaded.config.preflight.nodes else ""))
     preflight_passes(target, loaded, inventory, force, report)
     chart, chart_values = chart_for(simulated, loaded.config, extra)
     if dry_run:

@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     WithJsonSchema,
+    model_validator,
 )
 from pydantic.alias_generators import to_camel
 
@@ -25,6 +26,9 @@ from konduktor.config.quantity import parse_quantity
 GPU_RESOURCE = "nvidia.com/gpu"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+# What charts/konduktor-core runs (controller.image, tagged with the chart's appVersion); it holds
+# konduktor-install too, so the per-node preflight pods run it.
+KONDUKTOR_IMAGE = "ghcr.io/konduktor/konduktor:0.1.0"
 
 Sharing = Literal["fair", "classic", "none"]
 PreemptionStrategy = Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
@@ -198,6 +202,15 @@ def _distinct(hosts: list[str] | None) -> list[str] | None:
 Text = Annotated[str, AfterValidator(_not_empty)]
 
 
+def _namespace_name(name: str) -> str:
+    if not re.match(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", name):
+        raise ValueError(f"{name!r} is not a namespace name (lowercase letters, digits and '-', at most 63)")
+    return name
+
+
+NamespaceName = Annotated[str, AfterValidator(_namespace_name)]
+
+
 class SshInventory(Model):
     """How preflight reaches the GPU hosts over SSH (BatchMode: never a password or host-key prompt)."""
 
@@ -215,8 +228,37 @@ class SshInventory(Model):
     )
 
 
+class NodeCheckPods(Model):
+    """Node checks from a privileged pod on each GPU node, which runs them in the host's namespaces (no SSH)."""
+
+    image: Text = Field(
+        default=KONDUKTOR_IMAGE,
+        description="Image with konduktor-install and nsenter; default: the konduktor image the chart runs",
+    )
+    namespace: NamespaceName = Field(
+        default="konduktor-system",
+        description="Where the preflight Jobs run (created when missing; it must admit privileged pods); "
+        "konduktor-core creates their service account in its burnin.namespace",
+    )
+
+
 class NodeChecks(Model):
-    ssh: SshInventory
+    # Exactly one way to reach the hosts: a model validator says so with the line of `nodes`, and the schema's
+    # oneOf says it to editors.
+    model_config = ConfigDict(json_schema_extra={"oneOf": [{"required": ["ssh"]}, {"required": ["pod"]}]})
+
+    ssh: SshInventory | None = Field(default=None, description="Run the checks over SSH")
+    pod: NodeCheckPods | None = Field(
+        default=None, description="Run the checks in a privileged pod per GPU node (hostPID, nsenter)"
+    )
+
+    @model_validator(mode="after")
+    def _one_way(self) -> NodeChecks:
+        if self.ssh is not None and self.pod is not None:
+            raise ValueError("set either ssh or pod, not both: they are two ways to run the same checks")
+        if self.ssh is None and self.pod is None:
+            raise ValueError("set ssh (check the hosts over SSH) or pod (check them from a pod on each node)")
+        return self
 
 
 class Preflight(Model):

@@ -1,8 +1,9 @@
-"""Which GPU hosts the node checks run on, and how SSH reaches them.
+"""Which GPU hosts the node checks run on, what each must have, and how SSH reaches them.
 
 The config's `preflight.nodes.ssh` names them, or, without `hosts`, every node of the config's GPU types that
 the cluster lists is checked at its InternalIP, so an inventory of 1,000 nodes need not be typed. The command
-line's --ssh flags go over the config's settings.
+line's --ssh flags go over the config's settings. With `preflight.nodes.pod` every node of the GPU types is
+checked from a pod on it (`konduktor.preflight.pods`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from konduktor.config.findings import ConfigError, error, with_lines
 from konduktor.config.load import LoadedConfig
 from konduktor.config.model import Config
 from konduktor.preflight.cluster import ClusterFacts, NodeFacts, nodes_of
+from konduktor.preflight.node import NodeExpectations
 from konduktor.preflight.results import Check, Status, check
 
 KEY_PATH = ("preflight", "nodes", "ssh", "key")
@@ -49,9 +51,9 @@ def config_inventory(loaded: LoadedConfig) -> SshHosts | None:
     the key's line) when it is not a file, before anything connects.
     """
     nodes = loaded.config.preflight.nodes
-    if nodes is None:
+    ssh = nodes.ssh if nodes is not None else None
+    if ssh is None:
         return None
-    ssh = nodes.ssh
     key = None
     if ssh.key is not None:
         key = Path(ssh.key).expanduser()
@@ -76,21 +78,32 @@ def ssh_url(address: str, user: str | None, port: int | None) -> str:
 
 def gpu_hosts(config: Config, nodes: Sequence[NodeFacts]) -> list[tuple[str, str]]:
     """(node name, address) of every node a GPU type selects: its InternalIP, else its name."""
-    found = {node.name: node.internal_ip or node.name for t in config.gpu_types.values() for node in nodes_of(t, nodes)}
-    return sorted(found.items())
+    return [(node.name, node.internal_ip or node.name) for node in gpu_nodes(config, nodes)]
 
 
-def no_hosts(facts: ClusterFacts) -> Check:
-    """The inventory lists no hosts and the cluster showed no node of the config's GPU types to check."""
+def gpu_nodes(config: Config, nodes: Sequence[NodeFacts]) -> list[NodeFacts]:
+    """Every node a GPU type of the config selects, by name."""
+    found = {node.name: node for t in config.gpu_types.values() for node in nodes_of(t, nodes)}
+    return [found[name] for name in sorted(found)]
+
+
+def expectations_of(config: Config, node: NodeFacts) -> NodeExpectations:
+    """What the node's GPU type and its Node object say it must have."""
+    gpus = next((t.gpus_per_node for t in config.gpu_types.values() if nodes_of(t, [node])), None)
+    return NodeExpectations(gpus=gpus, rdma=bool(node.rdma))
+
+
+def no_hosts(
+    facts: ClusterFacts,
+    name: str = "ssh-hosts",
+    how: str = "over SSH",
+    hint: str = "list the hosts in preflight.nodes.ssh.hosts, or fix what the cluster checks report",
+) -> Check:
+    """No host is listed and the cluster showed no node of the config's GPU types to check `how`."""
     if facts.unreachable is not None:
         why = "the API server did not answer"
     elif "nodes" in facts.problems:
         why = f"cannot list nodes: {facts.problems['nodes']}"
     else:
         why = "the cluster has no node of the config's GPU types"
-    return check(
-        "ssh-hosts",
-        Status.SKIPPED,
-        f"no GPU host to check over SSH: {why}",
-        hint="list the hosts in preflight.nodes.ssh.hosts, or fix what the cluster checks report",
-    )
+    return check(name, Status.SKIPPED, f"no GPU host to check {how}: {why}", hint=hint)

@@ -1,5 +1,6 @@
 """Node checks: is this GPU host fit? Each check takes a testinfra host, so the same code runs over SSH
-(`ssh://user@gpu-node-1`) or on the machine itself (`local://`).
+(`ssh://user@gpu-node-1`), on the machine itself (`local://`), or from a pod on the node in the host's
+namespaces (`konduktor.preflight.host_namespaces`).
 
 A check runs a few read-only commands through `host.run` and judges their output with pure functions; nothing
 on the host is changed. A host without GPUs, drivers or tools gets FAIL or SKIPPED with the reason, never an
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -120,21 +121,14 @@ class GpuQuery:
     problem: str | None = None
 
 
-def run_node_checks(host: Host, subject: str, expect: NodeExpectations) -> list[Check]:
+SSH_HINT = "check the SSH user, key and host key (ssh USER@HOST true)"
+
+
+def run_node_checks(host: Host, subject: str, expect: NodeExpectations, reach_hint: str = SSH_HINT) -> list[Check]:
+    """Every node check on `host`; `reach_hint` says what to fix when no command runs there at all."""
     reachable = run(host, "true")
     if reachable.rc != 0:
-        names = [name for name, _ in _HOST_CHECKS] + list(_GPU_CHECK_NAMES)
-        return [
-            check(
-                "host-reachable",
-                Status.FAIL,
-                "cannot run commands on the host",
-                subject,
-                [reachable.said],
-                "check the SSH user, key and host key (ssh USER@HOST true)",
-            ),
-            *(check(name, Status.SKIPPED, "host not reachable", subject) for name in names),
-        ]
+        return unreachable(subject, "cannot run commands on the host", [reachable.said], reach_hint)
     checks = [check("host-reachable", Status.PASS, "runs commands", subject)]
     checks += [judge(host, expect, subject) for _, judge in _HOST_CHECKS]
     query = query_gpus(host)
@@ -143,6 +137,17 @@ def run_node_checks(host: Host, subject: str, expect: NodeExpectations) -> list[
     checks.append(judge_persistence_mode(query, subject))
     checks.append(judge_infiniband(run(host, _IB_PORTS), expect, subject))
     return checks
+
+
+def unreachable(
+    subject: str, summary: str, evidence: Sequence[str], hint: str, skipped: str = "host not reachable"
+) -> list[Check]:
+    """No check could run on the host: `host-reachable` FAILs with the reason, every other check is SKIPPED."""
+    names = [name for name, _ in _HOST_CHECKS] + list(_GPU_CHECK_NAMES)
+    return [
+        check("host-reachable", Status.FAIL, summary, subject, evidence, hint),
+        *(check(name, Status.SKIPPED, skipped, subject) for name in names),
+    ]
 
 
 # --------------------------------------------------------------------------------------------
