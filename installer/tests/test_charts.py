@@ -13,6 +13,7 @@ import pytest
 from conftest import Sim
 from ruamel.yaml import YAML
 
+from konduktor.config.model import KONDUKTOR_IMAGE
 from konduktor.helm.release import CHARTS, REPO_ROOT, install_or_upgrade
 from konduktor.kube.client import Kube
 from konduktor.kube.documents import load_documents
@@ -195,3 +196,9 @@ def test_installs_and_upgrades_with_no_change(sim: Sim, monitoring_crds: None) -
     second = install_or_upgrade(sim.kubeconfig, CORE, "konduktor", NAMESPACE, values)
     assert (second.status, second.revision) == ("deployed", first.revision + 1)
     assert resource_versions(sim.kube) == before  # the upgrade rewrote nothing
+
+
+def test_the_preflight_pods_default_image_is_the_one_the_chart_runs() -> None:
+    chart = load_documents(CORE / "Chart.yaml")[0]
+    values = load_documents(CORE / "values.yaml")[0]
+    assert f"{values['controller']['image']['repository']}:{chart['appVersion']}" == KONDUKTOR_IMAGE
