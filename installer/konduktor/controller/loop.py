@@ -61,6 +61,9 @@ from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
 
 CURSOR_ANNOTATION = "konduktor.ai/loki-cursor"
+# A cursor that moved past nothing is saved at most this often: a quiet cluster need not write the Lease on every
+# poll, and a new leader then reads again at most this much of nothing.
+CURSOR_SAVE_SECONDS = 60.0
 # When the breaker tripped. It outlives restarts and leader changes; an operator resets the breaker by
 # removing it: kubectl annotate lease konduktor-health -n konduktor-system konduktor.ai/breaker-tripped-at-
 BREAKER_ANNOTATION = "konduktor.ai/breaker-tripped-at"
@@ -116,6 +119,7 @@ class HealthController:
         self._states: dict[str, tuple[str, bool, NodeState]] = {}
         self._known: set[str] = set()
         self._saved_cursor: str | None = None
+        self._cursor_saved_at = 0.0  # monotonic
         self._trip_saved = False  # the Lease carries the breaker's trip, so its absence means a reset
         self._next_renewal = 0.0
 
@@ -224,6 +228,7 @@ class HealthController:
         signals = self._lost_gpu_signals(states, now) + self._condition_signals(states, now)
         results: list[Result] = []
         cursor: LokiCursor | None = None
+        kernel: list[Signal] = []
         if poll:
             kernel, cursor = self._kernel_log_signals()
             signals += kernel + self._dcgm_signals(now)
@@ -250,8 +255,10 @@ class HealthController:
         self.requalifier.acted(r for r in results if r.verdict.node not in outcome.failed)
         if cursor is not None and not outcome.failed:
             self.cursor = cursor
-            if self.lease is not None and cursor.encode() != self._saved_cursor:
+            due = bool(kernel) or time.monotonic() - self._cursor_saved_at >= CURSOR_SAVE_SECONDS
+            if self.lease is not None and due and cursor.encode() != self._saved_cursor:
                 self._lead({CURSOR_ANNOTATION: cursor.encode()})
+                self._cursor_saved_at = time.monotonic()
         if self.lease is not None and plan.breaker.tripped_at is not None and not self._trip_saved:
             self._lead({BREAKER_ANNOTATION: timestamp(plan.breaker.tripped_at)})
         self._report_state(now)
