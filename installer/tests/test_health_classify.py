@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import pytest
 
@@ -17,7 +18,7 @@ from konduktor.controller.classify import (
     burnin_finding,
     classify_dcgm,
     classify_report,
-    condition_findings,
+    condition_finding,
     verdict_detail,
 )
 from konduktor.controller.kernel_log import parse_line
@@ -227,6 +228,13 @@ def test_lost_gpu_restored_within_grace_is_forgotten() -> None:
 
 
 # --- conditions other tools set -----------------------------------------------------------------------------------
+
+
+def condition_findings(
+    node: str, conditions: Sequence[ForeignCondition], requalified_at: float | None, rules: Sequence[NodeConditionRule]
+) -> list[Finding]:
+    found = (condition_finding(node, c, requalified_at, rules) for c in conditions)
+    return [f for f in found if f is not None]
 
 
 def foreign(kind: str, status: str, changed_at: float | None = 100.0) -> ForeignCondition:

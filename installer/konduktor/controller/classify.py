@@ -150,38 +150,34 @@ class ForeignCondition:
     changed_at: float | None  # the same, parsed
 
 
-def condition_findings(
-    node: str, conditions: Sequence[ForeignCondition], requalified_at: float | None, rules: Sequence[NodeConditionRule]
-) -> list[Finding]:
-    """GPU conditions other tools set on the node. One that turned bad before the node's last requalification
-    is stale: the burn-in since then judged the node, and some tools never clear their conditions
-    (node-problem-detector #215), which would otherwise quarantine the node again after every release."""
-    findings = []
-    for condition in conditions:
-        kind, status, detail, since = condition.type, condition.status, condition.detail, condition.since
-        rule = next((r for r in rules if r.type == kind and r.status == status), None)
-        if rule is None:
-            continue
-        changed = condition.changed_at
-        if requalified_at is not None and changed is not None and changed <= requalified_at:
-            continue
-        findings.append(
-            Finding(
-                node,
-                "condition",
-                None,
-                None,
-                kind,
-                detail or f"{kind}={status}",
-                Severity.CRITICAL if rule.quarantine else Severity.WARNING,
-                RecommendedAction.QUARANTINE if rule.quarantine else RecommendedAction.NONE,
-                rule.quarantine,
-                False,
-                kind,
-                f"condition {kind}={status} since {since or '?'} set by another tool: {detail or 'no message'}",
-            )
-        )
-    return findings
+def condition_finding(
+    node: str, condition: ForeignCondition, requalified_at: float | None, rules: Sequence[NodeConditionRule]
+) -> Finding | None:
+    """A GPU condition another tool set on the node, when a rule says it means unhealthy GPUs. One that turned
+    bad before the node's last requalification is stale: the burn-in since then judged the node, and some tools
+    never clear their conditions (node-problem-detector #215), which would otherwise quarantine the node again
+    after every release."""
+    kind, status, detail, since = condition.type, condition.status, condition.detail, condition.since
+    rule = next((r for r in rules if r.type == kind and r.status == status), None)
+    if rule is None:
+        return None
+    changed = condition.changed_at
+    if requalified_at is not None and changed is not None and changed <= requalified_at:
+        return None
+    return Finding(
+        node,
+        "condition",
+        None,
+        None,
+        kind,
+        detail or f"{kind}={status}",
+        Severity.CRITICAL if rule.quarantine else Severity.WARNING,
+        RecommendedAction.QUARANTINE if rule.quarantine else RecommendedAction.NONE,
+        rule.quarantine,
+        False,
+        kind,
+        f"condition {kind}={status} since {since or '?'} set by another tool: {detail or 'no message'}",
+    )
 
 
 def burnin_finding(result: NodeVerdict) -> Finding | None:

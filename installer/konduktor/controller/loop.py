@@ -24,7 +24,7 @@ from konduktor.controller.classify import (
     LostGpuWatch,
     classify_dcgm,
     classify_report,
-    condition_findings,
+    condition_finding,
 )
 from konduktor.controller.decide import (
     QUARANTINE_REASON,
@@ -296,10 +296,11 @@ class HealthController:
         signals = []
         for state in states.values():
             requalified = parse_time(state.annotations.get(REQUALIFIED_AT))
-            for finding in condition_findings(state.name, state.conditions, requalified, self.settings.node_conditions):
-                # The condition's own transition time dates the evidence, for the detection latency.
-                changed = next((c.changed_at for c in state.conditions if c.type == finding.name), None)
-                signals.append(Signal(finding, changed or now, "node_condition"))
+            for condition in state.conditions:
+                finding = condition_finding(state.name, condition, requalified, self.settings.node_conditions)
+                if finding is not None:
+                    # The condition's own transition time dates the evidence, for the detection latency.
+                    signals.append(Signal(finding, condition.changed_at or now, "node_condition"))
         return signals
 
     def _kernel_log_signals(self) -> tuple[list[Signal], LokiCursor | None]:
