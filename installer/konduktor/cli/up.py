@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from konduktor.burnin.manifests import make_run_id
-from konduktor.burnin.results import BurnInReport, Verdict
+from konduktor.burnin.results import BurnInReport, NodeVerdict, Verdict
 from konduktor.burnin.tiers import Tier, options_for_tier
 from konduktor.cli.burnin import burn_in
 from konduktor.cli.cluster_quotas import QUOTA_KINDS, sync_quotas
@@ -264,8 +264,9 @@ def run_up(
     return UpReport(loaded.config, target, simulated, chart, release, changes, violations, clock.steps, burnin)
 
 
-def burnin_failed(report: BurnInReport) -> bool:
-    return any(node.verdict in (Verdict.FAIL, Verdict.ERROR) for node in report.nodes)
+def unfit_nodes(report: BurnInReport | None) -> list[NodeVerdict]:
+    """The burn-in's nodes that FAILed or gave no result."""
+    return [node for node in report.nodes if node.verdict in (Verdict.FAIL, Verdict.ERROR)] if report else []
 
 
 def kueue_served(kube: Kube) -> bool:
@@ -305,12 +306,10 @@ def print_report(result: UpReport) -> None:
             "refused); move them to their team's queue before setting policies.validationActions=[Deny,Audit]",
             markup=False,
         )
-    if result.burnin is not None:
-        for node in result.burnin.nodes:
-            if node.verdict in (Verdict.FAIL, Verdict.ERROR):
-                reasons = "; ".join(r for c in node.checks if c.verdict is node.verdict for r in c.reasons[:1])
-                quarantined = " (quarantined)" if node.verdict is Verdict.FAIL and config.burnin.quarantine else ""
-                err.print(f"burn-in: {node.node} {node.verdict.value}{quarantined}: {reasons}", markup=False)
+    for node in unfit_nodes(result.burnin):
+        reasons = "; ".join(r for c in node.checks if c.verdict is node.verdict for r in c.reasons[:1])
+        quarantined = " (quarantined)" if node.verdict is Verdict.FAIL and config.burnin.quarantine else ""
+        err.print(f"burn-in: {node.node} {node.verdict.value}{quarantined}: {reasons}", markup=False)
     err.print("took: " + ", ".join(f"{name} {seconds:.1f}s" for name, seconds in result.steps), markup=False)
 
 
@@ -367,7 +366,7 @@ def up(
         )
     print_report(result)
     err.print(f"next: konduktor-install quotas explain --kubeconfig {result.target}", markup=False)
-    if result.burnin is not None and burnin_failed(result.burnin):
+    if result.burnin is not None and unfit_nodes(result.burnin):
         err.print(
             f"up: the platform is installed, but burn-in {result.burnin.run_id} found nodes that are not fit; "
             f"details: konduktor-install burnin --run-id {result.burnin.run_id} --kubeconfig {result.target}",
