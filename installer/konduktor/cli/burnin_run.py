@@ -35,7 +35,7 @@ from konduktor.controller.decide import (
     decide,
 )
 from konduktor.controller.settings import BreakerSettings, HealthSettings
-from konduktor.errors import UsageError
+from konduktor.errors import ExitCode, UsageError
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 JOB_CHECK = "burnin_job"  # the check that carries what the Job and its pod said (as in requalification)
@@ -278,10 +278,10 @@ def exit_code(report: BurnInReport, waited_out: bool) -> int:
     Jobs still running and nothing failed (re-run with --run-id); 0: every node PASSed, WARNed or was SKIPPED."""
     verdicts = {node.verdict for node in report.nodes}
     if Verdict.FAIL in verdicts:
-        return 1
+        return ExitCode.NEGATIVE
     if waited_out:
-        return 4
-    return 1 if Verdict.ERROR in verdicts else 0
+        return ExitCode.PARTIAL
+    return ExitCode.NEGATIVE if Verdict.ERROR in verdicts else ExitCode.OK
 
 
 # --------------------------------------------------------------------------------------------

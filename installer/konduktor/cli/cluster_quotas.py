@@ -11,7 +11,7 @@ from konduktor.cli.console import OutputFormat, err, print_rows
 from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.target import KubeconfigOption, connect
 from konduktor.config.model import Config
-from konduktor.errors import PreflightFailed, UsageError
+from konduktor.errors import ExitCode, PreflightFailed, UsageError
 from konduktor.kube.client import Kube
 from konduktor.kube.sync import Change, sync
 from konduktor.quotas.render import CONFIG_LABEL, KUEUE_API, MANAGED_BY, MANAGED_BY_LABEL, RBAC_API, render
@@ -101,7 +101,7 @@ def diff(config: ConfigArgument, kubeconfig: KubeconfigOption = None) -> None:
         if change.action != "unchanged":
             typer.echo(change.describe())
     if any(c.action in ("create", "update", "prune") for c in changes):
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.NEGATIVE)
 
 
 @app.command("explain")

@@ -24,7 +24,7 @@ from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.target import KubeconfigOption, connect
 from konduktor.config.load import LoadedConfig
 from konduktor.config.model import HOSTNAME_LABEL
-from konduktor.errors import PreflightFailed, UsageError
+from konduktor.errors import ClusterUnreachable, PreflightFailed, UsageError
 from konduktor.helm.release import CHARTS, NAMESPACE, RELEASE
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.documents import load_documents
@@ -103,6 +103,7 @@ def preflight(
     render = {"json": render_json, "yaml": render_yaml, "table": render_table}[output]
     sys.stdout.write(render(result))
     err.print(summary_line(result), markup=False)
+    require_reachable(facts)
     if result.failed:
         failed = ", ".join(f"{c.name} ({c.subject})" for c in result.failed)
         raise PreflightFailed(
@@ -129,6 +130,15 @@ def read_cluster(kube: Kube) -> ClusterFacts:
     except ApiError as problem:
         problems["crds"] = problem.message
     return ClusterFacts(kube.server, version, None, nodes, crds, problems)
+
+
+def require_reachable(facts: ClusterFacts) -> None:
+    """An API server that did not answer (or refused the credentials) is an outage, not a failed check."""
+    if facts.unreachable is not None:
+        raise ClusterUnreachable(
+            f"the API server at {facts.server} did not answer: {facts.unreachable}",
+            hint="check the kubeconfig (--kubeconfig, $KUBECONFIG), the network path and the credentials",
+        )
 
 
 def cluster_checks(loaded: LoadedConfig, facts: ClusterFacts, release: tuple[str, str]) -> list[Check]:

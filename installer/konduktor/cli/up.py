@@ -24,13 +24,13 @@ from konduktor.burnin.tiers import Tier, options_for_tier
 from konduktor.cli.burnin import burn_in
 from konduktor.cli.cluster_quotas import QUOTA_KINDS, sync_quotas
 from konduktor.cli.console import OutputFormat, err, print_rows, progress
-from konduktor.cli.preflight import cluster_checks, node_checks, read_cluster
+from konduktor.cli.preflight import cluster_checks, node_checks, read_cluster, require_reachable
 from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.sim import spec_from
 from konduktor.cli.target import KubeconfigOption, connect, explicit_kubeconfig
 from konduktor.config.load import LoadedConfig
 from konduktor.config.model import Config
-from konduktor.errors import KonduktorError, PartialApply, PreflightFailed, UsageError
+from konduktor.errors import ExitCode, KonduktorError, PartialApply, PreflightFailed, UsageError
 from konduktor.helm.release import CHARTS, NAMESPACE, RELEASE, Release, current, install_or_upgrade, uninstall
 from konduktor.helm.values import merge_values, umbrella_values
 from konduktor.kube.client import ApiError, Kube
@@ -109,6 +109,7 @@ def preflight_passes(
     kube = Kube(kubeconfig)
     try:
         facts = read_cluster(kube)
+        require_reachable(facts)
         checks = cluster_checks(loaded, facts, (NAMESPACE, RELEASE))
         checks += node_checks(kube, loaded, facts, inventory, False, report)
     finally:
@@ -332,7 +333,7 @@ def confirmation(yes: bool) -> Any:
         if not sys.stdin.isatty():
             raise UsageError(f"{question} needs an answer", hint="pass --yes when there is no terminal")
         if not typer.confirm(question):
-            raise typer.Exit(1)
+            raise typer.Exit(ExitCode.NEGATIVE)
 
     return ask
 
@@ -372,7 +373,7 @@ def up(
             f"details: konduktor-install burnin --run-id {result.burnin.run_id} --kubeconfig {result.target}",
             markup=False,
         )
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.NEGATIVE)
 
 
 def plan(
@@ -387,10 +388,10 @@ def plan(
     target = explicit or SimCluster(sim).kubeconfig
     if explicit is None and not target.exists():
         typer.echo(f"create the simulated cluster {sim!r} and install konduktor-core")
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.NEGATIVE)
+    installed = current(target, RELEASE, NAMESPACE)  # first: an unreachable cluster is exit 5 whatever else
     chart, _ = chart_for(explicit is None, loaded.config, read_values(values))
     wanted = load_documents(chart / "Chart.yaml")[0]
-    installed = current(target, RELEASE, NAMESPACE)
     pending = False
     if installed is None:
         typer.echo(f"install {wanted['name']} {wanted['version']} as release {RELEASE} in {NAMESPACE}")
@@ -409,7 +410,7 @@ def plan(
             typer.echo(change.describe())
             pending = True
     if pending:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.NEGATIVE)
 
 
 def status(
@@ -446,7 +447,7 @@ def status(
     ]
     print_rows(rows, ["component", "state"], output)
     if release is None:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.NEGATIVE)
 
 
 def down(

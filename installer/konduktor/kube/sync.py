@@ -169,6 +169,8 @@ def sync(
             done.append(change)
             progress(change)
     except ApiError as problem:
+        if not done:
+            raise  # nothing changed: the API's own answer (an outage is exit 5, not a partial change)
         raise PartialApply(
             f"stopped after {len(done)} of {sum(c.action in ('create', 'update', 'prune') for c in changes)} "
             f"changes: {problem.message}",
