@@ -389,8 +389,13 @@ def plan(
     if explicit is None and not target.exists():
         typer.echo(f"create the simulated cluster {sim!r} and install konduktor-core")
         raise typer.Exit(ExitCode.NEGATIVE)
-    installed = current(target, RELEASE, NAMESPACE)  # first: an unreachable cluster is exit 5 whatever else
-    chart, _ = chart_for(explicit is None, loaded.config, read_values(values))
+    kube = Kube(target)  # a kubeconfig that does not load is bad input (2), before helm reads it
+    try:
+        installed = current(target, RELEASE, NAMESPACE)  # an unreachable cluster is exit 5, whatever else
+        chart, _ = chart_for(explicit is None, loaded.config, read_values(values))
+        changes = sync_quotas(kube, loaded.config, prune=True, dry_run=True) if kueue_served(kube) else []
+    finally:
+        kube.close()
     wanted = load_documents(chart / "Chart.yaml")[0]
     pending = False
     if installed is None:
@@ -400,11 +405,6 @@ def plan(
         typer.echo(
             f"upgrade release {RELEASE} (revision {installed.revision}, {installed.status}) with {wanted['name']}"
         )
-    kube = Kube(target)
-    try:
-        changes = sync_quotas(kube, loaded.config, prune=True, dry_run=True) if kueue_served(kube) else []
-    finally:
-        kube.close()
     for change in changes:
         if change.action in ("create", "update", "prune"):
             typer.echo(change.describe())
