@@ -45,6 +45,13 @@ class PreflightFailed(KonduktorError):
     exit_code = ExitCode.CHECK_FAILED
 
 
+class ChangeRefused(KonduktorError):
+    """A change was refused because something in the cluster is in its way (an object someone else owns, a team
+    that still has work). Nothing was changed."""
+
+    exit_code = ExitCode.CHECK_FAILED
+
+
 class PartialApply(KonduktorError):
     """Some changes were made before a failure or timeout; re-running repairs the state."""
 

@@ -47,9 +47,7 @@ def service_account_kubeconfig(admin: Kube, admin_kubeconfig: Path, namespace: s
     if admin.get("v1", "ServiceAccount", name, namespace) is None:
         admin.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}})
     request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}}
-    answer = admin.request(
-        "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", body=request
-    )
+    answer = admin.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", body=request)
     with admin_kubeconfig.open() as source:
         cluster = YAML().load(source)["clusters"][0]["cluster"]
     server = cluster["server"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -13,7 +14,7 @@ from konduktor.cli.target import KubeconfigOption, connect
 from konduktor.config.model import Config
 from konduktor.errors import ExitCode, PreflightFailed, UsageError
 from konduktor.kube.client import Kube
-from konduktor.kube.sync import Change, sync
+from konduktor.kube.sync import WRITES, Change, sync
 from konduktor.quotas.render import CONFIG_LABEL, KUEUE_API, MANAGED_BY, MANAGED_BY_LABEL, RBAC_API, render
 from konduktor.quotas.usage import team_usage
 
@@ -32,8 +33,20 @@ QUOTA_KINDS = [
 ]
 
 
-def owner_selector(config: Config) -> str:
-    return f"{MANAGED_BY_LABEL}={MANAGED_BY},{CONFIG_LABEL}={config.cluster.name}"
+def owner_labels(config: Config) -> dict[str, str]:
+    """The labels that make a quota object this config's (render puts them on every object)."""
+    return {MANAGED_BY_LABEL: MANAGED_BY, CONFIG_LABEL: config.cluster.name}
+
+
+AdoptOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--adopt",
+        metavar="KIND/[NAMESPACE/]NAME",
+        help="Take over an existing object that someone else owns, e.g. Namespace/team-c (repeatable). It is "
+        "marked konduktor.ai/adopted-from and never deleted by Konduktor.",
+    ),
+]
 
 
 def require_kueue(kube: Kube) -> None:
@@ -45,25 +58,28 @@ def require_kueue(kube: Kube) -> None:
         )
 
 
-def sync_quotas(kube: Kube, config: Config, *, prune: bool, dry_run: bool) -> list[Change]:
+def sync_quotas(kube: Kube, config: Config, *, prune: bool, dry_run: bool, adopt: Sequence[str] = ()) -> list[Change]:
     require_kueue(kube)
     return sync(
         kube,
         render(config),
         QUOTA_KINDS,
-        owner_selector(config),
+        owner_labels(config),
         prune=prune,
         dry_run=dry_run,
+        adopt=adopt,
         progress=lambda change: err.print(change.describe(), markup=False),
     )
 
 
-def sync_config(config: Path, kubeconfig: Path | None, *, prune: bool, dry_run: bool) -> list[Change]:
+def sync_config(
+    config: Path, kubeconfig: Path | None, *, prune: bool, dry_run: bool, adopt: Sequence[str] = ()
+) -> list[Change]:
     """Validate the whole config, then sync its quotas with the target cluster."""
     loaded = load_checked(config)
     kube = connect(kubeconfig)
     try:
-        return sync_quotas(kube, loaded.config, prune=prune, dry_run=dry_run)
+        return sync_quotas(kube, loaded.config, prune=prune, dry_run=dry_run, adopt=adopt)
     finally:
         kube.close()
 
@@ -73,9 +89,10 @@ def report(changes: list[Change], dry_run: bool) -> None:
     for change in changes:
         if change.action == "keep" or (dry_run and change.action != "unchanged"):
             err.print(change.describe(), markup=False)
-        if change.action == "keep" and change.ref.kind == "Namespace":
+        if change.action == "keep" and change.ref.kind == "Namespace" and not change.note:
             err.print(f"note: namespace {change.ref.name} left the config; delete it yourself once it is empty")
-    counts = {a: sum(c.action == a for c in changes) for a in ("create", "update", "prune", "unchanged", "keep")}
+    actions = ("create", "update", "adopt", "prune", "unchanged", "keep", "refuse")
+    counts = {a: sum(c.action == a for c in changes) for a in actions}
     prefix = "would " if dry_run else ""
     err.print(prefix + (", ".join(f"{a} {n}" for a, n in counts.items() if n) or "nothing to do"), markup=False)
 
@@ -88,20 +105,31 @@ def apply(
     prune: Annotated[
         bool, typer.Option("--prune/--no-prune", help="Delete quota objects the config no longer has (ours only).")
     ] = True,
+    adopt: AdoptOption = None,
 ) -> None:
-    """Server-side apply of the config's queues, flavors, namespaces and RBAC; prune what the config dropped."""
-    report(sync_config(config, kubeconfig, prune=prune, dry_run=dry_run), dry_run)
+    """Server-side apply of the config's queues, flavors, namespaces and RBAC; prune what the config dropped.
+
+    Exit 3 (nothing changed) when an object of the config exists and belongs to someone else, unless --adopt names
+    it."""
+    report(sync_config(config, kubeconfig, prune=prune, dry_run=dry_run, adopt=adopt or ()), dry_run)
 
 
 @app.command("diff")
-def diff(config: ConfigArgument, kubeconfig: KubeconfigOption = None) -> None:
-    """What `quotas apply` would change. Exit 0: nothing; 1: changes pending; 2 or more: error."""
-    changes = sync_config(config, kubeconfig, prune=True, dry_run=True)
+def diff(config: ConfigArgument, kubeconfig: KubeconfigOption = None, adopt: AdoptOption = None) -> None:
+    """What `quotas apply` would change. Exit 0: nothing; 1: changes pending; 3: apply would refuse (an object
+    belongs to someone else); 2 or 5: error."""
+    changes = sync_config(config, kubeconfig, prune=True, dry_run=True, adopt=adopt or ())
     for change in changes:
         if change.action != "unchanged":
             typer.echo(change.describe())
-    if any(c.action in ("create", "update", "prune") for c in changes):
-        raise typer.Exit(ExitCode.NEGATIVE)
+    raise typer.Exit(pending_code(changes))
+
+
+def pending_code(changes: Sequence[Change]) -> int:
+    """0: in sync; 1: changes pending; 3: `apply` would refuse them (someone else's object in the way)."""
+    if any(c.action == "refuse" for c in changes):
+        return ExitCode.CHECK_FAILED
+    return ExitCode.NEGATIVE if any(c.action in (*WRITES, "prune") for c in changes) else ExitCode.OK
 
 
 @app.command("explain")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,7 +23,7 @@ from konduktor.burnin.manifests import make_run_id
 from konduktor.burnin.results import BurnInReport, NodeVerdict, Verdict
 from konduktor.burnin.tiers import Tier, options_for_tier
 from konduktor.cli.burnin import burn_in
-from konduktor.cli.cluster_quotas import QUOTA_KINDS, sync_quotas
+from konduktor.cli.cluster_quotas import QUOTA_KINDS, AdoptOption, pending_code, sync_quotas
 from konduktor.cli.console import OutputFormat, err, print_rows, progress
 from konduktor.cli.preflight import cluster_checks, node_checks, read_cluster, require_reachable
 from konduktor.cli.quotas import ConfigArgument, load_checked
@@ -36,7 +37,7 @@ from konduktor.helm.values import merge_values, umbrella_values
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.documents import load_documents
 from konduktor.kube.policy_audit import Violation, audit_gpu_workloads
-from konduktor.kube.sync import Change
+from konduktor.kube.sync import WRITES, Change, Ref, adoption_of
 from konduktor.preflight.inventory import SshHosts, config_inventory
 from konduktor.preflight.results import Status
 from konduktor.quotas.render import KUEUE_API, MANAGED_BY, MANAGED_BY_LABEL
@@ -206,6 +207,7 @@ def run_up(
     dry_run: bool = False,
     confirm: Any = None,
     report: Any = lambda _m: None,
+    adopt: Sequence[str] = (),
 ) -> UpReport:
     """Everything `up` does; with `dry_run` it stops after preflight and plans the quota changes."""
     loaded = load_checked(config_path)  # nothing below runs unless the whole config validates
@@ -219,7 +221,8 @@ def run_up(
     if dry_run:
         kube = Kube(target)
         try:
-            changes = sync_quotas(kube, loaded.config, prune=True, dry_run=True) if kueue_served(kube) else []
+            served = kueue_served(kube)
+            changes = sync_quotas(kube, loaded.config, prune=True, dry_run=True, adopt=adopt) if served else []
         finally:
             kube.close()
         clock.finish()
@@ -233,7 +236,7 @@ def run_up(
     kube = Kube(target)
     try:
         clock.step("quotas", "applying")
-        changes = sync_quotas(kube, loaded.config, prune=True, dry_run=False)
+        changes = sync_quotas(kube, loaded.config, prune=True, dry_run=False, adopt=adopt)
         clock.step("verify", "queues active, health controller available")
         verify(kube, loaded.config, report)
         clock.step("policies", "checking existing GPU workloads")
@@ -295,7 +298,7 @@ def print_report(result: UpReport) -> None:
         gpus = ", ".join(f"{q.quota} {t}" for t, q in team.gpus.items())
         err.print(f"  queue {name}: {gpus} GPUs, namespaces {', '.join(team.namespaces)}", markup=False)
     verb = "would change" if result.release is None else "changed"
-    changed = [c for c in result.changes if c.action in ("create", "update", "prune")]
+    changed = [c for c in result.changes if c.action in (*WRITES, "prune", "refuse")]
     err.print(f"  {len(changed)} quota objects {verb}", markup=False)
     for change in changed if result.release is None else []:
         err.print(f"    {change.describe()}", markup=False)
@@ -352,6 +355,7 @@ def up(
     force: Annotated[bool, typer.Option("--force", help="Install even when preflight checks fail.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate, preflight and plan; change nothing.")] = False,
     yes: YesOption = False,
+    adopt: AdoptOption = None,
 ) -> None:
     """Install or upgrade Konduktor from a config: the simulated cluster when no kubeconfig is given."""
     with progress("up") as report:
@@ -364,6 +368,7 @@ def up(
             dry_run=dry_run,
             confirm=confirmation(yes),
             report=report,
+            adopt=adopt or (),
         )
     print_report(result)
     err.print(f"next: konduktor-install quotas explain --kubeconfig {result.target}", markup=False)
@@ -381,8 +386,10 @@ def plan(
     kubeconfig: KubeconfigOption = None,
     values: Annotated[list[Path] | None, typer.Option("--values", "-f", help="Extra chart values files.")] = None,
     sim: SimOption = DEFAULT_NAME,
+    adopt: AdoptOption = None,
 ) -> None:
-    """What `up` would change. Exit 0: nothing; 1: changes pending (release or quotas); 2 or more: error."""
+    """What `up` would change. Exit 0: nothing; 1: changes pending (release or quotas); 3: `up` would refuse a
+    quota change (an object belongs to someone else); 2 or 5: error."""
     loaded = load_checked(config)
     explicit = explicit_kubeconfig(kubeconfig)
     target = explicit or SimCluster(sim).kubeconfig
@@ -393,7 +400,8 @@ def plan(
     try:
         installed = current(target, RELEASE, NAMESPACE)  # an unreachable cluster is exit 5, whatever else
         chart, _ = chart_for(explicit is None, loaded.config, read_values(values))
-        changes = sync_quotas(kube, loaded.config, prune=True, dry_run=True) if kueue_served(kube) else []
+        served = kueue_served(kube)
+        changes = sync_quotas(kube, loaded.config, prune=True, dry_run=True, adopt=adopt or ()) if served else []
     finally:
         kube.close()
     wanted = load_documents(chart / "Chart.yaml")[0]
@@ -406,11 +414,10 @@ def plan(
             f"upgrade release {RELEASE} (revision {installed.revision}, {installed.status}) with {wanted['name']}"
         )
     for change in changes:
-        if change.action in ("create", "update", "prune"):
+        if change.action in (*WRITES, "prune", "refuse"):
             typer.echo(change.describe())
-            pending = True
-    if pending:
-        raise typer.Exit(ExitCode.NEGATIVE)
+    code = pending_code(changes)
+    raise typer.Exit(ExitCode.NEGATIVE if pending and code == ExitCode.OK else code)
 
 
 def status(
@@ -467,15 +474,24 @@ def down(
             ask(f"remove Konduktor from the cluster at {kube.server}{' and delete its namespaces' if purge else ''}?")
         owned = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
         removed = 0
+        kept: list[str] = []  # adopted objects: Konduktor did not create them, so it never deletes them
         for api_version, kind in reversed(QUOTA_KINDS):
             if kind == "Namespace" or (api_version.startswith("kueue") and not kueue_served(kube)):
                 continue
             for obj in kube.list(api_version, kind, label_selector=owned):
-                removed += kube.delete(api_version, kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
+                ref = Ref.of(obj)
+                if adoption_of(obj) is not None:
+                    kept.append(str(ref))
+                    continue
+                removed += kube.delete(api_version, kind, ref.name, ref.namespace)
         uninstalled = uninstall(target, RELEASE, NAMESPACE)
         namespaces = []
         if purge:
-            namespaces = [n["metadata"]["name"] for n in kube.list("v1", "Namespace", label_selector=owned)]
+            for namespace in kube.list("v1", "Namespace", label_selector=owned):
+                if adoption_of(namespace) is not None:
+                    kept.append(str(Ref.of(namespace)))
+                else:
+                    namespaces.append(namespace["metadata"]["name"])
             namespaces.append(NAMESPACE)
             for name in namespaces:
                 kube.delete("v1", "Namespace", name)
@@ -486,3 +502,5 @@ def down(
         + (f", namespaces deleted: {', '.join(namespaces)}" if namespaces else ""),
         markup=False,
     )
+    if kept:
+        err.print(f"down: left what Konduktor adopted and did not create: {', '.join(kept)}", markup=False)
