@@ -23,7 +23,15 @@ from konduktor.burnin.manifests import make_run_id
 from konduktor.burnin.results import BurnInReport, NodeVerdict, Verdict
 from konduktor.burnin.tiers import Tier, options_for_tier
 from konduktor.cli.burnin import burn_in
-from konduktor.cli.cluster_quotas import QUOTA_KINDS, AdoptOption, pending_code, sync_quotas
+from konduktor.cli.cluster_quotas import (
+    DRAIN_TIMEOUT,
+    QUOTA_KINDS,
+    AdoptOption,
+    DrainOption,
+    DrainTimeoutOption,
+    pending_code,
+    sync_quotas,
+)
 from konduktor.cli.console import OutputFormat, err, print_rows, progress
 from konduktor.cli.preflight import cluster_checks, node_checks, read_cluster, require_reachable
 from konduktor.cli.quotas import ConfigArgument, load_checked
@@ -40,6 +48,7 @@ from konduktor.kube.policy_audit import Violation, audit_gpu_workloads
 from konduktor.kube.sync import WRITES, Change, Ref, adoption_of
 from konduktor.preflight.inventory import SshHosts, config_inventory
 from konduktor.preflight.results import Status
+from konduktor.quotas.removal import DrainPolicy
 from konduktor.quotas.render import KUEUE_API, MANAGED_BY, MANAGED_BY_LABEL
 from konduktor.quotas.usage import team_usage
 from konduktor.sim.cluster import DEFAULT_NAME, SimCluster
@@ -208,6 +217,8 @@ def run_up(
     confirm: Any = None,
     report: Any = lambda _m: None,
     adopt: Sequence[str] = (),
+    drain_policy: DrainPolicy | None = None,
+    drain_timeout: float = DRAIN_TIMEOUT,
 ) -> UpReport:
     """Everything `up` does; with `dry_run` it stops after preflight and plans the quota changes."""
     loaded = load_checked(config_path)  # nothing below runs unless the whole config validates
@@ -236,7 +247,15 @@ def run_up(
     kube = Kube(target)
     try:
         clock.step("quotas", "applying")
-        changes = sync_quotas(kube, loaded.config, prune=True, dry_run=False, adopt=adopt)
+        changes = sync_quotas(
+            kube,
+            loaded.config,
+            prune=True,
+            dry_run=False,
+            adopt=adopt,
+            drain_policy=drain_policy,
+            drain_timeout=drain_timeout,
+        )
         clock.step("verify", "queues active, health controller available")
         verify(kube, loaded.config, report)
         clock.step("policies", "checking existing GPU workloads")
@@ -356,6 +375,8 @@ def up(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate, preflight and plan; change nothing.")] = False,
     yes: YesOption = False,
     adopt: AdoptOption = None,
+    drain_removed_teams: DrainOption = None,
+    drain_timeout: DrainTimeoutOption = DRAIN_TIMEOUT,
 ) -> None:
     """Install or upgrade Konduktor from a config: the simulated cluster when no kubeconfig is given."""
     with progress("up") as report:
@@ -369,6 +390,8 @@ def up(
             confirm=confirmation(yes),
             report=report,
             adopt=adopt or (),
+            drain_policy=drain_removed_teams,
+            drain_timeout=drain_timeout,
         )
     print_report(result)
     err.print(f"next: konduktor-install quotas explain --kubeconfig {result.target}", markup=False)

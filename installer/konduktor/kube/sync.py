@@ -190,12 +190,14 @@ def sync(
     prune: bool = False,
     dry_run: bool = False,
     adopt: Collection[str] = (),
+    review: Callable[[list[Change]], list[Change]] = lambda changes: changes,
     progress: Callable[[Change], None] = lambda _change: None,
 ) -> list[Change]:
     """Plans against the live cluster and, unless `dry_run`, applies in order and prunes in reverse order.
 
     Objects of someone else (without the `owner` labels) are refused, and then nothing is changed (ChangeRefused),
-    unless their keys are in `adopt`. On a failure midway raises PartialApply naming what was done; re-running
+    unless their keys are in `adopt`. `review` may turn planned changes into refusals (e.g. a prune of something
+    still in use) before anything is applied. On a failure midway raises PartialApply naming what was done; re-running
     converges.
     """
     desired = []
@@ -209,16 +211,17 @@ def sync(
         # live in a namespace that this same sync creates, where a dry run would be refused.
         would_be = with_retries(kube.apply, wanted, dry_run=True) if live is not None else None
         desired.append((wanted, live, would_be))
-    changes = plan(desired, owned_objects(kube, kinds, selector_of(owner)), prune, owner, adopt)
+    changes = review(plan(desired, owned_objects(kube, kinds, selector_of(owner)), prune, owner, adopt))
     if dry_run:
         return changes
     refused = [c for c in changes if c.action == "refuse"]
     if refused:
         raise ChangeRefused(
-            f"{len(refused)} object(s) belong to someone else; nothing was changed",
+            f"{len(refused)} change(s) refused; nothing was changed",
             detail="\n".join(c.describe() for c in refused),
-            hint="Konduktor changes only what it created; to take an object over, name it with --adopt "
-            "(it is then marked konduktor.ai/adopted-from and never deleted by Konduktor)",
+            hint="Konduktor changes only what it created (to take an object over, name it with --adopt; it is then "
+            "marked konduktor.ai/adopted-from and never deleted by Konduktor), and removes a team only once its "
+            "work is drained (--drain-removed-teams wait|stop)",
         )
     by_ref = {Ref.of(obj): obj for obj, _, _ in desired}
     done: list[Change] = []
