@@ -304,6 +304,20 @@ class Kube:
             raise
         return True
 
+    def allowed(self, verb: str, resource: str, group: str = "", namespace: str | None = None) -> bool:
+        """Whether this identity may `verb` the `resource`, as the API server's authorizer answers a
+        SelfSubjectAccessReview (which every authenticated identity may create)."""
+        attributes = {"verb": verb, "resource": resource, "group": group}
+        if namespace is not None:
+            attributes["namespace"] = namespace
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes},
+        }
+        answer = self.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review)
+        return bool(answer.get("status", {}).get("allowed"))
+
     def version(self) -> dict[str, Any]:
         result: dict[str, Any] = self.request("GET", "/version")
         return result
