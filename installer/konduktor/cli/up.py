@@ -272,6 +272,7 @@ def run_up(
                 make_run_id(datetime.now(UTC)),
                 None,
                 loaded.config.burnin.quarantine,
+                loaded.config.burnin.unschedulable_seconds,
             )
         clock.finish()
     except KonduktorError as problem:
