@@ -80,6 +80,8 @@ def test_a_namespace_someone_else_owns_is_refused_then_adopted_only_by_name_and_
     assert f"konduktor.ai/config=other-cluster; adopt it with --adopt Namespace/{FOREIGN}" in shown
     assert main(["plan", str(config), "--sim", sim.cluster.name]) == ExitCode.CHECK_FAILED
     assert f"refuse    Namespace {FOREIGN}" in capsys.readouterr().out
+    assert main(["up", str(config), "--sim", sim.cluster.name]) == ExitCode.CHECK_FAILED  # before installing
+    assert f"Namespace {FOREIGN}: owned by app.kubernetes.io/managed-by=argocd" in capsys.readouterr().err
 
     assert main(["quotas", "apply", str(config), *given]) == ExitCode.CHECK_FAILED
     said = capsys.readouterr().err

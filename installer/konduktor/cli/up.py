@@ -45,7 +45,7 @@ from konduktor.helm.values import merge_values, umbrella_values
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.documents import load_documents
 from konduktor.kube.policy_audit import Violation, audit_gpu_workloads
-from konduktor.kube.sync import WRITES, Change, Ref, adoption_of
+from konduktor.kube.sync import WRITES, Change, Ref, adoption_of, refuse_if_any
 from konduktor.preflight.inventory import SshHosts, config_inventory
 from konduktor.preflight.results import Status
 from konduktor.quotas.removal import DrainPolicy
@@ -229,15 +229,22 @@ def run_up(
     clock.step("preflight", "checking the cluster" + (" and the GPU hosts" if loaded.config.preflight.nodes else ""))
     preflight_passes(target, loaded, inventory, force, report)
     chart, chart_values = chart_for(simulated, loaded.config, extra)
+    kube = Kube(target)
+    try:
+        # The quota plan before anything changes: an object someone else owns, or a removed team with work,
+        # stops `up` here, with nothing installed.
+        served = kueue_served(kube)
+        planned = (
+            sync_quotas(kube, loaded.config, prune=True, dry_run=True, adopt=adopt, drain_policy=drain_policy)
+            if served
+            else []
+        )
+    finally:
+        kube.close()
     if dry_run:
-        kube = Kube(target)
-        try:
-            served = kueue_served(kube)
-            changes = sync_quotas(kube, loaded.config, prune=True, dry_run=True, adopt=adopt) if served else []
-        finally:
-            kube.close()
         clock.finish()
-        return UpReport(loaded.config, target, simulated, chart, None, changes, [], clock.steps)
+        return UpReport(loaded.config, target, simulated, chart, None, planned, [], clock.steps)
+    refuse_if_any(planned)
     if confirm is not None and not simulated:
         client = Kube(target)  # only for the server's address: the question must name the cluster
         client.close()

@@ -177,6 +177,19 @@ def owned_objects(kube: Kube, kinds: Iterable[tuple[str, str]], selector: str) -
     return found
 
 
+def refuse_if_any(changes: Sequence[Change]) -> None:
+    """Raises ChangeRefused naming every refused change, before anything is applied."""
+    refused = [c for c in changes if c.action == "refuse"]
+    if refused:
+        raise ChangeRefused(
+            f"{len(refused)} change(s) refused; nothing was changed",
+            detail="\n".join(c.describe() for c in refused),
+            hint="Konduktor changes only what it created (to take an object over, name it with --adopt; it is then "
+            "marked konduktor.ai/adopted-from and never deleted by Konduktor), and removes a team only once its "
+            "work is drained (--drain-removed-teams wait|stop)",
+        )
+
+
 def selector_of(owner: Mapping[str, str]) -> str:
     return ",".join(f"{key}={value}" for key, value in owner.items())
 
@@ -214,15 +227,7 @@ def sync(
     changes = review(plan(desired, owned_objects(kube, kinds, selector_of(owner)), prune, owner, adopt))
     if dry_run:
         return changes
-    refused = [c for c in changes if c.action == "refuse"]
-    if refused:
-        raise ChangeRefused(
-            f"{len(refused)} change(s) refused; nothing was changed",
-            detail="\n".join(c.describe() for c in refused),
-            hint="Konduktor changes only what it created (to take an object over, name it with --adopt; it is then "
-            "marked konduktor.ai/adopted-from and never deleted by Konduktor), and removes a team only once its "
-            "work is drained (--drain-removed-teams wait|stop)",
-        )
+    refuse_if_any(changes)
     by_ref = {Ref.of(obj): obj for obj, _, _ in desired}
     done: list[Change] = []
     order = {kind: index for index, (_, kind) in enumerate(kinds)}
