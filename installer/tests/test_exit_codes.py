@@ -12,6 +12,7 @@ from conftest import EXAMPLE, Sim
 from identities import service_account_kubeconfig, unreachable_kubeconfig
 
 from konduktor.cli.main import main
+from konduktor.controller.main import main as health_main
 from konduktor.errors import ExitCode
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -46,6 +47,11 @@ def test_an_unreachable_api_server_is_exit_5(
     assert main([*command, "--kubeconfig", str(kubeconfig)]) == ExitCode.UNREACHABLE
     said = capsys.readouterr().err
     assert "error:" in said and "Traceback" not in said
+
+
+def test_the_health_controller_without_its_api_server_is_exit_5(tmp_path: Path) -> None:
+    kubeconfig = unreachable_kubeconfig(tmp_path)
+    assert health_main(["run", "--once", "--kubeconfig", str(kubeconfig)]) == ExitCode.UNREACHABLE
 
 
 @pytest.mark.parametrize("command", CLUSTER_COMMANDS, ids=lambda c: " ".join(c[:2]).split("/")[0])
