@@ -118,9 +118,10 @@ def test_any_prometheus_answer_is_read_or_a_source_error(answer: Any) -> None:
 
 @given(answer=json_values)
 def test_arbitrary_json_is_never_a_crash(answer: Any) -> None:
-    for parse in (lambda a: entries(a, "node"), lambda a: matrix(a, "Hostname", "gpu")):
-        with contextlib.suppress(SourceError):
-            parse(answer)
+    with contextlib.suppress(SourceError):
+        entries(answer, "node")
+    with contextlib.suppress(SourceError):
+        matrix(answer, "Hostname", "gpu")
 
 
 def stream_answer(*values: list[Any]) -> dict[str, Any]:
