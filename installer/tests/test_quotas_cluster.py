@@ -13,7 +13,7 @@ import pytest
 from conftest import EXAMPLE, Sim
 from ruamel.yaml import YAML
 
-from konduktor.cli.cluster_quotas import sync_quotas
+from konduktor.cli.cluster_quotas import DRAIN_MANAGER, stop_policy, sync_quotas
 from konduktor.cli.main import main
 from konduktor.config.load import load_config, parse_config
 from konduktor.errors import ExitCode
@@ -303,3 +303,25 @@ def test_removing_a_team_can_wait_for_its_work_to_finish(
     assert "waiting up to 120s for the work of sync-team-b to drain" in capsys.readouterr().err
     assert is_true(workload_of(sim.kube, "sync-team-b", "held"), "Finished")  # it ran to its end
     assert sim.kube.get(KUEUE_API, "ClusterQueue", "sync-team-b") is None
+
+
+def test_a_queue_whose_stop_did_not_finish_runs_again_once_it_is_back_in_the_config(
+    sim: Sim, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = edited_example(tmp_path, lambda data: None)
+    given = ["--kubeconfig", str(sim.kubeconfig)]
+    assert main(["quotas", "apply", str(config), *given]) == 0
+
+    def active() -> bool:
+        return is_true(sim.kube.get(KUEUE_API, "ClusterQueue", "sync-team-a"), "Active")
+
+    wait_until("team a's queue to be active", active)
+    # What `--drain-removed-teams stop` leaves when the queue's deletion did not finish.
+    sim.kube.apply(stop_policy("sync-team-a", "HoldAndDrain"), field_manager=DRAIN_MANAGER)
+    wait_until("team a's queue to be stopped", lambda: not active())
+    capsys.readouterr()
+    assert main(["quotas", "apply", str(config), *given]) == 0
+    assert "restarted ClusterQueue sync-team-a" in capsys.readouterr().err
+    queue = sim.kube.get(KUEUE_API, "ClusterQueue", "sync-team-a") or {}
+    assert queue["spec"].get("stopPolicy", "None") == "None"
+    wait_until("team a's queue to be active again", active)

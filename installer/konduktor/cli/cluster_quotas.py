@@ -14,7 +14,7 @@ from konduktor.cli.target import KubeconfigOption, connect
 from konduktor.config.model import Config
 from konduktor.errors import ExitCode, PartialApply, PreflightFailed, UsageError
 from konduktor.kube.client import Kube
-from konduktor.kube.sync import WRITES, Change, sync
+from konduktor.kube.sync import WRITES, Change, selector_of, sync
 from konduktor.quotas.removal import DrainPolicy, TeamWork, removed_teams, review_removals, team_work
 from konduktor.quotas.render import CONFIG_LABEL, KUEUE_API, MANAGED_BY, MANAGED_BY_LABEL, RBAC_API, render
 from konduktor.quotas.usage import team_usage
@@ -80,6 +80,27 @@ DRAIN_TIMEOUT = 600.0
 CONFIRM_TIMEOUT = 60.0
 
 
+# The field manager of the stop: its own, so that applying a queue again (a team put back in the config after a
+# stop that did not finish) can release the stop without touching the queue's other fields.
+DRAIN_MANAGER = "konduktor-drain"
+
+
+def stop_policy(team: str, policy: str | None) -> dict[str, object]:
+    spec = {"spec": {"stopPolicy": policy}} if policy else {}
+    return {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": team}, **spec}
+
+
+def restart_stopped(kube: Kube, config: Config) -> None:
+    """A queue of the config that a drain stopped (its deletion did not finish) runs again: the drain's manager
+    gives up the field, which Kueue then defaults to None."""
+    for queue in kube.list(KUEUE_API, "ClusterQueue", label_selector=selector_of(owner_labels(config))):
+        name = queue["metadata"]["name"]
+        managers = {entry.get("manager") for entry in queue["metadata"].get("managedFields") or ()}
+        if name in config.teams and DRAIN_MANAGER in managers:
+            kube.apply(stop_policy(name, None), field_manager=DRAIN_MANAGER)
+            err.print(f"restarted ClusterQueue {name}: it is in the config again", markup=False)
+
+
 def removed_team_work(kube: Kube, teams: Sequence[str]) -> dict[str, TeamWork]:
     """The work of each ClusterQueue in `teams`, in two reads."""
     if not teams:
@@ -93,7 +114,7 @@ def drain(kube: Kube, teams: Sequence[str], policy: DrainPolicy, timeout: float)
     """Empties the removed teams' ClusterQueues: stopped first with `stop`; waits until no workload holds them."""
     if policy is DrainPolicy.STOP:
         for team in teams:
-            kube.patch(KUEUE_API, "ClusterQueue", team, {"spec": {"stopPolicy": "HoldAndDrain"}})
+            kube.apply(stop_policy(team, "HoldAndDrain"), field_manager=DRAIN_MANAGER)
             err.print(f"stopped ClusterQueue {team} (stopPolicy HoldAndDrain): its workloads are evicted", markup=False)
 
     def unfinished() -> list[TeamWork]:
@@ -165,6 +186,7 @@ def sync_quotas(
 
     if dry_run:
         return run(dry=True)
+    restart_stopped(kube, config)
     if drain_policy is not None:
         planned = run(dry=True)
         removed = removed_teams(planned)
