@@ -13,10 +13,10 @@ import pytest
 from conftest import EXAMPLE, Sim
 from ruamel.yaml import YAML
 
-from konduktor.cli.cluster_quotas import DRAIN_MANAGER, stop_policy, sync_quotas
+from konduktor.cli.cluster_quotas import DRAIN_MANAGER, confirm_removed, stop_policy, sync_quotas
 from konduktor.cli.main import main
 from konduktor.config.load import load_config, parse_config
-from konduktor.errors import ExitCode
+from konduktor.errors import ExitCode, PartialApply
 from konduktor.kube.client import Kube
 from konduktor.quotas.render import KUEUE_API, render
 from konduktor.sim.workloads import admitted_gpus, gpu_job, is_true, was_evicted, workload_of
@@ -325,3 +325,21 @@ def test_a_queue_whose_stop_did_not_finish_runs_again_once_it_is_back_in_the_con
     queue = sim.kube.get(KUEUE_API, "ClusterQueue", "sync-team-a") or {}
     assert queue["spec"].get("stopPolicy", "None") == "None"
     wait_until("team a's queue to be active again", active)
+
+
+def test_a_cluster_queue_that_stays_terminating_is_reported_not_left_silently(sim: Sim) -> None:
+    held = {
+        "apiVersion": KUEUE_API,
+        "kind": "ClusterQueue",
+        "metadata": {"name": "stuck-queue", "finalizers": ["example.com/hold"]},
+        "spec": {"namespaceSelector": {}, "resourceGroups": []},
+    }
+    sim.kube.apply(held)
+    sim.kube.delete(KUEUE_API, "ClusterQueue", "stuck-queue")
+    try:
+        with pytest.raises(PartialApply, match=r"stuck Terminating.*stuck-queue: no workloads") as stuck:
+            confirm_removed(sim.kube, ["stuck-queue"], timeout=2)
+        assert stuck.value.exit_code == ExitCode.PARTIAL
+    finally:
+        sim.kube.patch(KUEUE_API, "ClusterQueue", "stuck-queue", {"metadata": {"finalizers": None}})
+        wait_until("the queue to go", lambda: sim.kube.get(KUEUE_API, "ClusterQueue", "stuck-queue") is None)
