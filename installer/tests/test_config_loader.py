@@ -5,13 +5,18 @@ from __future__ import annotations
 import textwrap
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
+from model_numbers import ANY_KEY, concrete, numeric_paths, replaced
 from quota_samples import EXAMPLES, config, seed
 from ruamel.yaml import YAML
 
 from konduktor.config import ConfigError, load_config, parse_config
 from konduktor.config.capacity import pool_share, share_for
+from konduktor.config.load import read_yaml
+from konduktor.config.model import Config
 from konduktor.config.pools import node_pools, topology_levels
 from konduktor.config.quantity import format_cpu, format_memory, parse_quantity
 from konduktor.config.schema import SCHEMA_FILE, config_schema, config_schema_text
@@ -357,3 +362,62 @@ def test_config_node_pools_for_gke_labels_and_valued_taints() -> None:
 def test_config_seed_sample_round_trips_through_yaml() -> None:
     # The sample used by the other tests is itself a valid file.
     assert parse_config(to_yaml([seed()]).removeprefix("---\n")).warnings == []
+
+
+# Every optional section set, so that every numeric field of the model has a place in the file.
+FULL: dict[str, Any] = {
+    "version": 1,
+    "cluster": {"name": "gpu-lab"},
+    "kueue": {"sharing": "classic", "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 100}},
+    "capacityReserve": {"cpu": "8", "memory": "64Gi"},
+    "gpuTypes": {
+        "h100": {
+            "product": "NVIDIA-H100-80GB-HBM3",
+            "tolerations": [{"key": "gpu", "operator": "Exists", "tolerationSeconds": 30}],
+            "nodes": 4,
+            "gpusPerNode": 8,
+            "nodeAllocatable": {"cpu": 192, "memory": "1900Gi"},
+        }
+    },
+    "priorities": {"standard": 1000},
+    "teams": {
+        "team-a": {
+            "namespaces": ["team-a"],
+            "fairShareWeight": 1.5,
+            "gpus": {"h100": {"quota": 16, "borrowLimit": 8, "lendLimit": 8}},
+        },
+        "team-b": {"namespaces": ["team-b"], "gpus": {"h100": {"quota": 16}}},
+    },
+    "preflight": {"nodes": {"ssh": {"port": 22}}},
+}
+# Quantities are strings to the model but take numbers in the file.
+QUANTITIES = {
+    ("capacityReserve", "cpu"),
+    ("capacityReserve", "memory"),
+    ("gpuTypes", ANY_KEY, "nodeAllocatable", "cpu"),
+    ("gpuTypes", ANY_KEY, "nodeAllocatable", "memory"),
+}
+NUMBERS = sorted(numeric_paths(Config) | QUANTITIES, key=str)
+
+
+def test_config_every_section_set_is_valid() -> None:
+    assert parse_config(yaml.safe_dump(FULL, sort_keys=False)).config.preflight.nodes is not None
+    assert len(NUMBERS) >= 14 and ("teams", ANY_KEY, "gpus", ANY_KEY, "quota") in NUMBERS
+
+
+@pytest.mark.parametrize("pattern", NUMBERS, ids=lambda p: ".".join(map(str, p)))
+@pytest.mark.parametrize("value", [True, False])
+def test_config_numbers_refuse_booleans(pattern: tuple[str | int, ...], value: bool) -> None:
+    path = concrete(pattern, FULL)
+    text = yaml.safe_dump(replaced(FULL, path, value), sort_keys=False)
+    _, lines = read_yaml(text, "config.yaml")
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text, "config.yaml")
+    [finding] = raised.value.findings
+    assert (finding.path, finding.line) == (path, lines[path])
+    assert finding.message.endswith(f"(got {str(value).lower()})"), finding.message
+
+
+def test_config_whole_numbers_fill_number_fields() -> None:
+    text = VALID.replace("  team-a:\n", "  team-a:\n    fairShareWeight: 2\n")
+    assert parse_config(text).config.teams["team-a"].fair_share_weight == 2.0
