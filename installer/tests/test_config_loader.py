@@ -421,3 +421,22 @@ def test_config_numbers_refuse_booleans(pattern: tuple[str | int, ...], value: b
 def test_config_whole_numbers_fill_number_fields() -> None:
     text = VALID.replace("  team-a:\n", "  team-a:\n    fairShareWeight: 2\n")
     assert parse_config(text).config.teams["team-a"].fair_share_weight == 2.0
+
+
+def test_config_a_key_typo_does_not_hide_lint_errors() -> None:
+    text = VALID.replace("h100: {quota: 20}", "h100: {quota: 30}").replace(
+        "cluster:\n", "kueue: {sharng: fair}\ncluster:\n"
+    )
+    assert errors_of(text) == [
+        "config.yaml:2: kueue.sharng: unknown key",
+        "config.yaml:9: gpuTypes.h100: team quotas add up to 50 h100 GPUs but there are 40 (4 nodes x 10 GPUs)",
+    ]
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text, "config.yaml")
+    assert [f.severity for f in raised.value.findings] == ["error", "error"]  # no warning from the dropped key
+
+
+def test_config_other_schema_errors_stop_before_lint() -> None:
+    """A wrong value cannot be left out the way a typo can: lint would judge a config the user did not write."""
+    text = VALID.replace("h100: {quota: 20}", "h100: {quota: 30}").replace("nodes: 4", "nodes: four")
+    assert errors_of(text) == ["config.yaml:10: gpuTypes.h100.nodes: must be a whole number (got the string 'four')"]

@@ -85,11 +85,46 @@ def read_text(path: Path, *, missing_hint: str | None = None) -> str:
 def parse_config(text: str, filename: str = "config.yaml") -> LoadedConfig:
     """Check config text; raises ConfigError listing every error, returns the warnings."""
     data, lines = read_yaml(text, filename)
-    config = validate_model(Config, data, lines, filename)
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as invalid:
+        problems = invalid.errors(include_url=False)
+        findings = [_schema_finding(Config, item) for item in problems]
+        unknown = [tuple(item["loc"]) for item in problems if item["type"] == "extra_forbidden"]
+        if len(unknown) == len(problems):
+            findings += _lint_errors_without(data, unknown)
+        raise ConfigError(filename, sort_by_line(with_lines(findings, lines))) from None
     findings = sort_by_line(with_lines(lint(config), lines))
     if any(f.is_error for f in findings):
         raise ConfigError(filename, findings)
     return LoadedConfig(config, [f for f in findings if not f.is_error], filename, lines)
+
+
+def _lint_errors_without(data: dict[str, Any], unknown_keys: list[YamlPath]) -> list[Finding]:
+    """The lint errors of the config as it reads without its unknown keys (typos), so that a typo does not hide
+    a quota beyond capacity. Only errors: a warning may come from the setting the typo left out."""
+    for path in unknown_keys:
+        data = _without(data, path)
+    try:
+        config = Config.model_validate(data)
+    except ValidationError:
+        return []
+    return [finding for finding in lint(config) if finding.is_error]
+
+
+def _without(node: Any, path: YamlPath) -> Any:
+    """`node` without the key at `path`; copies along the path, as aliased values are shared."""
+    head, rest = path[0], path[1:]
+    if isinstance(node, dict) and head in node:
+        changed = dict(node)
+        if rest:
+            changed[head] = _without(node[head], rest)
+        else:
+            del changed[head]
+        return changed
+    if isinstance(node, list) and isinstance(head, int) and 0 <= head < len(node) and rest:
+        return [_without(item, rest) if index == head else item for index, item in enumerate(node)]
+    return node
 
 
 def read_yaml(text: str, filename: str) -> tuple[dict[str, Any], dict[YamlPath, int]]:
