@@ -192,6 +192,14 @@ def test_hostile_numbers_are_refused_where_they_are(number: str, line: int) -> N
 
 
 @HOSTILE
+@given(st.integers(0, 10_000), st.integers(-(2**63) + 1, 2**63 - 1))
+def test_hostile_leading_zeros_are_no_size(zeros: int, number: int) -> None:
+    sign = "-" if number < 0 else ""
+    data, _ = read_yaml(f"x: {sign}{'0' * zeros}{abs(number)}\n", "config.yaml")
+    assert data["x"] == number
+
+
+@HOSTILE
 @given(st.from_regex(r"\A[1-9][0-9]{40,3000}(Gi)?\Z") | st.from_regex(r"\A1e[1-9][0-9]{2,9}\Z"))
 def test_hostile_quantities_are_refused_before_any_arithmetic(quantity: str) -> None:
     with pytest.raises(ValueError, match="out of range for a quantity"):

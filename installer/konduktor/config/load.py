@@ -209,17 +209,19 @@ def _scalar(value: str, style: str | None) -> Any:
     if value in _BOOL:
         return _BOOL[value]
     if _INT.match(value):
-        # Checked before int(): Python refuses to convert more than 4,300 digits (and is slow near that).
-        return _in_range(int(value) if len(value.lstrip("+-0")) <= len(str(INT_LIMIT)) else None, value)
+        # Only significant digits reach int(): it refuses more than 4,300 digits, leading zeros included.
+        significant = value.lstrip("+-").lstrip("0") or "0"
+        number = int(significant) if len(significant) <= len(str(INT_LIMIT)) else None
+        return _in_range(None if number is None else -number if value.startswith("-") else number, value)
     if _OCT.match(value):
         return _in_range(int(value[2:], 8), value)
     if _HEX.match(value):
         return _in_range(int(value[2:], 16), value)
     if _FLOAT.match(value):
-        number = float(value)
-        if math.isinf(number):  # 1e999; an infinity written as .inf is left to the models, which refuse it
+        fraction = float(value)
+        if math.isinf(fraction):  # 1e999; an infinity written as .inf is left to the models, which refuse it
             raise OutOfRange(value, "numbers here are at most about 1.8e308, and no setting needs near that")
-        return number
+        return fraction
     return _SPECIAL_FLOAT.get(value.lower(), value)
 
 
