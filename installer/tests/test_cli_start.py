@@ -129,3 +129,11 @@ def test_cli_start_sub_apps_and_hidden_commands_run(capsys: pytest.CaptureFixtur
 def test_cli_start_a_typo_still_gets_a_suggestion(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["valdate", str(EXAMPLES / "config.yaml")]) == 2
     assert "Did you mean 'validate'?" in capsys.readouterr().err
+
+
+def test_cli_start_order_stays_once_commands_are_loaded() -> None:
+    group = typer.main.get_group(app)
+    context = _click.Context(group)
+    before = group.list_commands(context)
+    assert group.get_command(context, "sim") is not None
+    assert group.list_commands(context) == before

@@ -73,7 +73,7 @@ class _Commands(MutableMapping[str, _click.Command]):
         del self.loaded[name]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(dict.fromkeys([*self.loaded, *self.lazy]))
+        return iter(dict.fromkeys([*self.lazy, *self.loaded]))  # the listed order, whatever was loaded
 
     def __len__(self) -> int:
         return len(set(self.loaded) | set(self.lazy))
