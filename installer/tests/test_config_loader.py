@@ -440,3 +440,10 @@ def test_config_other_schema_errors_stop_before_lint() -> None:
     """A wrong value cannot be left out the way a typo can: lint would judge a config the user did not write."""
     text = VALID.replace("h100: {quota: 20}", "h100: {quota: 30}").replace("nodes: 4", "nodes: four")
     assert errors_of(text) == ["config.yaml:10: gpuTypes.h100.nodes: must be a whole number (got the string 'four')"]
+
+
+def test_config_quantities_refuse_booleans_in_their_own_words() -> None:
+    assert errors_of(VALID.replace('cpu: "192"', "cpu: true")) == [
+        "config.yaml:12: gpuTypes.h100.nodeAllocatable.cpu: must be a Kubernetes quantity, e.g. 192, 500m, 1900Gi "
+        "(got true)"
+    ]

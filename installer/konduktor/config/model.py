@@ -39,10 +39,18 @@ _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m
 
 
 def _scalar_text(value: Any) -> Any:
-    # YAML reads `cpu: 192` as an int; Kubernetes treats it as the quantity "192".
+    # YAML reads `cpu: 192` as an int; Kubernetes treats it as the quantity "192". `true` is no quantity.
+    if isinstance(value, str):
+        return value
     if isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
-    return value
+    if isinstance(value, bool):
+        got = str(value).lower()
+    elif value is None:
+        got = "nothing"
+    else:
+        got = "a mapping" if isinstance(value, dict) else "a list"
+    raise ValueError(f"must be a Kubernetes quantity, e.g. 192, 500m, 1900Gi (got {got})")
 
 
 def _valid_quantity(text: str) -> str:
