@@ -180,6 +180,7 @@ MAX_DEPTH = 64
 ALIAS_ALLOWANCE = 100_000
 MAX_FILE_BYTES = 4 * 2**20
 INT_LIMIT = 2**63 - 1  # Kubernetes and Kueue hold counts and quantities in 64 bits
+_INT_DIGITS = len(str(INT_LIMIT))
 # The YAML 1.2 core schema for plain (unquoted) scalars; anything else is a string.
 _NULL = re.compile(r"^(~|null|Null|NULL|)$")
 _BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
@@ -211,7 +212,7 @@ def _scalar(value: str, style: str | None) -> Any:
     if _INT.match(value):
         # Only significant digits reach int(): it refuses more than 4,300 digits, leading zeros included.
         significant = value.lstrip("+-").lstrip("0") or "0"
-        number = int(significant) if len(significant) <= len(str(INT_LIMIT)) else None
+        number = int(significant) if len(significant) <= _INT_DIGITS else None
         return _in_range(None if number is None else -number if value.startswith("-") else number, value)
     if _OCT.match(value):
         return _in_range(int(value[2:], 8), value)
