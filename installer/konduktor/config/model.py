@@ -105,7 +105,7 @@ Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 
 class Model(BaseModel):
     # strict: a quoted "16" where a count belongs is a typo worth reporting, not coercing, and so is `true`
-    # (ints still fill float fields). Finite: `1e999` reads as infinity, which no setting means.
+    # (ints still fill float fields). Finite: YAML's `.inf` and `.nan` are numbers that no setting means.
     model_config = ConfigDict(
         extra="forbid",
         strict=True,

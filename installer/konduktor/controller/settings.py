@@ -12,7 +12,7 @@ from konduktor.config.load import read_text, read_yaml, validate_model
 
 class _Section(BaseModel):
     # Strict: `poll_seconds: true` or `max_nodes: "5"` is a mistake to report, not a value to coerce (ints still
-    # fill float fields). Finite: `1e999` reads as infinity, which no setting means.
+    # fill float fields). Finite: YAML's `.inf` and `.nan` are numbers that no setting means.
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
