@@ -451,7 +451,7 @@ def _schema_finding(model: type[BaseModel], item: ErrorDetails) -> Finding:
         hint = did_you_mean(str(item["input"]), choices) if isinstance(item["input"], str) else None
         return error("schema", path, f"must be {context.get('expected')} (got {_describe(item['input'])})", hint=hint)
     if kind == "finite_number":
-        hint = "YAML reads 1e999 and .inf as infinity: write a number of a sensible size"
+        hint = "YAML reads .inf and .nan as numbers that are not finite: write a number of a sensible size"
         return error("schema", path, f"must be a finite number (got {_describe(item['input'])})", hint=hint)
     if kind in _TYPE_NAMES:
         return error("schema", path, f"must be {_TYPE_NAMES[kind]} (got {_describe(item['input'])})")
