@@ -44,6 +44,9 @@ def concrete(pattern: Pattern, document: dict[str, Any]) -> tuple[str | int, ...
     node: Any = document
     for part in pattern:
         key = next(iter(node)) if part == ANY_KEY else part
+        assert isinstance(node, dict | list) and key in (node if isinstance(node, dict) else range(len(node))), (
+            f"a new numeric setting: give {'.'.join(map(str, pattern))} a value in the test's document"
+        )
         path.append(key)
         node = node[key]
     return tuple(path)

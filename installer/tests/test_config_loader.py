@@ -389,6 +389,7 @@ FULL: dict[str, Any] = {
         "team-b": {"namespaces": ["team-b"], "gpus": {"h100": {"quota": 16}}},
     },
     "preflight": {"nodes": {"ssh": {"port": 22}}},
+    "burnin": {"level": "quick", "unschedulableSeconds": 60},
 }
 # Quantities are strings to the model but take numbers in the file.
 QUANTITIES = {

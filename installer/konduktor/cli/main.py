@@ -46,7 +46,8 @@ class InstallerCommands(LazyGroup):
         LazyCommand(
             "plan",
             "konduktor.cli.up:plan",
-            "What `up` would change. Exit 0: nothing; 1: changes pending (release or quotas); 2 or more: error.",
+            "What `up` would change. Exit 0: nothing; 1: changes pending (release or quotas); 3: `up` would refuse a "
+            "quota change (an object belongs to someone else); 2 or 5: error.",
         ),
         LazyCommand(
             "status",
