@@ -5,13 +5,18 @@ from __future__ import annotations
 import textwrap
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
+from model_numbers import ANY_KEY, concrete, numeric_paths, replaced
 from quota_samples import EXAMPLES, config, seed
 from ruamel.yaml import YAML
 
 from konduktor.config import ConfigError, load_config, parse_config
 from konduktor.config.capacity import pool_share, share_for
+from konduktor.config.load import read_yaml
+from konduktor.config.model import Config
 from konduktor.config.pools import node_pools, topology_levels
 from konduktor.config.quantity import format_cpu, format_memory, parse_quantity
 from konduktor.config.schema import SCHEMA_FILE, config_schema, config_schema_text
@@ -357,3 +362,89 @@ def test_config_node_pools_for_gke_labels_and_valued_taints() -> None:
 def test_config_seed_sample_round_trips_through_yaml() -> None:
     # The sample used by the other tests is itself a valid file.
     assert parse_config(to_yaml([seed()]).removeprefix("---\n")).warnings == []
+
+
+# Every optional section set, so that every numeric field of the model has a place in the file.
+FULL: dict[str, Any] = {
+    "version": 1,
+    "cluster": {"name": "gpu-lab"},
+    "kueue": {"sharing": "classic", "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 100}},
+    "capacityReserve": {"cpu": "8", "memory": "64Gi"},
+    "gpuTypes": {
+        "h100": {
+            "product": "NVIDIA-H100-80GB-HBM3",
+            "tolerations": [{"key": "gpu", "operator": "Exists", "tolerationSeconds": 30}],
+            "nodes": 4,
+            "gpusPerNode": 8,
+            "nodeAllocatable": {"cpu": 192, "memory": "1900Gi"},
+        }
+    },
+    "priorities": {"standard": 1000},
+    "teams": {
+        "team-a": {
+            "namespaces": ["team-a"],
+            "fairShareWeight": 1.5,
+            "gpus": {"h100": {"quota": 16, "borrowLimit": 8, "lendLimit": 8}},
+        },
+        "team-b": {"namespaces": ["team-b"], "gpus": {"h100": {"quota": 16}}},
+    },
+    "preflight": {"nodes": {"ssh": {"port": 22}}},
+    "burnin": {"level": "quick", "unschedulableSeconds": 60},
+}
+# Quantities are strings to the model but take numbers in the file.
+QUANTITIES = {
+    ("capacityReserve", "cpu"),
+    ("capacityReserve", "memory"),
+    ("gpuTypes", ANY_KEY, "nodeAllocatable", "cpu"),
+    ("gpuTypes", ANY_KEY, "nodeAllocatable", "memory"),
+}
+NUMBERS = sorted(numeric_paths(Config) | QUANTITIES, key=str)
+
+
+def test_config_every_section_set_is_valid() -> None:
+    assert parse_config(yaml.safe_dump(FULL, sort_keys=False)).config.preflight.nodes is not None
+    assert len(NUMBERS) >= 14 and ("teams", ANY_KEY, "gpus", ANY_KEY, "quota") in NUMBERS
+
+
+@pytest.mark.parametrize("pattern", NUMBERS, ids=lambda p: ".".join(map(str, p)))
+@pytest.mark.parametrize("value", [True, False])
+def test_config_numbers_refuse_booleans(pattern: tuple[str | int, ...], value: bool) -> None:
+    path = concrete(pattern, FULL)
+    text = yaml.safe_dump(replaced(FULL, path, value), sort_keys=False)
+    _, lines = read_yaml(text, "config.yaml")
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text, "config.yaml")
+    [finding] = raised.value.findings
+    assert (finding.path, finding.line) == (path, lines[path])
+    assert finding.message.endswith(f"(got {str(value).lower()})"), finding.message
+
+
+def test_config_whole_numbers_fill_number_fields() -> None:
+    text = VALID.replace("  team-a:\n", "  team-a:\n    fairShareWeight: 2\n")
+    assert parse_config(text).config.teams["team-a"].fair_share_weight == 2.0
+
+
+def test_config_a_key_typo_does_not_hide_lint_errors() -> None:
+    text = VALID.replace("h100: {quota: 20}", "h100: {quota: 30}").replace(
+        "cluster:\n", "kueue: {sharng: fair}\ncluster:\n"
+    )
+    assert errors_of(text) == [
+        "config.yaml:2: kueue.sharng: unknown key",
+        "config.yaml:9: gpuTypes.h100: team quotas add up to 50 h100 GPUs but there are 40 (4 nodes x 10 GPUs)",
+    ]
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text, "config.yaml")
+    assert [f.severity for f in raised.value.findings] == ["error", "error"]  # no warning from the dropped key
+
+
+def test_config_other_schema_errors_stop_before_lint() -> None:
+    """A wrong value cannot be left out the way a typo can: lint would judge a config the user did not write."""
+    text = VALID.replace("h100: {quota: 20}", "h100: {quota: 30}").replace("nodes: 4", "nodes: four")
+    assert errors_of(text) == ["config.yaml:10: gpuTypes.h100.nodes: must be a whole number (got the string 'four')"]
+
+
+def test_config_quantities_refuse_booleans_in_their_own_words() -> None:
+    assert errors_of(VALID.replace('cpu: "192"', "cpu: true")) == [
+        "config.yaml:12: gpuTypes.h100.nodeAllocatable.cpu: must be a Kubernetes quantity, e.g. 192, 500m, 1900Gi "
+        "(got true)"
+    ]

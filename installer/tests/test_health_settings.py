@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
+from model_numbers import concrete, numeric_paths, replaced
 
 from konduktor.config.findings import ConfigError
+from konduktor.config.load import read_yaml
 from konduktor.controller.settings import HealthSettings, load_settings
 from konduktor.errors import UsageError
 
@@ -108,3 +112,64 @@ def test_missing_file_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError) as raised:
         load_settings(tmp_path / "absent.yaml")
     assert raised.value.exit_code == 2 and "absent.yaml" in raised.value.message
+
+
+# Every section set, so that every numeric setting has a place in the file.
+FULL: dict[str, Any] = {
+    "dedup_window_seconds": 180,
+    "cooldown_seconds": 900,
+    "gpu_lost_grace_seconds": 60,
+    "max_concurrent_requalifications": 2,
+    "breaker": {"max_fraction": 0.1, "max_nodes": 20, "window_seconds": 600},
+    "loki": {
+        "url": "http://loki:3100",
+        "query": '{job="kernel"}',
+        "node_label": "node",
+        "lookback_seconds": 300,
+        "late_seconds": 10,
+        "limit": 1000,
+    },
+    "prometheus": {"url": "http://prometheus:9090", "window_seconds": 120},
+    "gpu_types": {"h100": {"product": "NVIDIA-H100-80GB-HBM3", "gpus_per_node": 8}},
+    "poll_seconds": 5,
+    "lease_seconds": 15,
+}
+NUMBERS = sorted(numeric_paths(HealthSettings), key=str)
+
+
+def test_every_section_set_is_valid(tmp_path: Path) -> None:
+    assert load_settings(write(tmp_path, yaml.safe_dump(FULL))).loki is not None
+    assert len(NUMBERS) >= 14 and ("poll_seconds",) in NUMBERS
+
+
+def test_poll_seconds_true_is_not_a_number(tmp_path: Path) -> None:
+    path = write(tmp_path, "dry_run: false\npoll_seconds: true\n")
+    assert problems(path) == [f"{path}:2: poll_seconds: must be a number (got true)"]
+
+
+@pytest.mark.parametrize("pattern", NUMBERS, ids=lambda p: ".".join(map(str, p)))
+@pytest.mark.parametrize("value", [True, False, "5", [5]])
+def test_numbers_are_strict(tmp_path: Path, pattern: tuple[str | int, ...], value: object) -> None:
+    setting = concrete(pattern, FULL)
+    text = yaml.safe_dump(replaced(FULL, setting, value))
+    _, lines = read_yaml(text, "health.yaml")
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as raised:
+        load_settings(path)
+    [finding] = raised.value.findings
+    assert (finding.path, finding.line) == (setting, lines[setting])
+    assert finding.message.startswith("must be a"), finding.message
+
+
+@pytest.mark.parametrize("text", ["poll_seconds: .inf", "breaker: {window_seconds: .nan}", "cooldown_seconds: 1e999"])
+def test_numbers_are_finite(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path, text + "\n")
+    with pytest.raises(ConfigError) as raised:
+        load_settings(path)
+    [finding] = raised.value.findings
+    assert finding.line == 1 and finding.hint
+
+
+def test_whole_numbers_fill_number_settings(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, "poll_seconds: 2\nbreaker: {max_fraction: 1}\n"))
+    assert (settings.poll_seconds, settings.breaker.max_fraction) == (2.0, 1.0)

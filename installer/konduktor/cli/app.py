@@ -7,6 +7,7 @@ import traceback
 from typing import Annotated
 
 import typer
+from typer.core import TyperGroup
 
 from konduktor.cli.console import err, report_error
 from konduktor.errors import ExitCode, KonduktorError
@@ -18,9 +19,14 @@ class Debug:
     enabled = False
 
 
-def new_app(name: str, help_text: str) -> typer.Typer:
+def new_app(name: str, help_text: str, group: type[TyperGroup] = TyperGroup) -> typer.Typer:
     app = typer.Typer(
-        name=name, help=help_text, no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False
+        name=name,
+        help=help_text,
+        cls=group,
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        add_completion=False,
     )
 
     @app.callback()

@@ -1,25 +1,88 @@
-"""The `konduktor-install` command line."""
+"""The `konduktor-install` command line.
+
+Each command's module is imported when that command runs (`konduktor.cli.lazy`): `validate`, `render` and
+`--help` never import the Kubernetes client, the health controller or the burn-in.
+"""
 
 from __future__ import annotations
 
 import sys
 
-from konduktor.cli import burnin, cluster_quotas, preflight, quotas, sim, tools, up
 from konduktor.cli.app import new_app, run_app
+from konduktor.cli.lazy import LazyCommand, LazyGroup
+
+
+class InstallerCommands(LazyGroup):
+    commands_to_load = (
+        LazyCommand(
+            "validate",
+            "konduktor.cli.quotas:register",
+            "Check a config: every error at once with its line (exit 2); warnings alone exit 0.",
+        ),
+        LazyCommand(
+            "render",
+            "konduktor.cli.quotas:register",
+            "Render the Kueue objects, namespaces and RBAC of a config (nothing touches the cluster).",
+        ),
+        LazyCommand(
+            "schema", "konduktor.cli.quotas:register", "Print the JSON Schema of config.yaml (for editors and CI)."
+        ),
+        LazyCommand(
+            "preflight",
+            "konduktor.cli.preflight:register",
+            "Check the cluster (API, version, GPU nodes, taints, RDMA, capacity, CRDs) and GPU hosts. Exit 3 on FAIL.",
+        ),
+        LazyCommand("preflight-node", "konduktor.cli.preflight:register", hidden=True),
+        LazyCommand(
+            "burnin",
+            "konduktor.cli.burnin:register",
+            "Burn in GPU nodes with Jobs and judge them: PASS, WARN, FAIL, ERROR or SKIPPED per node.",
+        ),
+        LazyCommand(
+            "up",
+            "konduktor.cli.up:up",
+            "Install or upgrade Konduktor from a config: the simulated cluster when no kubeconfig is given.",
+        ),
+        LazyCommand(
+            "plan",
+            "konduktor.cli.up:plan",
+            "What `up` would change. Exit 0: nothing; 1: changes pending (release or quotas); 3: `up` would refuse a "
+            "quota change (an object belongs to someone else); 2 or 5: error.",
+        ),
+        LazyCommand(
+            "status",
+            "konduktor.cli.up:status",
+            "The release, the team queues and the health controller. Exit 1 when Konduktor is not installed.",
+        ),
+        LazyCommand(
+            "down",
+            "konduktor.cli.up:down",
+            "Remove what `up` made: the release and every quota object Konduktor owns. Namespaces (and what runs "
+            "in them) stay unless --purge.",
+        ),
+        LazyCommand(
+            "tools",
+            "konduktor.cli.tools:app",
+            "Build and list the pinned tools (helm, kubectl, kwok, etcd, Kubernetes, Kueue).",
+        ),
+        LazyCommand(
+            "sim",
+            "konduktor.cli.sim:app",
+            "Run a local simulated GPU cluster: etcd, kube-apiserver, scheduler, Kueue, kwok GPU nodes.",
+        ),
+        LazyCommand(
+            "quotas",
+            "konduktor.cli.cluster_quotas:app",
+            "Apply team quotas to a cluster, show pending changes, explain a team's usage.",
+        ),
+    )
+
 
 app = new_app(
-    "konduktor-install", "Install, check and operate Konduktor on a GPU cluster (or on the simulated cluster)."
+    "konduktor-install",
+    "Install, check and operate Konduktor on a GPU cluster (or on the simulated cluster).",
+    group=InstallerCommands,
 )
-app.add_typer(tools.app, name="tools")
-app.add_typer(sim.app, name="sim")
-app.add_typer(cluster_quotas.app, name="quotas")
-quotas.register(app)
-preflight.register(app)
-burnin.register(app)
-app.command("up")(up.up)
-app.command("plan")(up.plan)
-app.command("status")(up.status)
-app.command("down")(up.down)
 
 
 def main(argv: list[str] | None = None) -> int:

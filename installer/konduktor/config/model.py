@@ -34,14 +34,23 @@ Sharing = Literal["fair", "classic", "none"]
 PreemptionStrategy = Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
 
 _GO_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
+_MAX_DURATION_SECONDS = (2**63 - 1) / 1e9  # Go durations are int64 nanoseconds
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def _scalar_text(value: Any) -> Any:
-    # YAML reads `cpu: 192` as an int; Kubernetes treats it as the quantity "192".
+    # YAML reads `cpu: 192` as an int; Kubernetes treats it as the quantity "192". `true` is no quantity.
+    if isinstance(value, str):
+        return value
     if isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
-    return value
+    if isinstance(value, bool):
+        got = str(value).lower()
+    elif value is None:
+        got = "nothing"
+    else:
+        got = "a mapping" if isinstance(value, dict) else "a list"
+    raise ValueError(f"must be a Kubernetes quantity, e.g. 192, 500m, 1900Gi (got {got})")
 
 
 def _valid_quantity(text: str) -> str:
@@ -55,8 +64,11 @@ def _valid_duration(text: str | None) -> str | None:
         return None
     if not _GO_DURATION.match(text):
         raise ValueError(f"{text!r} is not a duration (e.g. 10m, 90s, 1h30m)")
-    if duration_seconds(text) <= 0:
+    seconds = duration_seconds(text)
+    if seconds <= 0:
         raise ValueError('must be > 0 (write "" to turn the gang timeout off)')
+    if seconds > _MAX_DURATION_SECONDS:
+        raise ValueError(f"{text[:24]!r} is longer than a Go duration can be (292 years)")
     return text
 
 
@@ -92,10 +104,12 @@ Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 
 
 class Model(BaseModel):
-    # strict: a quoted "16" where a count belongs is a typo worth reporting, not coercing.
+    # strict: a quoted "16" where a count belongs is a typo worth reporting, not coercing, and so is `true`
+    # (ints still fill float fields). Finite: YAML's `.inf` and `.nan` are numbers that no setting means.
     model_config = ConfigDict(
         extra="forbid",
         strict=True,
+        allow_inf_nan=False,
         frozen=True,
         alias_generator=to_camel,
         field_title_generator=lambda name, _: to_camel(name),

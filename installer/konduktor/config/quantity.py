@@ -28,6 +28,9 @@ _QUANTITY = re.compile(
     r"(?:(?P<exponent>[eE][+-]?\d+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$"
 )
 MEBI = 2**20
+# Far beyond any node (Kubernetes keeps quantities within 64 bits), small enough to compute exactly at once.
+_MAX_DIGITS = 40
+_MAX_EXPONENT = 30
 
 
 def parse_quantity(text: str) -> Fraction:
@@ -35,9 +38,14 @@ def parse_quantity(text: str) -> Fraction:
     match = _QUANTITY.match(text.strip())
     if not match:
         raise ValueError(f"{text!r} is not a Kubernetes quantity (e.g. 192, 500m, 1900Gi)")
+    exponent = match["exponent"] or "e0"
+    # Bounded before any arithmetic: "1e999999999" would take minutes and gigabytes to compute exactly.
+    if len(match["number"]) > _MAX_DIGITS or len(exponent) > 4 or abs(int(exponent[1:])) > _MAX_EXPONENT:
+        shown = text if len(text) <= 24 else f"{text[:12]}...({len(text):,} characters)"
+        raise ValueError(f"{shown!r} is out of range for a quantity")
     value = Fraction(match["number"])
     if match["exponent"]:
-        value *= Fraction(10) ** int(match["exponent"][1:])
+        value *= Fraction(10) ** int(exponent[1:])
     elif match["suffix"]:
         suffix = match["suffix"]
         value *= _BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix]

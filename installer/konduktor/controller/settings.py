@@ -7,12 +7,13 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 
-from konduktor.config.load import read_yaml, validate_model
-from konduktor.errors import UsageError
+from konduktor.config.load import read_text, read_yaml, validate_model
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Strict: `poll_seconds: true` or `max_nodes: "5"` is a mistake to report, not a value to coerce (ints still
+    # fill float fields). Finite: YAML's `.inf` and `.nan` are numbers that no setting means.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 def _http_url(value: str) -> str:
@@ -135,14 +136,12 @@ class HealthSettings(_Section):
 
 
 def load_settings(path: Path) -> HealthSettings:
-    """Read and validate the config file; raises ConfigError (exit 2) listing every error with its line.
+    """Read and validate the config file through the installer's config loader (same bounds on hostile YAML);
+    raises ConfigError (exit 2) listing every error with its line.
 
     A file without settings (empty, or only comments) is valid: every setting has a safe default.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as problem:
-        raise UsageError(f"{path}: cannot read the config file ({problem})") from None
+    text = read_text(path)
     if all(not line.strip() or line.lstrip().startswith("#") for line in text.splitlines()):
         return HealthSettings()
     data, lines = read_yaml(text, str(path))
