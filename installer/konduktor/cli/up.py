@@ -31,7 +31,16 @@ from konduktor.cli.target import KubeconfigOption, connect, explicit_kubeconfig
 from konduktor.config.load import LoadedConfig
 from konduktor.config.model import Config
 from konduktor.errors import KonduktorError, PartialApply, PreflightFailed, UsageError
-from konduktor.helm.release import CHARTS, NAMESPACE, RELEASE, Release, current, install_or_upgrade, uninstall
+from konduktor.helm.release import (
+    CHARTS,
+    NAMESPACE,
+    RELEASE,
+    Release,
+    current,
+    install_or_upgrade,
+    release_namespace,
+    uninstall,
+)
 from konduktor.helm.values import merge_values, umbrella_values
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.documents import load_documents
@@ -228,6 +237,11 @@ def run_up(
         client.close()
         confirm(f"install {chart.name} into the cluster at {client.server}?")
     clock.step("install", f"helm upgrade --install {RELEASE} {chart.name} in {NAMESPACE}")
+    kube = Kube(target)
+    try:
+        kube.apply(release_namespace())
+    finally:
+        kube.close()
     release = install_or_upgrade(target, chart, RELEASE, NAMESPACE, chart_values, wait=True)
     kube = Kube(target)
     try:
