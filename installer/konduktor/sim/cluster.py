@@ -476,17 +476,24 @@ class SimCluster:
             shutil.rmtree(self.root, ignore_errors=True)
 
     def processes(self) -> list[int]:
-        """Live processes started for this cluster: the ones whose command line names a path in its state
-        directory (its kubeconfig, Kueue's config, kwokctl's work dir), whether or not a pid file still names
-        them."""
-        marker = f"{self.root.absolute()}{os.sep}"
+        """Live processes of this cluster, whether or not a pid file still names them: kwokctl's components (run
+        from the cluster's own bin/), Kueue and the GPU agent, each with a path of the cluster's state directory on
+        its command line. Other programs that name that directory (a `kubectl --kubeconfig` of the user's) are
+        left alone."""
+        marker = f"{self.root}{os.sep}"
         found = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit() or int(entry.name) == os.getpid():
                 continue
-            with contextlib.suppress(OSError):
-                if marker in (entry / "cmdline").read_text(errors="replace") and alive(int(entry.name)):
-                    found.append(int(entry.name))
+            try:
+                args = [arg for arg in (entry / "cmdline").read_bytes().decode(errors="replace").split("\0") if arg]
+            except OSError:
+                continue
+            if not args or not any(marker in arg for arg in args):
+                continue
+            ours = args[0].startswith(marker) or Path(args[0]).name == "kueue" or "konduktor.sim.agent" in args
+            if ours and alive(int(entry.name)):
+                found.append(int(entry.name))
         return found
 
     def status(self) -> dict[str, Any]:
