@@ -29,8 +29,6 @@ from konduktor.kube.documents import load_documents
 from konduktor.sim.tools import Toolbox
 from konduktor.waiting import wait_until
 
-pytestmark = pytest.mark.sim
-
 STAND_INS = Path(__file__).parent / "data" / "umbrella"
 RELEASE = "konduktor"
 # A namespace of its own, absent before the test, as the release namespace is on a fresh cluster.
@@ -137,6 +135,7 @@ def hooks_ran(status: dict[str, Any], names: set[str]) -> None:
     assert {name: phases.get(name) for name in names} == dict.fromkeys(names, "Succeeded"), phases
 
 
+@pytest.mark.sim
 def test_the_first_install_upgrade_and_reinstall_succeed_on_a_fresh_cluster(umbrella: Umbrella, sim: Sim) -> None:
     umbrella.install()
 
@@ -183,6 +182,7 @@ def test_the_first_install_upgrade_and_reinstall_succeed_on_a_fresh_cluster(umbr
     assert umbrella.generations().keys() == before.keys()
 
 
+@pytest.mark.sim
 def test_up_installs_the_umbrella_the_same_way(umbrella: Umbrella, sim: Sim) -> None:
     """`konduktor-install up --kubeconfig` applies the release namespace, then installs the umbrella through
     `install_or_upgrade` (pyhelm3, the pinned helm, --create-namespace, --wait) with the config's values; its other
@@ -201,3 +201,22 @@ def test_up_installs_the_umbrella_the_same_way(umbrella: Umbrella, sim: Sim) -> 
     assert (again.revision, again.status) == (2, "deployed")
     assert umbrella.generations() == before
     hooks_ran(umbrella.status(), {"gpu-operator-upgrade-crd", "network-operator-keep-ncp"})
+
+
+def test_argo_cd_renders_every_hook_into_the_destination_namespace(tmp_path: Path) -> None:
+    """Argo CD renders the chart with `helm template` and runs its Helm hooks as PreSync/PostSync hooks in the
+    application's destination namespace, which `CreateNamespace=true` creates before them. So no object, hook or
+    not, may name another namespace, and the chart may bring no Namespace of its own (it would be synced after the
+    PreSync hooks that need it)."""
+    chart = assemble(tmp_path / "charts", tmp_path / "helm")
+    result = helm("template", RELEASE, str(chart), "-n", NAMESPACE, "--include-crds", *SETTINGS, home=tmp_path / "helm")
+    assert result.returncode == 0, result.stderr
+    objects = [o for o in load_documents(result.stdout) if o]
+    hooks = [o for o in objects if "helm.sh/hook" in o["metadata"].get("annotations", {})]
+    assert {h["metadata"]["name"] for h in hooks if h["kind"] == "Job"} >= {
+        "kube-prometheus-stack-admission-create",
+        "network-operator-upgrade-crd",
+        "gpu-operator-upgrade-crd",
+    }
+    assert not [o for o in objects if o["kind"] == "Namespace"]
+    assert {o["metadata"]["namespace"] for o in objects if "namespace" in o["metadata"]} == {NAMESPACE}
