@@ -122,6 +122,11 @@ def test_sync_waves_put_operators_before_quotas(environment: str) -> None:
     namespace = named(objects, "Namespace", "konduktor-system")
     assert wave(project) < wave(platform) < wave(quotas)
     assert wave(namespace) < wave(platform)
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    # The platform's destination is the namespace of every subchart hook (PreSync); Argo CD creates it first if
+    # the overlay's did not, and the chart brings no other namespace its hooks would wait for.
+    assert platform["spec"]["destination"]["namespace"] == namespace["metadata"]["name"]
+    assert "CreateNamespace=true" in platform["spec"]["syncPolicy"]["syncOptions"]
     assert "ServerSideApply=true" in platform["spec"]["syncPolicy"]["syncOptions"]
     assert "SkipDryRunOnMissingResource=true" in quotas["spec"]["syncPolicy"]["syncOptions"]
     assert quotas["spec"]["syncPolicy"]["retry"]["limit"] > 0  # Kueue's webhooks answer late

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import socket
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Sim
 
+from konduktor.config.quantity import parse_quantity
 from konduktor.kube.client import Kube
 from konduktor.sim.cluster import SimCluster, SimSpec, alive
-from konduktor.sim.nodes import parse_nodes_spec
+from konduktor.sim.nodes import node_manifests, parse_nodes_spec, system_node
 from konduktor.sim.workloads import condition, gpu_job, is_true, job_state, workload_of
 from konduktor.waiting import wait_until
 
@@ -148,36 +152,156 @@ def cluster_pids(cluster: SimCluster) -> list[int]:
     return [*pids, int((cluster.kueue_dir / "kueue.pid").read_text()), int(cluster.agent_pidfile.read_text())]
 
 
-def konduktor_install(*args: str) -> subprocess.CompletedProcess[str]:
-    command = [str(Path(sys.executable).with_name("konduktor-install")), *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+def processes_of(cluster: SimCluster) -> list[int]:
+    """Every process whose command line names the cluster's state directory, found without its pid files."""
+    marker = f"{cluster.root}/"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "cmdline").read_text(errors="replace") and alive(int(entry.name)):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
 
 
-def test_down_leaves_nothing_behind_and_up_works_again(sim: Sim) -> None:
-    """Runs a second, small cluster beside the session's through the CLI, twice."""
+def amounts(resources: dict[str, str]) -> dict[str, Fraction]:
+    """Resource quantities by value: the API server writes 1024Gi back as 1Ti."""
+    return {name: parse_quantity(quantity) for name, quantity in resources.items()}
+
+
+def assert_nodes_as_specified(kube: Kube, spec: SimSpec) -> None:
+    """Every node has the capacity, allocatable and labels the spec gives it, and an InternalIP (kwok's defaults are
+    1k CPU and 1Ti memory, and no address)."""
+    wanted = {n["metadata"]["name"]: n for n in [system_node(), *node_manifests(spec.pools, spec.levels)]}
+    nodes = {n["metadata"]["name"]: n for n in kube.list("v1", "Node")}
+    assert nodes.keys() == wanted.keys()
+    for name, node in nodes.items():
+        status = wanted[name]["status"]
+        assert amounts(node["status"]["capacity"]) == amounts(status["capacity"]), name
+        assert amounts(node["status"]["allocatable"]) == amounts(status["allocatable"]), name
+        assert wanted[name]["metadata"]["labels"].items() <= node["metadata"]["labels"].items(), name
+        addresses = {a["type"]: a["address"] for a in node["status"]["addresses"]}
+        assert addresses == {"InternalIP": status["addresses"][0]["address"], "Hostname": "localhost"}, name
+
+
+def test_down_leaves_nothing_behind_and_up_works_again(tmp_path: Path) -> None:
+    """A second, small cluster beside the session's, through the CLI, in a state directory of its own given as a
+    relative path, twice; each `up` is a fresh cluster whose nodes must be right at once."""
     name = "konduktor-cycle"
-    cluster = SimCluster(name)
+    env = {**os.environ, "KONDUKTOR_STATE": "state"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [str(Path(sys.executable).with_name("konduktor-install")), *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=900, check=False, env=env, cwd=tmp_path)
+
+    os.environ["KONDUKTOR_STATE"], session_state = str(tmp_path / "state"), os.environ["KONDUKTOR_STATE"]
+    try:
+        cluster = SimCluster(name)
+    finally:
+        os.environ["KONDUKTOR_STATE"] = session_state
     for round_ in range(2):
-        result = konduktor_install("sim", "up", "--name", name, "--nodes", "1x8:A100")
+        result = cli("sim", "up", "--name", name, "--nodes", "2x8:A100")
         assert result.returncode == 0, result.stderr
+        spec = cluster.spec()
+        assert spec is not None
+        kube = Kube(cluster.kubeconfig)
+        try:
+            assert_nodes_as_specified(kube, spec)
+        finally:
+            kube.close()
         if round_ == 0:  # `up` twice is safe
-            again = konduktor_install("sim", "up", "--name", name, "--nodes", "1x8:A100")
+            again = cli("sim", "up", "--name", name, "--nodes", "2x8:A100")
             assert again.returncode == 0, again.stderr
-        status = konduktor_install("sim", "status", "--name", name, "-o", "json")
+        status = cli("sim", "status", "--name", name, "-o", "json")
         assert status.returncode == 0, status.stderr
-        assert '"gpus": 8' in status.stdout
+        assert '"gpus": 16' in status.stdout
         assert '"kueue": "ready"' in status.stdout
         ports, pids = cluster_ports(cluster), cluster_pids(cluster)
         # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, kueue, the GPU agent
         assert len(pids) == 7
+        assert sorted(pids) == sorted(processes_of(cluster))
         assert all(listening(p) for p in ports)
 
-        down = konduktor_install("sim", "down", "--name", name)
+        down = cli("sim", "down", "--name", name)
         assert down.returncode == 0, down.stderr
+        # Checked the moment `down` returns: nothing it started may still be alive, even exiting.
         assert not [pid for pid in pids if alive(pid)]
-        assert not [port for port in ports if listening(port)]
+        assert not processes_of(cluster)
+        # (So its ports are free; not asked of the ports themselves, which another cluster on this machine may
+        # take the moment they are.)
         assert not cluster.root.exists()
-    assert konduktor_install("sim", "status", "--name", name).returncode == 1
+    assert cli("sim", "status", "--name", name).returncode == 1
+
+
+L40S = "konduktor.ai/gpu-type=l40s"
+
+
+def test_new_nodes_get_the_capacity_and_labels_they_are_created_with(sim: Sim) -> None:
+    """kwok initializes a node the moment it sees it, filling in capacity it does not find. Each node is a separate
+    chance for that to overtake the node's status, so 40 nodes created through the sim's own path, at once, prove
+    it as well as 40 fresh clusters would, in seconds."""
+    kube = sim.kube
+    spec = SimSpec(pools=parse_nodes_spec("40x8:L40S"))
+    names = [n["metadata"]["name"] for n in node_manifests(spec.pools)]
+    try:
+        sim.cluster.apply_nodes(kube, spec)
+        sim.cluster.wait_nodes_ready(kube, names)
+        wanted = {n["metadata"]["name"]: n for n in node_manifests(spec.pools)}
+        for node in kube.list("v1", "Node", label_selector=L40S):
+            expected = wanted[node["metadata"]["name"]]
+            name = node["metadata"]["name"]
+            assert amounts(node["status"]["capacity"]) == amounts(expected["status"]["capacity"]), name
+            assert amounts(node["status"]["allocatable"]) == amounts(expected["status"]["allocatable"]), name
+            assert expected["metadata"]["labels"].items() <= node["metadata"]["labels"].items()
+    finally:
+        for name in names:
+            kube.delete("v1", "Node", name)
+        session = sim.cluster.spec()
+        assert session is not None
+        # The session's own nodes, which the call above re-applied, are as they were.
+        sim.cluster.apply_nodes(kube, session)
+        wait_until(
+            "the extra nodes to go", lambda: not kube.list("v1", "Node", label_selector="konduktor.ai/gpu-type=l40s")
+        )
+
+
+def test_a_host_network_pod_becomes_ready_on_a_gpu_node(sim: Sim) -> None:
+    """As on a real node, a hostNetwork pod (node exporter, log collector) runs with its node's InternalIP."""
+    kube = sim.kube
+    node_name = "gpu-h100-0002"
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "host-network"}})
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "node-exporter", "namespace": "host-network"},
+        "spec": {
+            "hostNetwork": True,
+            "hostPID": True,
+            "nodeSelector": {"kubernetes.io/hostname": node_name},
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "node-exporter", "image": "quay.io/prometheus/node-exporter:v1.10.2"}],
+        },
+    }
+    kube.apply(pod)
+    try:
+
+        def ready() -> bool:
+            current = kube.get("v1", "Pod", "node-exporter", "host-network") or {}
+            conditions = current.get("status", {}).get("conditions", [])
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+        wait_until("the hostNetwork pod to be Ready", ready, timeout=60)
+        running = kube.get("v1", "Pod", "node-exporter", "host-network")
+        node = kube.get("v1", "Node", node_name)
+        assert running is not None and node is not None
+        [internal_ip] = [a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"]
+        assert running["status"]["phase"] == "Running"
+        assert running["status"]["podIP"] == running["status"]["hostIP"] == internal_ip
+        assert ipaddress.IPv4Address(internal_ip).is_loopback
+    finally:
+        kube.delete("v1", "Pod", "node-exporter", "host-network")
 
 
 def test_sim_status_and_kubeconfig_of_the_session_cluster(sim: Sim) -> None:

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import ipaddress
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from konduktor.errors import UsageError
-from konduktor.sim.nodes import DEFAULT_TOPOLOGY, HOSTNAME, node_manifests, parse_nodes_spec, system_node
+from konduktor.sim.nodes import (
+    DEFAULT_TOPOLOGY,
+    HOSTNAME,
+    node_address,
+    node_manifests,
+    parse_nodes_spec,
+    system_node,
+)
 
 
 def test_nodes_spec() -> None:
@@ -50,9 +60,29 @@ def test_every_node_has_every_topology_level(shapes: list[tuple[int, int]]) -> N
     assert len({n["metadata"]["name"] for n in nodes}) == len(nodes)
     for node in nodes:
         assert set(DEFAULT_TOPOLOGY) <= set(node["metadata"]["labels"])
+    # one InternalIP per node, never shared, never off this machine
+    addresses = [internal_ip(node) for node in [system_node(), *nodes]]
+    assert len(set(addresses)) == len(addresses)
+    assert all(ipaddress.IPv4Address(a).is_loopback for a in addresses)
     # a rack never spans two blocks
     rack_block = {}
     for node in nodes:
         labels = node["metadata"]["labels"]
         rack, block = labels["konduktor.ai/topology-rack"], labels["konduktor.ai/topology-block"]
         assert rack_block.setdefault(rack, block) == block
+
+
+def internal_ip(node: dict[str, Any]) -> str:
+    [address] = [a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"]
+    return address
+
+
+def test_nodes_have_a_loopback_internal_ip_and_leave_the_hostname_to_kwok() -> None:
+    """hostNetwork pods take their node's InternalIP; kwok adds the Hostname address through which the API server
+    reaches its controller for pod logs, so the nodes must not bring one."""
+    nodes = [system_node(), *node_manifests(parse_nodes_spec("2x8:A100"))]
+    assert [internal_ip(n) for n in nodes] == ["127.1.0.1", "127.1.0.2", "127.1.0.3"]
+    assert all(len(n["status"]["addresses"]) == 1 for n in nodes)
+    assert ipaddress.IPv4Address(node_address(16_000_000)).is_loopback
+    with pytest.raises(UsageError, match="room for"):
+        node_address(17_000_000)

@@ -390,10 +390,9 @@ def test_umbrella_templates_render_under_its_schema(tmp_path: Path, values_file:
     result = render_umbrella(tmp_path, *(["--values", str(values_file)] if values_file else []))
     assert result.returncode == 0, result.stderr
     objects = load_documents(result.stdout)
-    [monitoring] = [o for o in objects if o["kind"] == "Namespace"]
-    assert monitoring["metadata"]["name"] == values()["monitoring"]["namespace"]
-    assert monitoring["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
-    assert monitoring["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    # No Namespace: the subcharts' pre-install hooks run before any template, so the only namespace they can
+    # use is the release namespace, which helm, `up` and Argo CD create first (test_umbrella_install.py).
+    assert not [o for o in objects if o["kind"] == "Namespace"]
     assert any(o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-health") for o in objects)
 
 
@@ -416,7 +415,7 @@ def test_prometheus_may_read_kueue_metrics(tmp_path: Path) -> None:
         {
             "kind": "ServiceAccount",
             "name": f"{stack['fullnameOverride']}-prometheus",  # kube-prometheus-stack's name for it
-            "namespace": values()["monitoring"]["namespace"],
+            "namespace": NAMESPACE,
         }
     ]
 
@@ -427,30 +426,30 @@ def test_prometheus_selects_every_monitor_and_rule() -> None:
         assert spec[f"{kind}SelectorNilUsesHelmValues"] is False, kind
 
 
-def test_monitoring_stack_and_its_clients_use_one_namespace() -> None:
-    settings = values()
-    namespace = settings["monitoring"]["namespace"]
-    stack = settings["kube-prometheus-stack"]
-    overrides = [
-        stack["namespaceOverride"],
-        stack["grafana"]["namespaceOverride"],
-        stack["kube-state-metrics"]["namespaceOverride"],
-        stack["prometheus-node-exporter"]["namespaceOverride"],
-        settings["loki"]["namespaceOverride"],
-        settings["opentelemetry-collector"]["namespaceOverride"],
-    ]
-    assert set(overrides) == {namespace}
+@pytest.mark.parametrize(("environment", "settings"), environments(), ids=[name for name, _ in environments()])
+def test_monitoring_stack_and_its_clients_are_in_the_release_namespace(
+    environment: str, settings: dict[str, Any]
+) -> None:
+    """No chart is moved out of the release namespace (a namespaceOverride would send its pre-install hooks to a
+    namespace that does not exist yet), so the clients reach each service by its short name."""
+
+    def overrides(tree: Any, path: str = "") -> list[str]:
+        if not isinstance(tree, dict):
+            return []
+        found = [f"{path}namespaceOverride" for key in tree if key == "namespaceOverride"]
+        return found + [name for key, value in tree.items() for name in overrides(value, f"{path}{key}.")]
+
+    assert overrides(settings) == []
     controller = settings["konduktor-core"]["controller"]["settings"]
-    urls = [
-        controller["loki"]["url"],
-        controller["prometheus"]["url"],
-        settings["opentelemetry-collector"]["alternateConfig"]["exporters"]["otlphttp/loki"]["endpoint"],
-        *[source["url"] for source in stack["grafana"]["additionalDataSources"]],
-    ]
-    loki_service = f"{settings['loki']['fullnameOverride']}.{namespace}.svc:3100"
-    for url in urls:
-        assert f".{namespace}.svc" in url, url
-    assert all(loki_service in url for url in urls if "loki" in url)
+    stack = settings["kube-prometheus-stack"]
+    loki = f"http://{settings['loki']['fullnameOverride']}:3100"
+    assert controller["loki"]["url"] == loki
+    assert settings["opentelemetry-collector"]["alternateConfig"]["exporters"]["otlphttp/loki"]["endpoint"] == (
+        f"{loki}/otlp"
+    )
+    assert [source["url"] for source in stack["grafana"]["additionalDataSources"]] == [loki]
+    # The Prometheus operator names the Service of its Prometheus instances `prometheus-operated`.
+    assert controller["prometheus"]["url"] == "http://prometheus-operated:9090"
 
 
 def test_health_controller_reads_the_kernel_logs_the_collector_ships() -> None:

@@ -38,6 +38,9 @@ def test_up_installs_applies_and_verifies_then_changes_nothing(
         "apps/v1", "Deployment", "konduktor-system", label_selector="app.kubernetes.io/part-of=konduktor"
     )
     assert controller["status"]["availableReplicas"] == 1
+    namespace = sim.kube.get("v1", "Namespace", "konduktor-system")
+    assert namespace is not None  # ready for privileged node agents before helm ran
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
     assert re.search(r"burn-in \S+: 4 PASS, 0 WARN, 0 FAIL, 0 ERROR, 0 SKIPPED", err)  # quick, on every GPU node
 
     # A GPU pod that bypasses the queues, created before the policies are enforced: up reports it.

@@ -40,7 +40,16 @@ from konduktor.cli.target import KubeconfigOption, connect, explicit_kubeconfig
 from konduktor.config.load import LoadedConfig
 from konduktor.config.model import Config
 from konduktor.errors import ExitCode, KonduktorError, PartialApply, PreflightFailed, UsageError
-from konduktor.helm.release import CHARTS, NAMESPACE, RELEASE, Release, current, install_or_upgrade, uninstall
+from konduktor.helm.release import (
+    CHARTS,
+    NAMESPACE,
+    RELEASE,
+    Release,
+    current,
+    install_or_upgrade,
+    release_namespace,
+    uninstall,
+)
 from konduktor.helm.values import merge_values, umbrella_values
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.documents import load_documents
@@ -250,7 +259,7 @@ def run_up(
         client.close()
         confirm(f"install {chart.name} into the cluster at {client.server}?")
     clock.step("install", f"helm upgrade --install {RELEASE} {chart.name} in {NAMESPACE}")
-    release = install_or_upgrade(target, chart, RELEASE, NAMESPACE, chart_values, wait=True)
+    release = install_release(target, chart, chart_values)
     kube = Kube(target)
     try:
         clock.step("quotas", "applying")
@@ -293,6 +302,17 @@ def run_up(
     finally:
         kube.close()
     return UpReport(loaded.config, target, simulated, chart, release, changes, violations, clock.steps, burnin)
+
+
+def install_release(target: Path, chart: Path, chart_values: dict[str, Any]) -> Release:
+    """The release namespace first (labelled for the GPU components), so that every subchart's pre-install hook
+    finds it; then the chart."""
+    kube = Kube(target)
+    try:
+        kube.apply(release_namespace())
+    finally:
+        kube.close()
+    return install_or_upgrade(target, chart, RELEASE, NAMESPACE, chart_values, wait=True)
 
 
 def unfit_nodes(report: BurnInReport | None) -> list[NodeVerdict]:

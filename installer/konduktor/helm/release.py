@@ -27,6 +27,17 @@ NAMESPACE = "konduktor-system"
 RELEASE = "konduktor"
 
 
+def release_namespace(namespace: str = NAMESPACE) -> dict[str, Any]:
+    """The release namespace, as `up` applies it before helm runs. Every subchart's hooks run in it before any
+    template (the umbrella moves no chart elsewhere), and it holds privileged pods: the node exporter (host network
+    and PID), the log collector (host paths) and the GPU Operator's operands."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": namespace, "labels": {"pod-security.kubernetes.io/enforce": "privileged"}},
+    }
+
+
 @dataclass(frozen=True)
 class Release:
     name: str

@@ -286,9 +286,13 @@ class Kube:
         )
         return result
 
-    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def create(self, obj: dict[str, Any], field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
+        """A plain create: fails with 409 when the object exists. For kinds such as Node the status sent is kept,
+        as when a kubelet registers its node."""
         resource, namespace, _ = self._locate(obj)
-        result: dict[str, Any] = self.request("POST", resource.path(namespace), body=obj)
+        result: dict[str, Any] = self.request(
+            "POST", resource.path(namespace), query={"fieldManager": field_manager}, body=obj
+        )
         return result
 
     def delete(

@@ -26,7 +26,7 @@ import requests
 from ruamel.yaml import YAML
 
 from konduktor.errors import KonduktorError
-from konduktor.kube.client import Kube
+from konduktor.kube.client import ApiError, Kube
 from konduktor.paths import state_dir
 from konduktor.sim import kueue
 from konduktor.sim.nodes import DEFAULT_TOPOLOGY, NodePool, node_manifests, system_node
@@ -108,7 +108,8 @@ class SimCluster:
         self, name: str = DEFAULT_NAME, toolbox: Toolbox | None = None, progress: Progress | None = None
     ) -> None:
         self.name = name
-        self.root = state_dir() / name
+        # Absolute, so that the paths handed to the cluster's processes name it whatever the working directory.
+        self.root = (state_dir() / name).absolute()
         self.progress = progress or (lambda _message: None)
         self.toolbox = toolbox or Toolbox(progress=self.progress)
 
@@ -393,9 +394,18 @@ class SimCluster:
         self.progress(f"nodes: applying {len(nodes)} fake nodes")
 
         def apply(node: dict[str, Any]) -> None:
+            # A new node is created with its status in one request, as a kubelet registers its node: kwok's
+            # node-initialize stage keeps the capacity and address it finds, so no version of the Node that kwok
+            # can read lacks them (creating it bare and setting the status next raced with kwok's defaults).
+            try:
+                kube.create(node)
+                return
+            except ApiError as problem:
+                if problem.status != 409:
+                    raise
+            # An existing node (`up` again, a reshaped cluster) is brought back to what the spec says.
             status = node.pop("status")
             kube.apply(node)
-            # Capacity is status: it goes through the status subresource, as a kubelet reports it.
             kube.apply_status({"apiVersion": "v1", "kind": "Node", "metadata": node["metadata"], "status": status})
 
         # A few requests in flight: a thousand nodes take seconds, not minutes, and the API server keeps up.
@@ -440,6 +450,10 @@ class SimCluster:
             kube.close()
 
     def down(self, keep: bool = False) -> None:
+        """Stops every process of this cluster and returns only once none is left (then removes the state unless
+        `keep`). kwokctl kills its components without waiting for them to exit and deletes their pid files, so
+        the processes are found first and waited for here."""
+        started = self.processes()
         self.stop_kueue()
         self.stop_agent()
         if self.created():
@@ -449,17 +463,38 @@ class SimCluster:
                     f"kwokctl could not {'stop' if keep else 'delete'} sim cluster {self.name!r}",
                     detail=(result.stderr or result.stdout)[-2000:],
                 )
-        self.kill_leftovers()
+        for pid in self.processes():  # what kwokctl left running, or has not seen exit yet
+            stop_process(pid)
+        # A process killed a moment ago may still be exiting (its command line already gone): wait for it too.
+        survivors = [pid for pid in started if not gone(pid, timeout=10)]
+        if survivors:
+            raise KonduktorError(
+                f"processes of sim cluster {self.name!r} did not stop: {', '.join(map(str, survivors))}",
+                hint="stop them by pid (`kill -9 PID`), then run `konduktor-install sim down` again",
+            )
         if not keep:
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def kill_leftovers(self) -> None:
-        """Stops any process still running from this cluster's binaries or pid files (after a crash)."""
-        for pidfile in (self.cluster_dir / "pids").glob("*.pid"):
-            with contextlib.suppress(OSError, ValueError):
-                pid = int(pidfile.read_text())
-                if alive(pid) and str(self.cluster_dir) in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
-                    stop_process(pid)
+    def processes(self) -> list[int]:
+        """Live processes of this cluster, whether or not a pid file still names them: kwokctl's components (run
+        from the cluster's own bin/), Kueue and the GPU agent, each with a path of the cluster's state directory on
+        its command line. Other programs that name that directory (a `kubectl --kubeconfig` of the user's) are
+        left alone."""
+        marker = f"{self.root}{os.sep}"
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                args = [arg for arg in (entry / "cmdline").read_bytes().decode(errors="replace").split("\0") if arg]
+            except OSError:
+                continue
+            if not args or not any(marker in arg for arg in args):
+                continue
+            ours = args[0].startswith(marker) or Path(args[0]).name == "kueue" or "konduktor.sim.agent" in args
+            if ours and alive(int(entry.name)):
+                found.append(int(entry.name))
+        return found
 
     def status(self) -> dict[str, Any]:
         spec = self.spec()
@@ -500,13 +535,22 @@ class SimCluster:
 
 
 def stop_process(pid: int, grace: float = 10) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds; returns once the process is gone (or after a last `grace`)."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and alive(pid):
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        if alive(pid):
+    if not gone(pid, grace):
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
+        gone(pid, grace)
+
+
+def gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        # Reap it when it is our child; otherwise its parent (or init) does.
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,6 +85,31 @@ def topology_values(levels: tuple[str, ...], position: int) -> dict[str, str]:
 
 
 SYSTEM_NODE = "system-0000"
+# The fake nodes' InternalIPs, one per node, all in 127.0.0.0/8: kwok gives a hostNetwork pod its node's
+# InternalIP as pod IP, and anything that dials a node address (preflight's SSH inventory) stays on this machine.
+FIRST_ADDRESS = ipaddress.IPv4Address("127.1.0.1")
+LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
+
+
+def node_address(position: int) -> str:
+    """The InternalIP of the node at `position` in the fleet (the system node is 0, GPU nodes follow)."""
+    address = FIRST_ADDRESS + position
+    if address >= LOOPBACK.broadcast_address:
+        room = int(LOOPBACK.broadcast_address) - int(FIRST_ADDRESS)
+        raise UsageError(f"the simulated cluster has room for {room} nodes")
+    return str(address)
+
+
+def node_status(resources: dict[str, str], position: int) -> dict[str, Any]:
+    """What a kubelet reports when it registers its node: capacity, allocatable and the node's address.
+
+    kwok's node-initialize stage keeps capacity, allocatable and an InternalIP that are already there, and adds
+    its Hostname address (the kwok controller, which serves the node's pod logs)."""
+    return {
+        "capacity": dict(resources),
+        "allocatable": dict(resources),
+        "addresses": [{"type": "InternalIP", "address": node_address(position)}],
+    }
 
 
 def system_node() -> dict[str, Any]:
@@ -104,7 +130,7 @@ def system_node() -> dict[str, Any]:
             "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
         },
         "spec": {},
-        "status": {"capacity": dict(resources), "allocatable": dict(resources)},
+        "status": node_status(resources, 0),
     }
 
 
@@ -138,7 +164,7 @@ def node_manifests(pools: list[NodePool], levels: tuple[str, ...] = DEFAULT_TOPO
                         "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
                     },
                     "spec": {"taints": list(pool.taints)} if pool.taints else {},
-                    "status": {"capacity": dict(resources), "allocatable": dict(resources)},
+                    "status": node_status(resources, position + 1),
                 }
             )
             position += 1
