@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from konduktor.burnin.parsers import (
     OutputError,
@@ -282,3 +285,55 @@ def test_allreduce_result_line() -> None:
     result = parse_allreduce_bench(step("allreduce_pair_pass.txt").output)
     assert result.ranks == 16 and result.wrong == 0
     assert result.largest is not None and result.largest.busbw_gb_s == pytest.approx(372.418)
+
+
+# --- never crash ---------------------------------------------------------------------------------
+
+_TABLE_LINES = [line for line in step("dcgm_l2_fail_table.txt").output.splitlines()]
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
+    max_leaves=12,
+)
+_DCGM_KEYS = ["DCGM Diagnostic", "test_categories", "tests", "results", "status", "test_summary", "warnings", "errors"]
+
+
+@given(
+    st.lists(
+        st.sampled_from(_TABLE_LINES)
+        | st.builds(lambda name, cell: f"| {name} | {cell} |", st.text(max_size=20), st.text(max_size=30)),
+        max_size=12,
+    )
+)
+def test_dcgm_table_parser_never_crashes(lines: list[str]) -> None:
+    try:
+        diag = parse_dcgm_diag("\n".join(lines))
+    except OutputError:
+        return
+    assert all(isinstance(test.status, str) for test in diag.tests)
+
+
+@given(
+    st.recursive(
+        _JSON_VALUES,
+        lambda children: (
+            st.lists(children, max_size=3)
+            | st.dictionaries(st.sampled_from(_DCGM_KEYS) | st.text(max_size=6), children, max_size=4)
+        ),
+        max_leaves=20,
+    )
+)
+def test_dcgm_json_parser_never_crashes(document: object) -> None:
+    try:
+        diag = parse_dcgm_diag(json.dumps({"DCGM Diagnostic": document}))
+    except OutputError:
+        return
+    assert all(isinstance(test.status, str) for test in diag.tests)
+
+
+@given(st.dictionaries(st.sampled_from(["results", "out_of_bounds", "errors", "config"]), _JSON_VALUES, max_size=4))
+def test_nccl_json_parser_never_crashes(document: dict[str, object]) -> None:
+    try:
+        parse_nccl_tests(json.dumps(document))
+    except OutputError:
+        return

@@ -15,11 +15,13 @@ from konduktor.burnin.parsers import (
     CollectiveResult,
     CollectiveRow,
     MatmulRun,
+    OutputError,
     Placement,
     parse_dcgm_diag,
     parse_gpu_burn,
     parse_matmul,
     parse_nccl_tests,
+    parse_nccl_tests_text,
     parse_passive_snapshot,
     split_step_log,
 )
@@ -188,6 +190,75 @@ def test_dcgm_test_ignored_for_the_model_is_reported_not_judged() -> None:
     result = dcgm("dcgm_l1_config_warning.txt", ignored=frozenset({"software"}))
     assert result.verdict is Verdict.ERROR  # exit 226 with nothing left failing
     assert any("ignored for this GPU model" in r for r in result.reasons)
+
+
+def test_dcgm_error_rows_and_unknown_statuses_are_errors() -> None:
+    diag = parse_dcgm_diag(split_step_log(raw("dcgm_l2_error_row_table.txt")).output)
+    memory = next(t for t in diag.tests if t.name == "memory")
+    assert [(r.entity, r.status) for r in memory.results] == [("GPU0", "Pass"), ("GPU1", "Error")]
+    assert memory.results[1].warnings[0].message.endswith("the plugin exited before reporting a result.")
+    pcie = next(t for t in diag.tests if t.name == "pcie")
+    assert [r.status for r in pcie.results] == ["Pass", "Unknown"]
+    result = dcgm("dcgm_l2_error_row_table.txt")
+    assert (result.verdict, result.summary) == (Verdict.ERROR, "2/3 tests without a result")
+    assert result.reasons == (
+        "memory (Hardware) has no result: GPU1 Error (Unable to allocate memory for the test: the plugin exited"
+        " before reporting a result.)",
+        "pcie (Integration) has no result: GPU1 Unknown",
+    )
+    assert [(e.metric, e.gpu) for e in result.evidence] == [("dcgm.memory", 1), ("dcgm.pcie", 1)]
+
+
+def dcgm_json(test_status: str | None, entity_statuses: list[str]) -> str:
+    test: dict[str, object] = {
+        "name": "memory",
+        "results": [{"entity_group": "GPU", "entity_id": i, "status": s} for i, s in enumerate(entity_statuses)],
+    }
+    if test_status is not None:
+        test["test_summary"] = {"status": test_status}
+    return json.dumps({"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [test]}]}})
+
+
+@pytest.mark.parametrize(
+    ("test_status", "entity_statuses"),
+    [
+        ("Pass", ["Pass", "Not Run"]),  # a GPU the diagnostic did not reach
+        ("Not Run", []),
+        ("Error", ["Pass"]),
+        (None, ["Skip", "Unknown"]),
+        ("Pass", ["Pass", ""]),
+    ],
+)
+def test_dcgm_result_that_is_no_outcome_is_an_error(test_status: str | None, entity_statuses: list[str]) -> None:
+    result = judge_dcgm(parse_dcgm_diag(dcgm_json(test_status, entity_statuses)), 0)
+    assert result.verdict is Verdict.ERROR
+    assert result.reasons[0].startswith("memory (Hardware) has no result")
+
+
+def test_dcgm_failing_gpu_under_a_passing_summary_fails() -> None:
+    result = judge_dcgm(parse_dcgm_diag(dcgm_json("Pass", ["Pass", "Fail"])), 0)
+    assert result.verdict is Verdict.FAIL and "GPU1" in result.reasons[0]
+
+
+def test_dcgm_pass_and_skip_still_pass_and_skip() -> None:
+    assert judge_dcgm(parse_dcgm_diag(dcgm_json(None, ["Pass", "Skip"])), 0).verdict is Verdict.PASS
+    assert judge_dcgm(parse_dcgm_diag(dcgm_json("Skip", ["Skip", "Skip"])), 0).verdict is Verdict.SKIPPED
+
+
+@given(
+    test_status=st.none() | st.text(max_size=12),
+    entity_statuses=st.lists(st.text(max_size=12) | st.sampled_from(["Pass", "Skip", "Warn", "Fail"]), max_size=4),
+)
+def test_dcgm_never_passes_or_skips_a_status_that_is_not_pass_skip_or_warn(
+    test_status: str | None, entity_statuses: list[str]
+) -> None:
+    result = judge_dcgm(parse_dcgm_diag(dcgm_json(test_status, entity_statuses)), 0)
+    # An empty summary status falls back to the entities' statuses, as dcgmi's own summary would.
+    statuses = {*entity_statuses, *([test_status] if test_status else [])}
+    if result.verdict in {Verdict.PASS, Verdict.SKIPPED}:
+        assert statuses <= {"Pass", "Skip"}
+    if statuses - {"Pass", "Skip", "Warn"}:
+        assert result.verdict not in {Verdict.PASS, Verdict.SKIPPED}
 
 
 # --- matmul --------------------------------------------------------------------------------------
@@ -363,6 +434,96 @@ def test_nccl_without_goal_is_skipped_but_wrong_data_still_fails() -> None:
     assert skipped.reasons[0] == "no documented ring all_reduce goal for B200 (HGX)"
     assert nccl("nccl_h100_nvls_pass.txt", model=None).verdict is Verdict.SKIPPED
     assert nccl("nccl_h100_wrong_data.txt", model=None).verdict is Verdict.FAIL
+
+
+# The same run in each table layout nccl-tests has printed: the `#wrong` count is 0 in every row and only the
+# summary line says that values were out of bounds.
+_ROW = "17179869184  4294967296  float  sum  -1  62130.1  276.51  483.90  {w}  62114.7  276.58  484.02  {w}"
+NCCL_OUT_OF_BOUNDS_LAYOUTS = {
+    "current": "\n".join(
+        [
+            "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw"
+            "   busbw  #wrong",
+            _ROW.format(w="0"),
+            "# Out of bounds values : 3 FAILED",
+            "# Avg bus bandwidth    : 483.96",
+        ]
+    ),
+    # Releases before 2.10: an `error` column printed as a float and summary lines without `#`.
+    "legacy": "\n".join(
+        [
+            "#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw"
+            "  error",
+            "17179869184  4294967296  float  sum  62130.1  276.51  483.90  0e+00  62114.7  276.58  484.02  0e+00",
+            " Out of bounds values : 3 FAILED",
+            " Avg bus bandwidth    : 483.96 ",
+        ]
+    ),
+    # `-C 1` reports CPU time: the time columns are named `cputime`.
+    "cputime": "\n".join(
+        [
+            "#  size  count  type  redop  root  cputime  algbw  busbw  #wrong  cputime  algbw  busbw  #wrong",
+            _ROW.format(w="0"),
+            "# Out of bounds values : 3 FAILED",
+        ]
+    ),
+    "no-header": "\n".join([_ROW.format(w="0"), "# Out of bounds values : 3 FAILED"]),
+    "json": json.dumps(
+        {
+            "results": [
+                {
+                    "size": 17179869184,
+                    "out_of_place": {"time": 62130.1, "alg_bw": 276.51, "bus_bw": 483.9, "nwrong": 0.0},
+                    "in_place": {"time": 62114.7, "alg_bw": 276.58, "bus_bw": 484.02, "nwrong": 0.0},
+                }
+            ],
+            "out_of_bounds": {"count": 3, "okay": "false"},
+        }
+    ),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(NCCL_OUT_OF_BOUNDS_LAYOUTS))
+def test_out_of_bounds_values_fail_in_every_layout(layout: str) -> None:
+    result = parse_nccl_tests(NCCL_OUT_OF_BOUNDS_LAYOUTS[layout])
+    assert (result.out_of_bounds, result.wrong) == (3, 0)
+    assert result.largest is not None and result.largest.size_bytes == 17179869184
+    verdict = judge_nccl_one_node(result, 0, H100, STANDARD, 8)  # exit 0: the summary line alone decides
+    assert verdict.verdict is Verdict.FAIL
+    assert verdict.reasons[0] == "wrong data: 0 wrong elements, 3 out of bounds"
+
+
+def test_failed_out_of_bounds_line_counts_even_without_a_number_or_rows() -> None:
+    result = parse_nccl_tests("# nccl-tests version 2.17.6\n# Out of bounds values : FAILED\n")
+    assert result.out_of_bounds == 1 and result.rows == ()
+    assert judge_nccl_one_node(result, 7, H100, STANDARD, 8).verdict is Verdict.FAIL
+    okay_json = json.dumps({"results": [], "out_of_bounds": {"count": 0, "okay": "false"}})
+    assert parse_nccl_tests(okay_json).out_of_bounds == 1
+
+
+@given(
+    lines=st.lists(
+        st.text(max_size=80)
+        | st.sampled_from(list(NCCL_OUT_OF_BOUNDS_LAYOUTS["current"].splitlines()))
+        | st.sampled_from(list(NCCL_OUT_OF_BOUNDS_LAYOUTS["legacy"].splitlines()))
+        | st.builds(
+            lambda n, word, hashes: f"{hashes}Out of bounds values : {n} {word}",
+            st.integers(0, 10**15),
+            st.sampled_from(["OK", "FAILED", ""]),
+            st.sampled_from(["", "#", "# ", " "]),
+        ),
+        max_size=8,
+    )
+)
+def test_nccl_text_parser_never_crashes_and_never_hides_a_failed_line(lines: list[str]) -> None:
+    text = "\n".join(lines)
+    try:
+        result = parse_nccl_tests_text(text)
+    except OutputError:
+        return
+    if any(line.lstrip("# ").startswith("Out of bounds values") and line.rstrip().endswith("FAILED") for line in lines):
+        assert (result.out_of_bounds or 0) > 0
+        assert judge_nccl_one_node(result, 0, H100, STANDARD, 8).verdict is Verdict.FAIL
 
 
 # --- gpu-burn ------------------------------------------------------------------------------------

@@ -49,6 +49,14 @@ def test_xid_79_quarantines_and_marks_the_node_unusable() -> None:
     assert (finding.node, finding.reason, finding.gpu, finding.evidence) == ("gpu-1", "Xid79", "0000:3b:00", line)
 
 
+def test_xid_from_a_mig_instance_is_judged_as_the_physical_gpus() -> None:
+    plain = judge("NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.")
+    line = "[5.0] NVRM: Xid (PCI:0000:3b:00 GPU-I:03 GPU-CI:00): 79, pid=1, name=x, GPU has fallen off the bus."
+    finding = judge(line)
+    assert (finding.gpu, finding.reason, finding.quarantine, finding.evidence) == ("0000:3b:00", "Xid79", True, line)
+    assert (finding.severity, finding.action) == (plain.severity, plain.action)
+
+
 @pytest.mark.parametrize("code", [13, 31, 43, 45, 68])
 def test_application_xids_never_quarantine_even_with_quarantine_unknown(code: int) -> None:
     finding = judge(f"NVRM: Xid (PCI:0000:3b:00): {code}, app fault", HealthSettings(quarantine_unknown=True))

@@ -56,6 +56,46 @@ def test_xid_154_keeps_the_recovery_text() -> None:
 
 
 @pytest.mark.parametrize(
+    ("line", "gpu_instance", "compute_instance", "code", "message"),
+    [
+        # The driver attributes a contained error to the MIG instance that caused it (A100 memory error docs).
+        (
+            "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No",
+            5,
+            None,
+            94,
+            "pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No",
+        ),
+        # "PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u" when a compute instance is known too.
+        (
+            "[ 512.25] NVRM: Xid (PCI:0000:01:00 GPU-I:01 GPU-CI:02): 13, pid=9, name=python, Graphics Exception",
+            1,
+            2,
+            13,
+            "pid=9, name=python, Graphics Exception",
+        ),
+        ("Jan 12 10:00:00 n1 kernel: NVRM: Xid (PCI:0000:01:00 GPU-I:14): 43, pid=77, Ch 00000008", 14, None, 43, None),
+    ],
+    ids=["gpu-instance", "compute-instance", "syslog"],
+)
+def test_xid_from_a_mig_instance_is_the_physical_gpus(
+    line: str, gpu_instance: int, compute_instance: int | None, code: int, message: str | None
+) -> None:
+    report = parse_line(line)
+    assert report is not None
+    assert (report.kind, report.code, report.pci) == ("xid", code, "0000:01:00")
+    assert (report.gpu_instance, report.compute_instance) == (gpu_instance, compute_instance)
+    if message is not None:
+        assert report.message == message
+
+
+def test_a_plain_xid_names_no_mig_instance() -> None:
+    report = parse_line(XID_79)
+    assert report is not None
+    assert (report.gpu_instance, report.compute_instance) == (None, None)
+
+
+@pytest.mark.parametrize(
     ("line", "code", "pci", "message"),
     [
         (
@@ -142,3 +182,20 @@ def test_any_prefix_and_message_keep_code_and_pci(prefix: str, code: int, bus: i
     # A prefix may itself hold an Xid report; the first one in the line is the one parsed.
     if "NVRM: Xid" not in prefix:
         assert (report.code, report.pci) == (code, f"0000:{bus:02x}:00")
+
+
+@given(
+    code=st.integers(min_value=0, max_value=999_999),
+    bus=st.integers(min_value=0, max_value=255),
+    gpu_instance=st.integers(min_value=0, max_value=99),
+    compute_instance=st.none() | st.integers(min_value=0, max_value=99),
+    suffix=st.text(alphabet=st.characters(exclude_characters="\r\n"), max_size=40),
+)
+def test_any_mig_attribution_keeps_code_pci_and_instances(
+    code: int, bus: int, gpu_instance: int, compute_instance: int | None, suffix: str
+) -> None:
+    instances = f" GPU-I:{gpu_instance:02d}" + ("" if compute_instance is None else f" GPU-CI:{compute_instance:02d}")
+    report = parse_line(f"[1.0] NVRM: Xid (PCI:0000:{bus:02x}:00{instances}): {code}, {suffix}")
+    assert report is not None
+    assert (report.code, report.pci) == (code, f"0000:{bus:02x}:00")
+    assert (report.gpu_instance, report.compute_instance) == (gpu_instance, compute_instance)

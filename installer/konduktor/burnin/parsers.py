@@ -334,7 +334,11 @@ def parse_passive_snapshot(text: str) -> PassiveSnapshot:
 # --------------------------------------------------------------------------------------------
 # DCGM diagnostics (`dcgmi diag -r N -j`, or the table without -j).
 
+# What dcgmi prints for a result (DiagResultToString); anything else ("Unknown", an "Error" row) is kept
+# verbatim, and the verdict never reads it as a pass or a skip.
 DCGM_STATUSES = ("Pass", "Fail", "Warn", "Skip", "Not Run")
+# The table prints a result that did not come out as Pass/Fail/Warn/Skip with an `Error` row.
+DCGM_ERROR = "Error"
 
 
 @dataclass(frozen=True)
@@ -376,21 +380,47 @@ def parse_dcgm_diag(text: str) -> DcgmDiag:
     return parse_dcgm_diag_json(text[start.start() :]) if start else parse_dcgm_diag_text(text)
 
 
+def _objects(value: Any) -> list[dict[str, Any]]:
+    """The objects of a JSON list; a tool that writes something else there has nothing to read."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _small_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _optional_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
 def _dcgm_warning(entry: Any) -> DcgmWarning:
-    if isinstance(entry, str):
-        return DcgmWarning(entry)
+    if not isinstance(entry, dict):
+        return DcgmWarning(str(entry))
     return DcgmWarning(
         message=str(entry.get("warning") or entry.get("message") or ""),
-        error_id=entry.get("error_id"),
-        category=entry.get("error_category"),
-        severity=entry.get("error_severity"),
+        error_id=_small_int(entry.get("error_id")),
+        category=_small_int(entry.get("error_category")),
+        severity=_small_int(entry.get("error_severity")),
     )
+
+
+def _dcgm_warnings(*lists: Any) -> tuple[DcgmWarning, ...]:
+    return tuple(_dcgm_warning(entry) for entries in lists if isinstance(entries, list) for entry in entries)
 
 
 def parse_dcgm_diag_json(text: str) -> DcgmDiag:
     """`dcgmi diag -j`: `DCGM Diagnostic.test_categories[].tests[].results[]` (burnin.md §2 notes).
 
-    DCGM 3 named the top key `DCGM GPU Diagnostic` and the entity `gpu_id`; both are accepted.
+    DCGM 3 named the top key `DCGM GPU Diagnostic` and the entity `gpu_id`; both are accepted. An entity's
+    `errors` are kept with its warnings.
     """
     try:
         document, _ = json.JSONDecoder().raw_decode(text.lstrip())
@@ -402,21 +432,21 @@ def parse_dcgm_diag_json(text: str) -> DcgmDiag:
     if not isinstance(diag, dict):
         raise OutputError("dcgmi JSON has no 'DCGM Diagnostic' object")
     tests = []
-    for category in diag.get("test_categories") or []:
-        for test in category.get("tests") or []:
+    for category in _objects(diag.get("test_categories")):
+        for test in _objects(category.get("tests")):
             results = []
-            for result in test.get("results") or []:
+            for result in _objects(test.get("results")):
                 entity_id = result.get("entity_id", result.get("gpu_id"))
                 group = result.get("entity_group", "GPU")
                 results.append(
                     DcgmEntityResult(
                         entity=f"{group}{entity_id}" if entity_id is not None else "",
                         status=str(result.get("status", "")),
-                        warnings=tuple(_dcgm_warning(w) for w in result.get("warnings") or []),
-                        info=tuple(str(i) for i in result.get("info") or []),
+                        warnings=_dcgm_warnings(result.get("warnings"), result.get("errors")),
+                        info=tuple(str(i) for i in _list(result.get("info"))),
                     )
                 )
-            summary = test.get("test_summary") or {}
+            summary = _object(test.get("test_summary"))
             status = summary.get("status") or _overall_status([r.status for r in results])
             tests.append(
                 DcgmTest(
@@ -424,28 +454,33 @@ def parse_dcgm_diag_json(text: str) -> DcgmDiag:
                     category=str(category.get("category", "")),
                     status=str(status),
                     results=tuple(results),
-                    warnings=tuple(_dcgm_warning(w) for w in summary.get("warnings") or []),
+                    warnings=_dcgm_warnings(summary.get("warnings"), summary.get("errors")),
                 )
             )
-    metadata = document.get("metadata") or {}
+    metadata = _object(document.get("metadata"))
     return DcgmDiag(
         tests=tuple(tests),
-        runtime_error=diag.get("runtime_error"),
-        dcgm_version=metadata.get("version"),
-        driver_version=metadata.get("Driver Version Detected"),
+        runtime_error=_optional_str(diag.get("runtime_error")),
+        dcgm_version=_optional_str(metadata.get("version")),
+        driver_version=_optional_str(metadata.get("Driver Version Detected")),
     )
 
 
 def _overall_status(statuses: list[str]) -> str:
-    for status in ("Fail", "Warn", "Pass", "Skip"):
-        if status in statuses:
-            return status
-    return "Not Run"
+    """The worst entity status: a failure, then any status that is no outcome (Error, Not Run, unknown)."""
+    if "Fail" in statuses:
+        return "Fail"
+    if "Warn" in statuses:
+        return "Warn"
+    if (other := next((s for s in statuses if s not in {"Pass", "Skip"}), None)) is not None:
+        return other
+    return "Pass" if "Pass" in statuses else "Skip" if statuses else "Not Run"
 
 
 _TABLE_ROW = re.compile(r"^\|\s?(.*?)\s*\|\s?(.*?)\s*\|$")
 _CATEGORY_ROW = re.compile(r"^[|+]-+\s+(\w+)\s+-+\+")
-_ENTITY_CELL = re.compile(r"^([A-Za-z_]+)(\d+): (Pass|Fail|Warn|Skip|Not Run)$")
+# Any one- or two-word status, so an unknown one is kept instead of read as a message.
+_ENTITY_CELL = re.compile(r"^([A-Za-z_]+)(\d+): ([A-Z][A-Za-z]*(?: [A-Z][A-Za-z]*)?)$")
 # DCGM 3 printed one cell per test: `Pass - All`, `Fail - GPU: 0, 3`.
 _LEGACY_CELL = re.compile(r"^(Pass|Fail|Warn|Skip)(?: - (All|GPU: ([\d, ]+)))?$")
 
@@ -457,6 +492,14 @@ class _TestDraft:
     status: str
     results: list[tuple[str, str]]  # (entity, status)
     messages: dict[str | None, list[str]]  # entity (None: the whole test) -> warning messages
+
+    def mark_error(self, entity: str | None) -> None:
+        """An `Error` row: the entity (or the test) has no outcome, whatever its status cell said."""
+        for position, (name, status) in enumerate(self.results):
+            if name == entity and status in {"Pass", "Skip"}:
+                self.results[position] = (name, DCGM_ERROR)
+        if (entity is None or entity not in {name for name, _ in self.results}) and self.status in {"Pass", "Skip"}:
+            self.status = DCGM_ERROR
 
 
 class _DcgmTable:
@@ -472,12 +515,14 @@ class _DcgmTable:
         if self.category == "Metadata":
             self.metadata[name] = cell
             return
-        if name.startswith(("Warning", "Info")):
+        if name.startswith(("Warning", "Info", DCGM_ERROR)):
             self._growing = None
-            if self.drafts and name.startswith("Warning"):
+            if self.drafts and not name.startswith("Info"):
                 entity = name.partition(":")[2].strip() or None
                 self.drafts[-1].messages.setdefault(entity, []).append(cell)
                 self._growing = (self.drafts[-1], entity)
+                if name.startswith(DCGM_ERROR):
+                    self.drafts[-1].mark_error(entity)
             return
         if not name:
             if entity_row := _ENTITY_CELL.match(cell):
@@ -604,6 +649,18 @@ _DEFAULT_COLUMNS = [
 ]
 
 
+# common.cu prints `# Out of bounds values : %d %s` with "FAILED" or "OK"; releases before 2.10 and builds
+# derived from them print the same line without the `#` (and `Avg bus bandwidth` alike).
+_OUT_OF_BOUNDS = re.compile(r"^Out of bounds values\s*:\s*(?P<count>\d{1,12})?\s*(?P<word>[A-Za-z]*)")
+_AVG_BUSBW = re.compile(r"^Avg bus bandwidth\s*:\s*([-\d.eE+naif]+)")
+
+
+def _out_of_bounds(match: re.Match[str]) -> int:
+    """The count of wrong values; a line that says FAILED is at least one, whatever its number says."""
+    count = int(match["count"]) if match["count"] else 0
+    return max(count, 1) if match["word"].upper() == "FAILED" else count
+
+
 def parse_nccl_tests_text(text: str) -> CollectiveResult:
     columns = _DEFAULT_COLUMNS
     rows: list[CollectiveRow] = []
@@ -616,8 +673,14 @@ def parse_nccl_tests_text(text: str) -> CollectiveResult:
         line = raw.strip()
         if not line:
             continue
+        body = line.lstrip("#").strip()
+        if oob := _OUT_OF_BOUNDS.match(body):
+            out_of_bounds = (out_of_bounds or 0) + _out_of_bounds(oob)
+            continue
+        if avg := _AVG_BUSBW.match(body):
+            avg_busbw = _float(avg.group(1))
+            continue
         if line.startswith("#"):
-            body = line.lstrip("#").strip()
             tokens = body.split()
             if tokens[:2] == ["size", "count"] and "busbw" in tokens:
                 columns = tokens
@@ -625,10 +688,6 @@ def parse_nccl_tests_text(text: str) -> CollectiveResult:
                 ranks += 1
                 if rank.group(1) not in hosts:
                     hosts.append(rank.group(1))
-            elif oob := re.match(r"Out of bounds values\s*:\s*(\d+)", body):
-                out_of_bounds = int(oob.group(1))
-            elif avg := re.match(r"Avg bus bandwidth\s*:\s*([-\d.eE+naif]+)", body):
-                avg_busbw = _float(avg.group(1))
             elif body.startswith("error:"):
                 errors.append(body)
             continue
@@ -638,7 +697,7 @@ def parse_nccl_tests_text(text: str) -> CollectiveResult:
         row = _nccl_row(line.split(), columns)
         if row is not None:
             rows.append(row)
-    if not rows and not errors:
+    if not rows and not errors and not out_of_bounds:
         raise OutputError("no nccl-tests result rows (the run did not reach the measurement)")
     return CollectiveResult(tuple(rows), out_of_bounds, avg_busbw, ranks or None, tuple(hosts), tuple(errors))
 
@@ -654,11 +713,11 @@ def _nccl_row(tokens: list[str], columns: list[str]) -> CollectiveRow | None:
         try:
             time_us, algbw, busbw = (float(tokens[start + offset]) for offset in range(3))
             wrong_token = tokens[start + 3]
-        except (IndexError, ValueError):
+            # `#wrong` is an integer; releases before 2.10 print the `error` column as a float ("0e+00").
+            wrong = None if wrong_token == "N/A" else int(float(wrong_token))
+        except (IndexError, ValueError, OverflowError):
             return None
-        placements.append(
-            Placement(name, time_us, algbw, busbw, None if wrong_token == "N/A" else int(float(wrong_token)))
-        )
+        placements.append(Placement(name, time_us, algbw, busbw, wrong))
     if not placements:
         return None
     return CollectiveRow(int(tokens[0]), tuple(placements))
@@ -676,44 +735,60 @@ def _json_flag(value: Any) -> bool | None:
     return str(value).lower() == "true"
 
 
+def _json_count(value: Any) -> int | None:
+    try:
+        return None if value is None else int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def parse_nccl_tests_json(text: str) -> CollectiveResult:
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise OutputError(f"nccl-tests JSON unreadable (truncated?): {exc}") from exc
+    if not isinstance(document, dict):
+        raise OutputError("nccl-tests JSON is not an object")
     rows = []
-    for result in document.get("results") or []:
+    for result in _objects(document.get("results")):
         placements = []
         for key, name in (("out_of_place", "out-of-place"), ("in_place", "in-place")):
-            half = result.get(key)
+            half = _object(result.get(key))
             if not half:
                 continue
-            wrong = half.get("nwrong")
-            placements.append(
-                Placement(
-                    name,
-                    _json_number(half.get("time", half.get("cpu_time"))),
-                    _json_number(half.get("alg_bw")),
-                    _json_number(half.get("bus_bw")),
-                    None if wrong is None else int(float(wrong)),
+            try:
+                placements.append(
+                    Placement(
+                        name,
+                        _json_number(half.get("time", half.get("cpu_time"))),
+                        _json_number(half.get("alg_bw")),
+                        _json_number(half.get("bus_bw")),
+                        _json_count(half.get("nwrong")),
+                    )
                 )
-            )
-        if placements:
-            rows.append(CollectiveRow(int(result["size"]), tuple(placements)))
-    oob = document.get("out_of_bounds") or {}
-    avg = document.get("average_bus_bandwidth") or {}
-    devices = (document.get("config") or {}).get("devices") or []
+            except (TypeError, ValueError) as exc:
+                raise OutputError(f"nccl-tests JSON result unreadable: {half}") from exc
+        size = _json_count(result.get("size"))
+        if placements and size is not None:
+            rows.append(CollectiveRow(size, tuple(placements)))
+    oob = _object(document.get("out_of_bounds"))
+    avg = _object(document.get("average_bus_bandwidth"))
+    devices = _objects(_object(document.get("config")).get("devices"))
     hosts = tuple(dict.fromkeys(str(d.get("hostname")) for d in devices if d.get("hostname")))
-    errors = tuple(str(e) for e in document.get("errors") or [])
-    if not rows and not errors:
+    errors = tuple(str(e) for e in _list(document.get("errors")))
+    out_of_bounds = _json_count(oob.get("count"))
+    if _json_flag(oob.get("okay")) is False:
+        out_of_bounds = max(out_of_bounds or 0, 1)
+    if not rows and not errors and not out_of_bounds:
         raise OutputError("nccl-tests JSON has no results")
-    out_of_bounds = oob.get("count")
-    if out_of_bounds is None and _json_flag(oob.get("okay")) is False:
-        out_of_bounds = 1
+    try:
+        avg_busbw = _json_number(avg["bandwidth"]) if "bandwidth" in avg else None
+    except (TypeError, ValueError):
+        avg_busbw = None
     return CollectiveResult(
         rows=tuple(rows),
         out_of_bounds=out_of_bounds,
-        avg_busbw_gb_s=_json_number(avg["bandwidth"]) if "bandwidth" in avg else None,
+        avg_busbw_gb_s=avg_busbw,
         ranks=len(devices) or None,
         hosts=hosts,
         errors=errors,

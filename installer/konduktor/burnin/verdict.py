@@ -378,10 +378,27 @@ def judge_dcgm(diag: DcgmDiag, exit_code: int | None, ignored_tests: frozenset[s
     verdicts: list[Verdict] = []
     reasons: list[str] = []
     evidence: list[Evidence] = []
-    failed = 0
+    failed = unanswered_tests = 0
     for test in diag.tests:
-        if test.status not in {"Fail", "Warn"}:
-            verdicts.append(Verdict.PASS if test.status == "Pass" else Verdict.SKIPPED)
+        statuses = {test.status, *(r.status for r in test.results)}
+        if not statuses & {"Fail", "Warn"}:
+            unanswered = [(r.entity, r.status, r.warnings) for r in test.results if r.status not in _DCGM_OUTCOMES]
+            if test.status not in _DCGM_OUTCOMES and not unanswered:
+                unanswered = [("", test.status, test.warnings)]
+            if unanswered and test.name in ignored_tests:
+                reasons.append(f"{test.name} gave no result, ignored for this GPU model")
+            elif unanswered:
+                # Error rows, "Not Run", statuses this parser does not know: the test gave no answer.
+                where = "; ".join(
+                    f"{entity or 'all'} {status or 'no status'}" + (f" ({said[0].message})" if said else "")
+                    for entity, status, said in unanswered
+                )
+                unanswered_tests += 1
+                verdicts.append(Verdict.ERROR)
+                reasons.append(f"{test.name} ({test.category}) has no result: {where}")
+                evidence += [Evidence(f"dcgm.{test.name}", s, gpu=_entity_index(e)) for e, s, _ in unanswered]
+                continue
+            verdicts.append(Verdict.PASS if "Pass" in statuses else Verdict.SKIPPED)
             continue
         failing = [r for r in test.results if r.status in {"Fail", "Warn"}]
         # The test summary repeats every entity's errors; keep each message once.
@@ -411,8 +428,17 @@ def judge_dcgm(diag: DcgmDiag, exit_code: int | None, ignored_tests: frozenset[s
         )
     if exit_code in _DCGM_EXIT_MEANING and verdict is not Verdict.PASS:
         reasons.append(f"dcgmi exited {exit_code}: {_DCGM_EXIT_MEANING[exit_code]}")
-    summary = f"{failed}/{len(diag.tests)} tests failed" if failed else f"{len(diag.tests)} tests passed"
+    if failed:
+        summary = f"{failed}/{len(diag.tests)} tests failed"
+    elif unanswered_tests:
+        summary = f"{unanswered_tests}/{len(diag.tests)} tests without a result"
+    else:
+        summary = f"{len(diag.tests)} tests passed"
     return _result(DCGM_DIAG, step, verdict, summary, reasons, evidence)
+
+
+# The statuses that are an answer; Fail and Warn are judged above, Pass and Skip may pass or skip.
+_DCGM_OUTCOMES = frozenset({"Pass", "Skip", "Fail", "Warn"})
 
 
 def _dcgm_test_verdict(status: str, warnings: Sequence[DcgmWarning]) -> Verdict:

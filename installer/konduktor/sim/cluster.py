@@ -295,6 +295,11 @@ class SimCluster:
             ),
             timeout=60,
         )
+        # The team RoleBindings name Kueue's user roles (kueue-batch-user-role); a real install gets them
+        # from Kueue's chart.
+        self.progress("kueue: installing user roles")
+        for role in kueue.user_roles(module):
+            kube.apply(role)
         ca = write_serving_pki(self.kueue_dir / "certs", "kueue-webhook", ["kueue-webhook-service.kueue-system.svc"])
         config_path = self.kueue_dir / "config.yaml"
         ports = spec.kueue_ports or {"webhook": free_port(), "health": free_port(), "metrics": free_port()}

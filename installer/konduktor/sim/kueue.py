@@ -1,7 +1,8 @@
 """Kueue as a local process beside the simulated control plane.
 
-The CRDs and webhook configurations come from the Kueue module at the pinned tag. The webhooks are pointed at
-https://127.0.0.1:<port> with our own CA, and get the namespace exemptions Kueue's release manifests add.
+The CRDs, webhook configurations and user-facing ClusterRoles come from the Kueue module at the pinned tag. The
+webhooks are pointed at https://127.0.0.1:<port> with our own CA, and get the namespace exemptions Kueue's release
+manifests add.
 """
 
 from __future__ import annotations
@@ -21,11 +22,45 @@ WEBHOOK_PREFIX = "kueue-"
 EXEMPT_NAMESPACES = ["kube-system", NAMESPACE]
 # Integrations the simulated cluster serves: Jobs, and plain Pods (SkyPilot submits pods with queue labels).
 FRAMEWORKS = ["batch/job", "pod"]
+# A real install names its objects `<fullname>-<name>`; the umbrella chart sets Kueue's fullnameOverride to
+# "kueue", and Kueue's own release manifests use the same prefix (namePrefix in config/default).
+NAME_PREFIX = "kueue-"
+# Labels that mark a ClusterRole as one of Kueue's roles for people (batch-user, batch-admin, the editors and
+# viewers they aggregate), as opposed to the controller's own roles in the same folder.
+_USER_ROLE_LABEL = "rbac.kueue.x-k8s.io/"
 
 
 def crds(module_dir: Path) -> list[dict[str, Any]]:
     bases = module_dir / "config" / "components" / "crd" / "bases"
     return [doc for path in sorted(bases.glob("*.yaml")) for doc in load_documents(path)]
+
+
+def user_roles(module_dir: Path) -> list[dict[str, Any]]:
+    """Kueue's ClusterRoles for people, named as a real install names them (`kueue-batch-user-role`, ...).
+
+    Taken from the files config/components/rbac/kustomization.yaml lists: the aggregated batch-user and
+    batch-admin roles and every role that aggregates into them. The controller's own roles stay out: the sim
+    runs Kueue with the admin's kubeconfig.
+    """
+    rbac = module_dir / "config" / "components" / "rbac"
+    kustomization = load_documents(rbac / "kustomization.yaml")[0]
+    roles = []
+    for name in kustomization.get("resources") or []:
+        for document in load_documents(rbac / name):
+            if document.get("kind") == "ClusterRole" and _is_user_role(document):
+                role = copy.deepcopy(document)
+                role["metadata"]["name"] = NAME_PREFIX + document["metadata"]["name"]
+                labels = role["metadata"].setdefault("labels", {})
+                labels.update({"app.kubernetes.io/name": "kueue", "konduktor.ai/sim": "kueue"})
+                roles.append(role)
+    return roles
+
+
+def _is_user_role(role: dict[str, Any]) -> bool:
+    labels = role.get("metadata", {}).get("labels") or {}
+    selectors = (role.get("aggregationRule") or {}).get("clusterRoleSelectors") or []
+    aggregated = [key for selector in selectors for key in (selector.get("matchLabels") or {})]
+    return any(key.startswith(_USER_ROLE_LABEL) for key in [*labels, *aggregated])
 
 
 def webhook_configurations(module_dir: Path, port: int, ca_pem: bytes) -> list[dict[str, Any]]:
