@@ -42,6 +42,7 @@ from konduktor.preflight.results import Status
 from konduktor.quotas.render import KUEUE_API, MANAGED_BY, MANAGED_BY_LABEL
 from konduktor.quotas.usage import team_usage
 from konduktor.sim.cluster import DEFAULT_NAME, SimCluster
+from konduktor.sim.tools import Toolbox
 from konduktor.waiting import wait_until
 
 # What the umbrella installs that the simulated cluster cannot run: its fake nodes run no containers, and
@@ -228,7 +229,9 @@ def run_up(
         client.close()
         confirm(f"install {chart.name} into the cluster at {client.server}?")
     clock.step("install", f"helm upgrade --install {RELEASE} {chart.name} in {NAMESPACE}")
-    release = install_or_upgrade(target, chart, RELEASE, NAMESPACE, chart_values, wait=True)
+    # A real cluster may use a fitting helm on this machine; the simulated one runs the pinned build.
+    helm = Toolbox(progress=report, host=not simulated)
+    release = install_or_upgrade(target, chart, RELEASE, NAMESPACE, chart_values, wait=True, toolbox=helm)
     kube = Kube(target)
     try:
         clock.step("quotas", "applying")
@@ -420,7 +423,7 @@ def status(
     kube = connect(kubeconfig)
     try:
         target = kube.kubeconfig or SimCluster(DEFAULT_NAME).kubeconfig
-        release = current(Path(target), RELEASE, NAMESPACE)
+        release = current(Path(target), RELEASE, NAMESPACE, Toolbox(host=kube.kubeconfig is not None))
         queues = team_usage(kube.list(KUEUE_API, "ClusterQueue")) if kueue_served(kube) else []
         controllers = kube.list(
             "apps/v1", "Deployment", NAMESPACE, label_selector="app.kubernetes.io/component=health-controller"
@@ -471,7 +474,7 @@ def down(
                 continue
             for obj in kube.list(api_version, kind, label_selector=owned):
                 removed += kube.delete(api_version, kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
-        uninstalled = uninstall(target, RELEASE, NAMESPACE)
+        uninstalled = uninstall(target, RELEASE, NAMESPACE, Toolbox(host=kube.kubeconfig is not None))
         namespaces = []
         if purge:
             namespaces = [n["metadata"]["name"] for n in kube.list("v1", "Namespace", label_selector=owned)]
