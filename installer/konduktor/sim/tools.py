@@ -449,9 +449,10 @@ def build(
     progress: Progress,
     root: Path | None = None,
     then: Sequence[str] = (),
+    modules: Path = LOCKED_MODULES,
 ) -> Installed:
     """Build the tool unless this version is already in the cache (`then`: what is built after it, for the
-    progress messages).
+    progress messages; `modules`: where the committed build modules are).
 
     Every wrapper pins the k8s.io/* libraries to the cluster's Kubernetes patch (the staging replaces), so
     the tools link the same library code and a cold build compiles it once, not once per tool.
@@ -470,7 +471,7 @@ def build(
         workdir.mkdir(parents=True)
         bindir.mkdir()
         go = GoBuild(tool, workdir, progress)
-        if lock := locked_module(tool):
+        if lock := locked_module(tool, modules):
             (workdir / "go.mod").write_text(lock[0])
             (workdir / "go.sum").write_text(lock[1])
         else:
