@@ -12,6 +12,7 @@ import importlib.metadata
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -77,8 +78,12 @@ def link_distribution(name: str, site: Path) -> None:
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     scratch = tmp_path_factory.mktemp("wheel")
+    # Built from a copy of the working tree: setuptools' build/ folder keeps files from earlier builds.
+    tree = scratch / "tree"
+    leftovers = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", ".*_cache")
+    shutil.copytree(ROOT, tree, symlinks=True, ignore=leftovers)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(scratch), ROOT],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(scratch), tree],
         check=True,
         timeout=300,
     )
