@@ -92,7 +92,10 @@ def main() -> None:
             every = cold + builds["up"] + builds["test"]
             print(f"  the former first run before `up` started (dev bootstrap + every tool): {every:.0f} s")
     if args.up:
-        new, again = scripts_up()
+        try:
+            new, again = scripts_up()
+        except subprocess.CalledProcessError as failure:
+            sys.exit(f"scripts/up exited {failure.returncode} (its output is above); no figure")
         print(f"scripts/up, warm tools: new simulated cluster {new:.0f} s, again {again:.0f} s")
 
 
