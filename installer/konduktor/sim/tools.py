@@ -36,6 +36,7 @@ MIN_GO = (1, 26)
 # Settings that would let the go command skip the checksum database for some modules (`go env -w` can set
 # them too; an empty value in the environment overrides that).
 CHECKSUM_EXEMPTIONS = ("GONOSUMDB", "GOPRIVATE", "GOINSECURE")
+IMPORT_PATH = re.compile(r"[A-Za-z0-9_.~+/-]+")  # a package line of `go build -v`, not a message or an error
 
 
 @dataclass(frozen=True)
@@ -311,7 +312,7 @@ class GoBuild:
         return info
 
     def run(self, *args: str, step: str, check: bool = True, each_line: Progress | None = None) -> str:
-        """Runs `go ARGS` in the build module; `each_line` sees every line go prints on stdout."""
+        """Runs `go ARGS` in the build module; `each_line` sees every line go prints."""
         command = ["go", *args]
         self.progress(f"{self.tool.name} {self.tool.version}: {step}")
         output: list[str] = []
@@ -322,7 +323,7 @@ class GoBuild:
                 cwd=self.workdir,
                 env=self.env,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT if each_line is None else log,
+                stderr=subprocess.STDOUT,
                 text=True,
             )
             assert process.stdout is not None
@@ -334,7 +335,7 @@ class GoBuild:
                     each_line(line.strip())
             code = process.wait()
         if code != 0 and check:
-            tail = self.log.read_text().splitlines()[-40:] if each_line is not None else list(self.tail)
+            tail = list(self.tail)
             raise KonduktorError(
                 f"could not build {self.tool.name} {self.tool.version} ({self.tool.module}): "
                 f"`go {' '.join(args[:2])}` exited {code}",
@@ -373,12 +374,12 @@ class GoBuild:
             package,
             step=f"compiling {binary}: finding the packages to compile",
         )
-        total = max(1, len([line for line in stale.splitlines() if line.strip() and not line.startswith("go: ")]))
+        total = max(1, len([line for line in stale.splitlines() if IMPORT_PATH.fullmatch(line.strip())]))
         compiled = 0
 
-        def count(line: str) -> None:
+        def count(line: str) -> None:  # `go build -v` names each package as it compiles it
             nonlocal compiled
-            if line and not line.startswith("go: "):
+            if IMPORT_PATH.fullmatch(line):
                 compiled += 1
                 self.progress(f"{self.tool.name} {self.tool.version}: {status(binary, min(compiled, total), total)}")
 
