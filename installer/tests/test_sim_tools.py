@@ -17,6 +17,7 @@ from konduktor.errors import KonduktorError, UsageError
 from konduktor.sim.host_tools import ENV_VARS, reported_version, unfit
 from konduktor.sim.tools import (
     LOCKED_MODULES,
+    GoBuild,
     Tool,
     Toolbox,
     build,
@@ -299,3 +300,26 @@ def test_an_unfit_tool_on_path_is_passed_over(host_bin: Path) -> None:
     notes: list[str] = []
     assert Toolbox(host=True, progress=notes.append).path("helm") == Toolbox().path("helm")
     assert any("could not tell its version; using the pinned helm v4.2.4" in n for n in notes), notes
+
+
+def test_build_progress_counts_the_packages_go_compiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an empty build cache every package is compiled; the count reaches the total go listed beforehand."""
+    monkeypatch.setenv("GOCACHE", str(tmp_path / "gocache"))
+    module = tmp_path / "hello"
+    (module / "greet").mkdir(parents=True)
+    (module / "go.mod").write_text("module example.com/hello\n\ngo 1.26\n")
+    (module / "greet" / "greet.go").write_text(
+        'package greet\n\nimport "strings"\n\nfunc Hi() string { return strings.ToUpper("hi") }\n'
+    )
+    (module / "main.go").write_text(
+        'package main\n\nimport (\n\t"fmt"\n\n\t"example.com/hello/greet"\n)\n\n'
+        "func main() { fmt.Println(greet.Hi()) }\n"
+    )
+    messages: list[str] = []
+    go = GoBuild(Tool("hello", "example.com/hello", "v0.0.0", (".",), binary="hello"), module, messages.append)
+    go.compile("example.com/hello", "hello", tmp_path / "hello-bin", lambda b, done, total: f"{b} · {done}/{total}")
+    counts = [tuple(map(int, m.rsplit(" ", 1)[1].split("/"))) for m in messages if " · " in m]
+    assert counts[0][0] == 0 and counts[0][1] > 10  # fmt's standard library packages are compiled too
+    assert counts[-1][0] == counts[-1][1]
+    assert [done for done, _ in counts] == sorted(done for done, _ in counts)
+    assert subprocess.run([str(tmp_path / "hello-bin")], capture_output=True, text=True, check=True).stdout == "HI\n"
