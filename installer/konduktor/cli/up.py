@@ -393,7 +393,7 @@ def plan(
         raise typer.Exit(1)
     chart, _ = chart_for(explicit is None, loaded.config, read_values(values))
     wanted = load_documents(chart / "Chart.yaml")[0]
-    installed = current(target, RELEASE, NAMESPACE)
+    installed = current(target, RELEASE, NAMESPACE, Toolbox(host=explicit is not None))
     pending = False
     if installed is None:
         typer.echo(f"install {wanted['name']} {wanted['version']} as release {RELEASE} in {NAMESPACE}")
