@@ -38,6 +38,7 @@ from konduktor.cli.burnin_run import (
     pod_problem,
     quarantine_plan,
     select_targets,
+    unschedulable_for,
 )
 from konduktor.cli.main import main
 from konduktor.config.load import load_config
@@ -214,6 +215,27 @@ def test_a_job_that_failed_vanished_or_outlived_the_wait_is_an_error() -> None:
     # A FAIL stays a FAIL whatever happened to the Job afterwards.
     fail = complete_verdict(failing_verdict("n2"), NodeRun(JobState(JobPhase.GONE), {}), "r7")
     assert fail.verdict is Verdict.FAIL and fail.checks[-1].check == JOB_CHECK
+
+
+def test_an_unschedulable_pod_says_since_when_and_why() -> None:
+    def pod(reason: str, at: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
+        condition = {"type": "PodScheduled", "status": "False", "reason": reason, "lastTransitionTime": at}
+        return {"status": {"conditions": [{**condition, "message": "0/5 nodes are available: Insufficient gpu."}]}}
+
+    at = 1767225600.0  # 2026-01-01T00:00:00Z
+    assert unschedulable_for(pod("Unschedulable"), at + 75) == (75.0, "0/5 nodes are available: Insufficient gpu.")
+    assert unschedulable_for(pod("SchedulingGated"), at + 75) is None  # gated: not the scheduler's verdict
+    assert unschedulable_for({"status": {"conditions": [{"type": "PodScheduled", "status": "True"}]}}, at) is None
+    assert unschedulable_for(None, at) is None
+    error = complete_verdict(
+        silent("n1"), NodeRun(JobState(JobPhase.UNSCHEDULABLE, "0/5 nodes: Insufficient gpu. (for 61s)"), {}, "x"), "r"
+    )
+    assert error.verdict is Verdict.ERROR
+    assert (error.checks[-1].summary, error.checks[-1].reasons) == (
+        "unschedulable",
+        ("the pod could not be scheduled: 0/5 nodes: Insufficient gpu. (for 61s)",),
+    )
+    assert JobState(JobPhase.UNSCHEDULABLE).finished  # no longer waited for: not a wait that ran out (exit 4)
 
 
 def test_exit_codes() -> None:
@@ -581,3 +603,47 @@ def test_node_pairs_run_one_pod_per_node_and_a_silent_pair_is_an_error(cluster: 
     service = kube.get("v1", "Service", job["metadata"]["name"], NAMESPACE)
     assert service is not None and service["spec"]["clusterIP"] == "None"
     assert service["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]  # goes with the Job
+
+
+@pytest.mark.sim
+def test_a_node_whose_pod_cannot_be_scheduled_is_an_error_with_the_schedulers_reason(
+    capsys: pytest.CaptureFixture[str], cluster: Sim
+) -> None:
+    """Another pod holds one of the node's GPUs, so the burn-in pod (which asks for all ten) cannot be placed: the
+    node is an ERROR with the scheduler's words after the bound, not after the Job's deadline."""
+    kube, target, blockers = cluster.kube, NODES[3], "burnin-blocker"
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": blockers}})
+    gpu = {"nvidia.com/gpu": "1"}
+    kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "holds-one-gpu", "namespace": blockers},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": target},
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "c", "image": "busybox", "resources": {"requests": gpu, "limits": gpu}}],
+            },
+        }
+    )
+    try:
+        wait_until(
+            "the blocker to be bound",
+            lambda: bool((kube.get("v1", "Pod", "holds-one-gpu", blockers) or {}).get("spec", {}).get("nodeName")),
+        )
+        code, out, err = burnin(
+            capsys, cluster, "--nodes", target, "--level", "quick", "--run-id", "test-unschedulable",
+            "--unschedulable-timeout", "2", "-o", "json",
+        )  # fmt: skip
+        assert code == 1, err
+        (node_report,) = json.loads(out)["nodes"]
+        assert node_report["verdict"] == "ERROR"
+        job_check = node_report["checks"][-1]
+        assert job_check["summary"] == "unschedulable"
+        assert "the pod could not be scheduled: 0/" in job_check["reasons"][0]
+        assert "Insufficient nvidia.com/gpu" in job_check["reasons"][0]
+        assert "is unschedulable" in err
+        assert not run_jobs(kube, "test-unschedulable")  # deleted: it must not start later unannounced
+    finally:
+        kube.delete("v1", "Namespace", blockers)
+        wait_until("the blocker to be gone", lambda: kube.get("v1", "Pod", "holds-one-gpu", blockers) is None, 60)

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import requests
 from conftest import Sim
+from garbage_api import serving
 from loki_api import LokiApi
 from ruamel.yaml import YAML
 
@@ -571,6 +572,54 @@ def test_the_watch_loop_acts_within_a_poll_and_serves_health_and_metrics(kube: K
         server.stop()
     lease = kube.get(LEASE_API, "Lease", LEASE_NAME, NAMESPACE)
     assert lease is not None and lease["spec"].get("holderIdentity") is None
+
+
+def test_a_lost_gpu_is_tainted_while_loki_answers_garbage(sim: Sim, kube: Kube, tmp_path: Path) -> None:
+    """The controller process outlives every malformed Loki answer: the source is marked down, /healthz answers,
+    and the Node watch still quarantines a node that loses a GPU."""
+    garbage = [
+        b"[]",
+        b'{"status":"success","data":{"resultType":"streams","result":[{"stream":{"node":"gpu-h100-0001"},'
+        b'"values":[["not-a-number","NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."]]}]}}',
+        b'{"status":"success","data":{"resultType":"streams","result":[{"stream":"node","values":{}}]}}',
+    ]
+    with serving(garbage) as url:
+        config = write_config(tmp_path / "health.yaml", settings(loki=loki_settings(url)))
+        port = free_port()
+        log = (tmp_path / "controller.log").open("wb")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "konduktor.controller.main", "run", "--kubeconfig", str(sim.kubeconfig),
+             "--config", str(config), "--lease-namespace", NAMESPACE, "--port", str(port)],
+            env={**os.environ, "POD_NAME": "garbage-test"}, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        base = f"http://127.0.0.1:{port}"
+
+        def metrics() -> str:
+            try:
+                return requests.get(f"{base}/metrics", timeout=5).text
+            except requests.RequestException:
+                return ""
+
+        try:
+            wait_until("the controller to lead", lambda: holder(kube) == "garbage-test", timeout=60)
+            # Three failed polls: each garbage answer has been read (the last one repeats).
+            wait_until(
+                "Loki to be polled past every garbage answer",
+                lambda: (tmp_path / "controller.log").read_text(errors="replace").count("cannot read kernel logs") >= 3,
+                timeout=60,
+            )
+            assert process.poll() is None, (tmp_path / "controller.log").read_text()
+            assert 'konduktor_signal_source_up{source="loki"} 0.0' in metrics()
+            set_allocatable(kube, "gpu-h100-0001", 9)
+            wait_until("the lost GPU to be tainted", lambda: bool(health_taints(node(kube, "gpu-h100-0001"))), 30)
+            assert process.poll() is None, (tmp_path / "controller.log").read_text()
+            assert requests.get(f"{base}/healthz", timeout=5).status_code == 200
+            assert 'konduktor_signal_source_up{source="loki"} 0.0' in metrics()
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    said = (tmp_path / "controller.log").read_text(errors="replace")
+    assert "bug:" not in said and "Traceback" not in said, said
 
 
 def test_a_write_computed_from_a_stale_node_is_redone_and_keeps_the_other_writers_taint(kube: Kube) -> None:

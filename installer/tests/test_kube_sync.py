@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from konduktor.kube.sync import Change, Ref, comparable, differing_fields, plan
+from konduktor.kube.sync import ADOPTED_ANNOTATION, Change, Ref, comparable, differing_fields, plan
 
 
 def cq(name: str, gpus: str, **meta: Any) -> dict[str, Any]:
@@ -50,3 +50,51 @@ def test_differing_fields_names_nested_keys() -> None:
     assert differing_fields({"spec": {"a": 1, "b": 2}, "kind": "X"}, {"spec": {"a": 1, "b": 3}, "kind": "X"}) == [
         "spec.b"
     ]
+
+
+OURS = {"app.kubernetes.io/managed-by": "konduktor", "konduktor.ai/config": "prod"}
+
+
+def namespace(name: str, labels: dict[str, str] | None = None, **annotations: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": labels or {}}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+def test_an_object_of_another_manager_or_config_is_refused_and_names_its_owner() -> None:
+    argo = namespace("team-c", {"app.kubernetes.io/managed-by": "argocd", "konduktor.ai/config": "other-cluster"})
+    other_config = namespace("team-d", {**OURS, "konduktor.ai/config": "staging"})
+    by_hand = namespace("team-e")
+    desired = [
+        (namespace(n, OURS), live, None)
+        for n, live in (("team-c", argo), ("team-d", other_config), ("team-e", by_hand))
+    ]
+    changes = plan(desired, [], prune=True, owner=OURS)
+    assert [(c.action, c.ref.name) for c in changes] == [
+        ("refuse", "team-c"),
+        ("refuse", "team-d"),
+        ("refuse", "team-e"),
+    ]
+    assert "app.kubernetes.io/managed-by=argocd, konduktor.ai/config=other-cluster" in changes[0].note
+    assert "konduktor.ai/config=staging" in changes[1].note
+    assert "no owner labels" in changes[2].note
+    assert "--adopt Namespace/team-c" in changes[0].describe()
+
+
+def test_only_the_named_object_is_adopted() -> None:
+    argo = namespace("team-c", {"app.kubernetes.io/managed-by": "argocd"})
+    desired = [(namespace("team-c", OURS), argo, None), (namespace("team-e", OURS), namespace("team-e"), None)]
+    changes = plan(desired, [], prune=True, owner=OURS, adopt=["namespace/team-c"])
+    assert [(c.action, c.ref.name) for c in changes] == [("adopt", "team-c"), ("refuse", "team-e")]
+    assert changes[0].note == "taken over from app.kubernetes.io/managed-by=argocd"
+
+
+def test_an_adopted_object_is_ours_to_update_but_never_pruned() -> None:
+    was_adopted = namespace("team-c", OURS, **{ADOPTED_ANNOTATION: "app.kubernetes.io/managed-by=argocd"})
+    desired = [(was_adopted, was_adopted, was_adopted)]
+    assert [c.action for c in plan(desired, [was_adopted], prune=True, owner=OURS)] == ["unchanged"]
+    adopted_queue = cq("old", "2", labels=OURS, annotations={ADOPTED_ANNOTATION: "no owner labels"})
+    changes = plan([], [adopted_queue, cq("ours", "2", labels=OURS)], prune=True, owner=OURS)
+    assert [(c.action, c.ref.name) for c in changes] == [("keep", "old"), ("prune", "ours")]
+    assert "never deleted" in changes[0].note

@@ -36,6 +36,7 @@ from konduktor.preflight.cluster import (
     ClusterFacts,
     CrdFacts,
     NodeFacts,
+    Permission,
     judge_capacity,
     judge_cluster,
     judge_component_crds,
@@ -708,6 +709,19 @@ def test_a_refused_read_skips_the_checks_that_need_it() -> None:
     assert skipped == {"gpu-nodes", "gpu-node-taints", "rdma", "quota-capacity"}
     assert by_name(checks, "gpu-nodes").summary == "cannot list nodes: GET /api/v1/nodes: 403 'forbidden'"
     assert by_name(checks, "kueue-crds").status is Status.PASS
+
+
+def test_a_check_without_the_rights_it_needs_fails_naming_them() -> None:
+    denied = frozenset(
+        {Permission("list", "nodes"), Permission("list", "customresourcedefinitions", "apiextensions.k8s.io")}
+    )
+    facts = ClusterFacts("https://x", version={"gitVersion": "v1.33.1"}, denied=denied)
+    checks = judge_cluster(example().config, facts, pinned=PINNED, release=RELEASE)
+    failed = {c.name: c for c in checks if c.status is Status.FAIL}
+    assert set(failed) == {"gpu-nodes", "gpu-node-taints", "rdma", "quota-capacity", "kueue-crds", "component-crds"}
+    assert failed["gpu-nodes"].summary == "no right to list nodes"
+    assert failed["kueue-crds"].summary == "no right to list customresourcedefinitions.apiextensions.k8s.io"
+    assert "kubectl auth can-i list nodes" in (failed["rdma"].hint or "")
 
 
 # --- node checks from a pod on each GPU node (preflight.nodes.pod) -----------------------------------------------

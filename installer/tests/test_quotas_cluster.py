@@ -13,9 +13,10 @@ import pytest
 from conftest import EXAMPLE, Sim
 from ruamel.yaml import YAML
 
-from konduktor.cli.cluster_quotas import sync_quotas
+from konduktor.cli.cluster_quotas import DRAIN_MANAGER, confirm_removed, stop_policy, sync_quotas
 from konduktor.cli.main import main
 from konduktor.config.load import load_config, parse_config
+from konduktor.errors import ExitCode, PartialApply
 from konduktor.kube.client import Kube
 from konduktor.quotas.render import KUEUE_API, render
 from konduktor.sim.workloads import admitted_gpus, gpu_job, is_true, was_evicted, workload_of
@@ -230,3 +231,115 @@ def test_every_example_is_accepted_by_the_apiserver(sim: Sim, example: Path) -> 
             # cluster-scoped names are shared with the applied example; some fields (topologyName) are immutable
             probe["metadata"]["name"] = f"probe-{example.stem}-{probe['metadata']['name']}"[:63].rstrip("-.")
         sim.kube.apply(probe, dry_run=True)
+
+
+def without_team_b(data: Any) -> None:
+    data["teams"].pop("sync-team-b")
+    data["teams"]["sync-team-a"]["gpus"]["h100-sync"] = {"quota": 12}
+
+
+def start_team_b(sim: Sim, tmp_path: Path, run_for: str) -> tuple[str, str]:
+    """Both sync teams applied, and a job of team b admitted on 10 GPUs; returns (its workload, the config)."""
+    config = edited_example(tmp_path, lambda data: None)
+    assert main(["quotas", "apply", str(config), "--kubeconfig", str(sim.kubeconfig)]) == 0
+    wait_until(
+        "team b's queue to be active", lambda: is_true(sim.kube.get(KUEUE_API, "ClusterQueue", "sync-team-b"), "Active")
+    )
+    sim.kube.create(gpu_job("held", "sync-team-b", gpus=10, run_for=run_for))
+    wait_until("team b's job to be admitted", lambda: is_true(workload_of(sim.kube, "sync-team-b", "held"), "Admitted"))
+    workload = workload_of(sim.kube, "sync-team-b", "held")
+    assert workload is not None
+    return f"sync-team-b/{workload['metadata']['name']}", str(config)
+
+
+@pytest.fixture()
+def team_b_jobs(sim: Sim) -> Iterator[None]:
+    yield
+    for job in sim.kube.list("batch/v1", "Job", "sync-team-b"):
+        sim.kube.delete("batch/v1", "Job", job["metadata"]["name"], "sync-team-b")
+
+
+def test_removing_a_team_with_work_is_refused_names_it_and_stops_it_when_told(
+    sim: Sim, tmp_path: Path, capsys: pytest.CaptureFixture[str], team_b_jobs: None
+) -> None:
+    given = ["--kubeconfig", str(sim.kubeconfig)]
+    held, _ = start_team_b(sim, tmp_path, "300s")
+    sim.kube.create(gpu_job("waiting", "sync-team-b", gpus=10, pods=4, run_for="300s"))  # 40 GPUs: never fits
+    wait_until("the big job's workload", lambda: workload_of(sim.kube, "sync-team-b", "waiting") is not None)
+    waiting = f"sync-team-b/{(workload_of(sim.kube, 'sync-team-b', 'waiting') or {})['metadata']['name']}"
+    removed = edited_example(tmp_path, without_team_b)
+    capsys.readouterr()
+
+    assert main(["quotas", "diff", str(removed), *given]) == ExitCode.CHECK_FAILED
+    shown = capsys.readouterr().out
+    line = next(x for x in shown.splitlines() if "ClusterQueue sync-team-b" in x)
+    assert line.startswith("refuse")
+    assert f"1 admitted holding 10 GPUs ({held})" in line and f"1 pending ({waiting})" in line
+    assert main(["quotas", "apply", str(removed), *given]) == ExitCode.CHECK_FAILED
+    assert f"1 admitted holding 10 GPUs ({held})" in capsys.readouterr().err
+    queue = sim.kube.get(KUEUE_API, "ClusterQueue", "sync-team-b")
+    assert queue is not None and "deletionTimestamp" not in queue["metadata"]  # nothing was changed
+    assert sim.kube.get(KUEUE_API, "LocalQueue", "default", "sync-team-b") is not None
+
+    assert (
+        main(["quotas", "apply", str(removed), *given, "--drain-removed-teams", "stop", "--drain-timeout", "60"]) == 0
+    )
+    said = capsys.readouterr().err
+    assert "stopped ClusterQueue sync-team-b" in said
+    # Evicted by the stop, the admitted job waits too now; both are named with the pruned queue.
+    pruned = next(x for x in said.splitlines() if x.startswith("prune") and "ClusterQueue sync-team-b" in x)
+    assert f"2 pending ({', '.join(sorted([held, waiting]))})" in pruned
+    assert sim.kube.get(KUEUE_API, "ClusterQueue", "sync-team-b") is None  # confirmed gone, not Terminating
+    assert not is_true(workload_of(sim.kube, "sync-team-b", "held"), "Admitted")  # evicted: its GPUs are free
+
+
+def test_removing_a_team_can_wait_for_its_work_to_finish(
+    sim: Sim, tmp_path: Path, capsys: pytest.CaptureFixture[str], team_b_jobs: None
+) -> None:
+    start_team_b(sim, tmp_path, "6s")
+    removed = edited_example(tmp_path, without_team_b)
+    argv = ["quotas", "apply", str(removed), "--kubeconfig", str(sim.kubeconfig), "--drain-removed-teams", "wait"]
+    assert main([*argv, "--drain-timeout", "120"]) == 0
+    assert "waiting up to 120s for the work of sync-team-b to drain" in capsys.readouterr().err
+    assert is_true(workload_of(sim.kube, "sync-team-b", "held"), "Finished")  # it ran to its end
+    assert sim.kube.get(KUEUE_API, "ClusterQueue", "sync-team-b") is None
+
+
+def test_a_queue_whose_stop_did_not_finish_runs_again_once_it_is_back_in_the_config(
+    sim: Sim, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = edited_example(tmp_path, lambda data: None)
+    given = ["--kubeconfig", str(sim.kubeconfig)]
+    assert main(["quotas", "apply", str(config), *given]) == 0
+
+    def active() -> bool:
+        return is_true(sim.kube.get(KUEUE_API, "ClusterQueue", "sync-team-a"), "Active")
+
+    wait_until("team a's queue to be active", active)
+    # What `--drain-removed-teams stop` leaves when the queue's deletion did not finish.
+    sim.kube.apply(stop_policy("sync-team-a", "HoldAndDrain"), field_manager=DRAIN_MANAGER)
+    wait_until("team a's queue to be stopped", lambda: not active())
+    capsys.readouterr()
+    assert main(["quotas", "apply", str(config), *given]) == 0
+    assert "restarted ClusterQueue sync-team-a" in capsys.readouterr().err
+    queue = sim.kube.get(KUEUE_API, "ClusterQueue", "sync-team-a") or {}
+    assert queue["spec"].get("stopPolicy", "None") == "None"
+    wait_until("team a's queue to be active again", active)
+
+
+def test_a_cluster_queue_that_stays_terminating_is_reported_not_left_silently(sim: Sim) -> None:
+    held = {
+        "apiVersion": KUEUE_API,
+        "kind": "ClusterQueue",
+        "metadata": {"name": "stuck-queue", "finalizers": ["example.com/hold"]},
+        "spec": {"namespaceSelector": {}, "resourceGroups": []},
+    }
+    sim.kube.apply(held)
+    sim.kube.delete(KUEUE_API, "ClusterQueue", "stuck-queue")
+    try:
+        with pytest.raises(PartialApply, match=r"stuck Terminating.*stuck-queue: no workloads") as stuck:
+            confirm_removed(sim.kube, ["stuck-queue"], timeout=2)
+        assert stuck.value.exit_code == ExitCode.PARTIAL
+    finally:
+        sim.kube.patch(KUEUE_API, "ClusterQueue", "stuck-queue", {"metadata": {"finalizers": None}})
+        wait_until("the queue to go", lambda: sim.kube.get(KUEUE_API, "ClusterQueue", "stuck-queue") is None)

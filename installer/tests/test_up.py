@@ -72,6 +72,39 @@ def test_up_burns_in_the_gpu_nodes_and_quarantines_one_that_fails(
         release_nodes(sim.kube, [bad])
 
 
+def test_ups_burn_in_reports_a_node_it_cannot_schedule_on_after_the_configured_bound(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """One GPU of a node is taken, so its burn-in pod (all ten GPUs) cannot be placed: `up` reports the node as an
+    ERROR with the scheduler's reason after `burnin.unschedulableSeconds`, not after the Job's deadline."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    config = tmp_path / "config.yaml"
+    config.write_text(EXAMPLE.read_text().replace("unschedulableSeconds: 60", "unschedulableSeconds: 2"))
+    busy, blockers = "gpu-h100-0001", "up-blocker"
+    sim.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": blockers}})
+    gpu = {"nvidia.com/gpu": "1"}
+    sim.kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "holds-one-gpu", "namespace": blockers},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": busy},
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "c", "image": "busybox", "resources": {"requests": gpu, "limits": gpu}}],
+            },
+        }
+    )
+    try:
+        assert main(["up", str(config), "--sim", sim.cluster.name]) == 1
+        err = capsys.readouterr().err
+        (line,) = [x for x in err.splitlines() if x.startswith(f"burn-in: {busy} ERROR: ")]
+        assert "the pod could not be scheduled: 0/" in line and "Insufficient nvidia.com/gpu" in line
+    finally:
+        sim.kube.delete("v1", "Namespace", blockers)
+        wait_until("the blocker to be gone", lambda: sim.kube.get("v1", "Pod", "holds-one-gpu", blockers) is None, 60)
+
+
 def test_a_bad_config_starts_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

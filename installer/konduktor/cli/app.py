@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from konduktor.cli.console import err, report_error
-from konduktor.errors import KonduktorError
+from konduktor.errors import ExitCode, KonduktorError
 
 
 class Debug:
@@ -33,12 +33,12 @@ def new_app(name: str, help_text: str) -> typer.Typer:
 
 
 def run_app(app: typer.Typer, argv: list[str] | None, prog_name: str) -> int:
-    """Run a CLI and map every outcome to an exit code (0 ok, 1 failed, 2 usage, 3 preflight, 4 partial, 101 bug)."""
+    """Run a CLI and map every outcome to an exit code of the one table, `konduktor.errors.ExitCode`."""
     try:
         # Standalone mode: Typer prints its own usage errors (exit 2) and turns typer.Exit into SystemExit.
         app(args=argv, prog_name=prog_name)
     except SystemExit as stop:
-        return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        return stop.code if isinstance(stop.code, int) else (ExitCode.OK if stop.code is None else ExitCode.NEGATIVE)
     except KonduktorError as problem:
         report_error(problem)
         if Debug.enabled:
@@ -52,5 +52,5 @@ def run_app(app: typer.Typer, argv: list[str] | None, prog_name: str) -> int:
             traceback.print_exc()
         else:
             err.print(f"[bold red]bug:[/] {sys.exc_info()[1]!r} (re-run with --debug for the traceback)")
-        return 101
-    return 0
+        return ExitCode.BUG
+    return ExitCode.OK

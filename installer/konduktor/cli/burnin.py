@@ -36,6 +36,7 @@ from konduktor.burnin.thresholds import DEFAULT_THRESHOLDS
 from konduktor.burnin.tiers import PAIR_STEP, BurnInImages, BurnInOptions, Tier, options_for_tier
 from konduktor.burnin.verdict import NodeEvidence, judge_pair, judge_run, pair_outcomes
 from konduktor.cli.burnin_run import (
+    JobPhase,
     JobState,
     NodeRun,
     Target,
@@ -54,7 +55,7 @@ from konduktor.cli.console import err, progress
 from konduktor.cli.jobs import pods_by_job, read_log, wait_for_jobs
 from konduktor.cli.quotas import load_checked
 from konduktor.cli.target import KubeconfigOption, connect
-from konduktor.config.model import Config, duration_seconds
+from konduktor.config.model import UNSCHEDULABLE_SECONDS, Config, duration_seconds
 from konduktor.controller.decide import RecordEvent, SetCondition, UpdateNode
 from konduktor.controller.node_writes import FIELD_MANAGER, condition_status, event, update_node
 from konduktor.errors import PartialApply, UsageError
@@ -112,6 +113,15 @@ def burnin(
         typer.Option("--image", help=f"TOOL=IMAGE, TOOL one of {', '.join(_IMAGE_KEYS)} (repeatable)."),
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the objects; create nothing.")] = False,
+    unschedulable_timeout: Annotated[
+        int | None,
+        typer.Option(
+            "--unschedulable-timeout",
+            min=1,
+            help="Seconds a pod may stay unschedulable before its node is reported as ERROR with the scheduler's "
+            f"reason (default: the config's burnin.unschedulableSeconds, else {UNSCHEDULABLE_SECONDS}).",
+        ),
+    ] = None,
 ) -> None:
     """Burn in GPU nodes with Jobs and judge them: PASS, WARN, FAIL, ERROR or SKIPPED per node.
 
@@ -123,6 +133,8 @@ def burnin(
     run = run_id or make_run_id(datetime.now(UTC))
     wait_s = parse_timeout(timeout) if timeout else None
     names = [n.strip() for n in (nodes or "").split(",") if n.strip()]
+    configured = loaded.config.burnin.unschedulable_seconds if loaded else UNSCHEDULABLE_SECONDS
+    unschedulable_s = unschedulable_timeout if unschedulable_timeout is not None else configured
     kube = connect(kubeconfig)
     try:
         if dry_run:
@@ -130,7 +142,7 @@ def burnin(
             sys.stdout.write(to_yaml(BurnInRunner(kube, namespace, run, options).objects(targets)))
             return
         report, waited_out = burn_in(
-            kube, loaded.config if loaded else None, names, options, namespace, run, wait_s, quarantine
+            kube, loaded.config if loaded else None, names, options, namespace, run, wait_s, quarantine, unschedulable_s
         )
         sys.stdout.write({"table": render_table, "json": render_json, "junit": render_junit}[output](report))
     finally:
@@ -151,10 +163,12 @@ def burn_in(
     run: str,
     wait_s: float | None,
     quarantine: bool,
+    unschedulable_s: float = UNSCHEDULABLE_SECONDS,
 ) -> tuple[BurnInReport, bool]:
     """One run on the chosen nodes, judged; FAIL nodes quarantined when asked. (report, whether the wait ended
-    with Jobs still running)."""
-    runner = BurnInRunner(kube, namespace, run, options)
+    with Jobs still running). A node whose pod stays unschedulable for `unschedulable_s` is an ERROR with the
+    scheduler's reason."""
+    runner = BurnInRunner(kube, namespace, run, options, unschedulable_s)
     targets = select_targets(kube.list("v1", "Node"), config, names)
     err.print(f"burn-in {run}: {options.tier.value} on {len(targets)} node(s) in {namespace}", markup=False)
     verdicts, waited_out = runner.run(targets, wait_s)
@@ -191,8 +205,16 @@ def parse_timeout(text: str) -> float:
 class BurnInRunner:
     """Creates a run's objects, waits for its Jobs and reads their logs; all through `Kube`."""
 
-    def __init__(self, kube: Kube, namespace: str, run_id: str, options: BurnInOptions) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str,
+        run_id: str,
+        options: BurnInOptions,
+        unschedulable_s: float = UNSCHEDULABLE_SECONDS,
+    ) -> None:
         self.kube = kube
+        self.unschedulable_s = unschedulable_s
         self.namespace = namespace
         self.run_id = run_id
         self.options = options
@@ -277,18 +299,27 @@ class BurnInRunner:
         """Wait for the targets' Jobs (at most `wait_s`), then judge what their steps printed."""
         names = {t.node: node_job_name(self.run_id, t.node) for t in targets}
         states = self._wait(list(names.values()), wait_s, report)
+        self._drop_unschedulable(states, report)
         report("reading the step logs")
         return self._judge(targets, names, states), any(not s.finished for s in states.values())
 
     def _wait(self, names: Sequence[str], wait_s: float, report: Callable[[str], None]) -> dict[str, JobState]:
         try:
-            return wait_for_jobs(self.kube, self.namespace, f"{RUN_LABEL}={self.run_id}", names, wait_s, report)
+            selector = f"{RUN_LABEL}={self.run_id}"
+            return wait_for_jobs(self.kube, self.namespace, selector, names, wait_s, report, self.unschedulable_s)
         except KeyboardInterrupt:
             err.print(
                 f"the Jobs keep running; collect their results with: konduktor-install burnin --run-id {self.run_id}",
                 markup=False,
             )
             raise
+
+    def _drop_unschedulable(self, states: Mapping[str, JobState], report: Callable[[str], None]) -> None:
+        """A Job reported unschedulable is deleted: it must not start later, unannounced, when GPUs free up."""
+        for name, state in states.items():
+            if state.phase is JobPhase.UNSCHEDULABLE:
+                report(f"Job {name} is unschedulable: {state.reason}; deleting it")
+                self.kube.delete("batch/v1", "Job", name, self.namespace)
 
     def _pods(self) -> dict[str, list[dict[str, Any]]]:
         """The run's pods by Job name, newest last."""

@@ -33,9 +33,10 @@ from konduktor.controller.decide import (
     TaintEffect,
     UpdateNode,
     decide,
+    parse_time,
 )
 from konduktor.controller.settings import BreakerSettings, HealthSettings
-from konduktor.errors import UsageError
+from konduktor.errors import ExitCode, UsageError
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 JOB_CHECK = "burnin_job"  # the check that carries what the Job and its pod said (as in requalification)
@@ -149,6 +150,7 @@ class JobPhase(StrEnum):
     COMPLETE = "complete"
     FAILED = "failed"
     GONE = "gone"  # deleted (by someone, or by its TTL) before the run read it
+    UNSCHEDULABLE = "unschedulable"  # its pod could not be placed for the bound the run waits; `reason` says why
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,18 @@ def job_state(job: Mapping[str, Any] | None) -> JobState:
             reason = f"{condition.get('reason', 'Failed')}: {condition.get('message', '')}".rstrip(": ")
             return JobState(JobPhase.FAILED, reason)
     return JobState(JobPhase.RUNNING)
+
+
+def unschedulable_for(pod: Mapping[str, Any] | None, now: float) -> tuple[float, str] | None:
+    """(seconds since the scheduler first failed to place the pod, its message) while it cannot place it."""
+    for condition in (pod or {}).get("status", {}).get("conditions") or ():
+        if condition.get("type") != "PodScheduled" or condition.get("status") != "False":
+            continue
+        if condition.get("reason") != "Unschedulable":
+            return None
+        since = parse_time(condition.get("lastTransitionTime"))
+        return (max(0.0, now - since) if since is not None else 0.0), condition.get("message") or "Unschedulable"
+    return None
 
 
 # Waiting reasons that mean the step will not start by itself.
@@ -218,10 +232,17 @@ def complete_verdict(verdict: NodeVerdict, run: NodeRun, run_id: str) -> NodeVer
         JobPhase.FAILED: [f"the Job failed: {run.job.reason}"],
         JobPhase.GONE: ["the Job was deleted before the run read its result"],
         JobPhase.RUNNING: [f"still running when the wait ended; collect it with --run-id {run_id}"],
+        JobPhase.UNSCHEDULABLE: [f"the pod could not be scheduled: {run.job.reason}"],
     }.get(run.job.phase)
     if job_reasons is not None:
-        summary = {JobPhase.FAILED: "Job failed", JobPhase.GONE: "Job deleted"}.get(run.job.phase, "unfinished")
-        reasons = tuple(job_reasons + ([run.pod_problem] if run.pod_problem else []))
+        summary = {
+            JobPhase.FAILED: "Job failed",
+            JobPhase.GONE: "Job deleted",
+            JobPhase.UNSCHEDULABLE: "unschedulable",
+        }.get(run.job.phase, "unfinished")
+        # An unschedulable pod's problem is the scheduler's message, already in the reason.
+        problem = run.pod_problem if run.job.phase is not JobPhase.UNSCHEDULABLE else None
+        reasons = tuple(job_reasons + ([problem] if problem else []))
         checks.append(CheckResult(JOB_CHECK, Verdict.ERROR, "", summary, reasons))
     return replace(verdict, checks=tuple(checks), verdict=worst(c.verdict for c in checks))
 
@@ -278,10 +299,10 @@ def exit_code(report: BurnInReport, waited_out: bool) -> int:
     Jobs still running and nothing failed (re-run with --run-id); 0: every node PASSed, WARNed or was SKIPPED."""
     verdicts = {node.verdict for node in report.nodes}
     if Verdict.FAIL in verdicts:
-        return 1
+        return ExitCode.NEGATIVE
     if waited_out:
-        return 4
-    return 1 if Verdict.ERROR in verdicts else 0
+        return ExitCode.PARTIAL
+    return ExitCode.NEGATIVE if Verdict.ERROR in verdicts else ExitCode.OK
 
 
 # --------------------------------------------------------------------------------------------

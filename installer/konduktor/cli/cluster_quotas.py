@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -11,11 +12,13 @@ from konduktor.cli.console import OutputFormat, err, print_rows
 from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.target import KubeconfigOption, connect
 from konduktor.config.model import Config
-from konduktor.errors import PreflightFailed, UsageError
+from konduktor.errors import ExitCode, PartialApply, PreflightFailed, UsageError
 from konduktor.kube.client import Kube
-from konduktor.kube.sync import Change, sync
+from konduktor.kube.sync import WRITES, Change, selector_of, sync
+from konduktor.quotas.removal import DrainPolicy, TeamWork, removed_teams, review_removals, team_work
 from konduktor.quotas.render import CONFIG_LABEL, KUEUE_API, MANAGED_BY, MANAGED_BY_LABEL, RBAC_API, render
 from konduktor.quotas.usage import team_usage
+from konduktor.waiting import wait_until
 
 app = typer.Typer(help="Apply team quotas to a cluster, show pending changes, explain a team's usage.")
 
@@ -32,8 +35,20 @@ QUOTA_KINDS = [
 ]
 
 
-def owner_selector(config: Config) -> str:
-    return f"{MANAGED_BY_LABEL}={MANAGED_BY},{CONFIG_LABEL}={config.cluster.name}"
+def owner_labels(config: Config) -> dict[str, str]:
+    """The labels that make a quota object this config's (render puts them on every object)."""
+    return {MANAGED_BY_LABEL: MANAGED_BY, CONFIG_LABEL: config.cluster.name}
+
+
+AdoptOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--adopt",
+        metavar="KIND/[NAMESPACE/]NAME",
+        help="Take over an existing object that someone else owns, e.g. Namespace/team-c (repeatable). It is "
+        "marked konduktor.ai/adopted-from and never deleted by Konduktor.",
+    ),
+]
 
 
 def require_kueue(kube: Kube) -> None:
@@ -45,25 +60,168 @@ def require_kueue(kube: Kube) -> None:
         )
 
 
-def sync_quotas(kube: Kube, config: Config, *, prune: bool, dry_run: bool) -> list[Change]:
-    require_kueue(kube)
-    return sync(
-        kube,
-        render(config),
-        QUOTA_KINDS,
-        owner_selector(config),
-        prune=prune,
-        dry_run=dry_run,
-        progress=lambda change: err.print(change.describe(), markup=False),
+DrainOption = Annotated[
+    DrainPolicy | None,
+    typer.Option(
+        "--drain-removed-teams",
+        help="How to remove a team that left the config while it has work: wait (for its workloads to finish) or "
+        "stop (stop its ClusterQueue: Kueue evicts them and admits no more). Without it, apply refuses.",
+    ),
+]
+DrainTimeoutOption = Annotated[
+    float,
+    typer.Option(
+        "--drain-timeout",
+        min=1,
+        help="Seconds to wait for a removed team's work to drain, then for its ClusterQueue to be deleted.",
+    ),
+]
+DRAIN_TIMEOUT = 600.0
+CONFIRM_TIMEOUT = 60.0
+
+
+# The field manager of the stop: its own, so that applying a queue again (a team put back in the config after a
+# stop that did not finish) can release the stop without touching the queue's other fields.
+DRAIN_MANAGER = "konduktor-drain"
+
+
+def stop_policy(team: str, policy: str | None) -> dict[str, object]:
+    spec = {"spec": {"stopPolicy": policy}} if policy else {}
+    return {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": team}, **spec}
+
+
+def restart_stopped(kube: Kube, config: Config) -> None:
+    """A queue of the config that a drain stopped (its deletion did not finish) runs again: the drain's manager
+    gives up the field, which Kueue then defaults to None."""
+    for queue in kube.list(KUEUE_API, "ClusterQueue", label_selector=selector_of(owner_labels(config))):
+        name = queue["metadata"]["name"]
+        managers = {entry.get("manager") for entry in queue["metadata"].get("managedFields") or ()}
+        if name in config.teams and DRAIN_MANAGER in managers:
+            kube.apply(stop_policy(name, None), field_manager=DRAIN_MANAGER)
+            err.print(f"restarted ClusterQueue {name}: it is in the config again", markup=False)
+
+
+def removed_team_work(kube: Kube, teams: Sequence[str]) -> dict[str, TeamWork]:
+    """The work of each ClusterQueue in `teams`, in two reads."""
+    if not teams:
+        return {}
+    local_queues = kube.list(KUEUE_API, "LocalQueue")
+    workloads = kube.list(KUEUE_API, "Workload")
+    return {team: team_work(team, local_queues, workloads) for team in teams}
+
+
+def drain(kube: Kube, teams: Sequence[str], policy: DrainPolicy, timeout: float) -> None:
+    """Empties the removed teams' ClusterQueues: stopped first with `stop`; waits until no workload holds them."""
+    if policy is DrainPolicy.STOP:
+        for team in teams:
+            kube.apply(stop_policy(team, "HoldAndDrain"), field_manager=DRAIN_MANAGER)
+            err.print(f"stopped ClusterQueue {team} (stopPolicy HoldAndDrain): its workloads are evicted", markup=False)
+
+    def unfinished() -> list[TeamWork]:
+        work = removed_team_work(kube, teams).values()
+        # A stopped queue's pending workloads never run: only what it admitted must go.
+        return [w for w in work if (w.admitted if policy is DrainPolicy.STOP else w.busy)]
+
+    err.print(f"waiting up to {timeout:.0f}s for the work of {', '.join(teams)} to drain", markup=False)
+    wait_until(
+        "the removed teams' work to drain",
+        lambda: not unfinished(),
+        timeout=timeout,
+        interval=2,
+        on_timeout=lambda: PartialApply(
+            f"the removed teams still have work after {timeout:.0f}s: "
+            + "; ".join(f"{w.cluster_queue}: {w.describe()}" for w in unfinished()),
+            hint="wait longer (--drain-timeout), stop the work (--drain-removed-teams stop), or delete those jobs",
+        ),
     )
 
 
-def sync_config(config: Path, kubeconfig: Path | None, *, prune: bool, dry_run: bool) -> list[Change]:
+def confirm_removed(kube: Kube, teams: Sequence[str], timeout: float) -> None:
+    """A deleted ClusterQueue that stays Terminating is reported with the workloads that hold it, never left
+    silently."""
+
+    def remaining() -> list[str]:
+        return [t for t in teams if kube.get(KUEUE_API, "ClusterQueue", t) is not None]
+
+    def stuck() -> PartialApply:
+        work = removed_team_work(kube, remaining())
+        return PartialApply(
+            "ClusterQueue(s) stuck Terminating (Kueue's finalizer waits for the workloads using their quota): "
+            + "; ".join(f"{team}: {work[team].describe()}" for team in work),
+            hint="stop them: re-run with --drain-removed-teams stop, or delete those jobs",
+        )
+
+    wait_until("the removed teams' ClusterQueues to be deleted", lambda: not remaining(), timeout, 1, stuck)
+
+
+def sync_quotas(
+    kube: Kube,
+    config: Config,
+    *,
+    prune: bool,
+    dry_run: bool,
+    adopt: Sequence[str] = (),
+    drain_policy: DrainPolicy | None = None,
+    drain_timeout: float = DRAIN_TIMEOUT,
+) -> list[Change]:
+    """Sync the config's quota objects. A team that left the config is removed only when it has no work (admitted
+    or pending workloads), or as `drain_policy` says; its ClusterQueue is confirmed gone."""
+    require_kueue(kube)
+
+    def review(changes: list[Change]) -> list[Change]:
+        return review_removals(changes, removed_team_work(kube, removed_teams(changes)), drain_policy)
+
+    def run(dry: bool) -> list[Change]:
+        return sync(
+            kube,
+            render(config),
+            QUOTA_KINDS,
+            owner_labels(config),
+            prune=prune,
+            dry_run=dry,
+            adopt=adopt,
+            review=review,
+            progress=lambda change: err.print(change.describe(), markup=False),
+        )
+
+    if dry_run:
+        return run(dry=True)
+    restart_stopped(kube, config)
+    if drain_policy is not None:
+        planned = run(dry=True)
+        removed = removed_teams(planned)
+        busy = [team for team, work in removed_team_work(kube, removed).items() if work.busy]
+        if busy and not any(c.action == "refuse" for c in planned):
+            drain(kube, busy, drain_policy, drain_timeout)
+    changes = run(dry=False)
+    # Once drained, Kueue lets a ClusterQueue go within seconds; one still there is held by new work.
+    confirm_removed(kube, removed_teams(changes), min(drain_timeout, CONFIRM_TIMEOUT))
+    return changes
+
+
+def sync_config(
+    config: Path,
+    kubeconfig: Path | None,
+    *,
+    prune: bool,
+    dry_run: bool,
+    adopt: Sequence[str] = (),
+    drain_policy: DrainPolicy | None = None,
+    drain_timeout: float = DRAIN_TIMEOUT,
+) -> list[Change]:
     """Validate the whole config, then sync its quotas with the target cluster."""
     loaded = load_checked(config)
     kube = connect(kubeconfig)
     try:
-        return sync_quotas(kube, loaded.config, prune=prune, dry_run=dry_run)
+        return sync_quotas(
+            kube,
+            loaded.config,
+            prune=prune,
+            dry_run=dry_run,
+            adopt=adopt,
+            drain_policy=drain_policy,
+            drain_timeout=drain_timeout,
+        )
     finally:
         kube.close()
 
@@ -73,9 +231,10 @@ def report(changes: list[Change], dry_run: bool) -> None:
     for change in changes:
         if change.action == "keep" or (dry_run and change.action != "unchanged"):
             err.print(change.describe(), markup=False)
-        if change.action == "keep" and change.ref.kind == "Namespace":
+        if change.action == "keep" and change.ref.kind == "Namespace" and not change.note:
             err.print(f"note: namespace {change.ref.name} left the config; delete it yourself once it is empty")
-    counts = {a: sum(c.action == a for c in changes) for a in ("create", "update", "prune", "unchanged", "keep")}
+    actions = ("create", "update", "adopt", "prune", "unchanged", "keep", "refuse")
+    counts = {a: sum(c.action == a for c in changes) for a in actions}
     prefix = "would " if dry_run else ""
     err.print(prefix + (", ".join(f"{a} {n}" for a, n in counts.items() if n) or "nothing to do"), markup=False)
 
@@ -88,20 +247,43 @@ def apply(
     prune: Annotated[
         bool, typer.Option("--prune/--no-prune", help="Delete quota objects the config no longer has (ours only).")
     ] = True,
+    adopt: AdoptOption = None,
+    drain_removed_teams: DrainOption = None,
+    drain_timeout: DrainTimeoutOption = DRAIN_TIMEOUT,
 ) -> None:
-    """Server-side apply of the config's queues, flavors, namespaces and RBAC; prune what the config dropped."""
-    report(sync_config(config, kubeconfig, prune=prune, dry_run=dry_run), dry_run)
+    """Server-side apply of the config's queues, flavors, namespaces and RBAC; prune what the config dropped.
+
+    Exit 3 (nothing changed) when an object of the config belongs to someone else (unless --adopt names it), or a
+    team that left the config still has work (unless --drain-removed-teams says how to remove it); 4 when the
+    drain or a ClusterQueue's deletion timed out."""
+    changes = sync_config(
+        config,
+        kubeconfig,
+        prune=prune,
+        dry_run=dry_run,
+        adopt=adopt or (),
+        drain_policy=drain_removed_teams,
+        drain_timeout=drain_timeout,
+    )
+    report(changes, dry_run)
 
 
 @app.command("diff")
-def diff(config: ConfigArgument, kubeconfig: KubeconfigOption = None) -> None:
-    """What `quotas apply` would change. Exit 0: nothing; 1: changes pending; 2 or more: error."""
-    changes = sync_config(config, kubeconfig, prune=True, dry_run=True)
+def diff(config: ConfigArgument, kubeconfig: KubeconfigOption = None, adopt: AdoptOption = None) -> None:
+    """What `quotas apply` would change. Exit 0: nothing; 1: changes pending; 3: apply would refuse (an object
+    belongs to someone else); 2 or 5: error."""
+    changes = sync_config(config, kubeconfig, prune=True, dry_run=True, adopt=adopt or ())
     for change in changes:
         if change.action != "unchanged":
             typer.echo(change.describe())
-    if any(c.action in ("create", "update", "prune") for c in changes):
-        raise typer.Exit(1)
+    raise typer.Exit(pending_code(changes))
+
+
+def pending_code(changes: Sequence[Change]) -> int:
+    """0: in sync; 1: changes pending; 3: `apply` would refuse them (someone else's object in the way)."""
+    if any(c.action == "refuse" for c in changes):
+        return ExitCode.CHECK_FAILED
+    return ExitCode.NEGATIVE if any(c.action in (*WRITES, "prune") for c in changes) else ExitCode.OK
 
 
 @app.command("explain")

@@ -12,6 +12,7 @@ import socket
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from itertools import chain
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,14 +25,16 @@ from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.target import KubeconfigOption, connect
 from konduktor.config.load import LoadedConfig
 from konduktor.config.model import HOSTNAME_LABEL
-from konduktor.errors import PreflightFailed, UsageError
+from konduktor.errors import ClusterUnreachable, PreflightFailed, UsageError
 from konduktor.helm.release import CHARTS, NAMESPACE, RELEASE
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.documents import load_documents
 from konduktor.preflight.cluster import (
+    CHECK_PERMISSIONS,
     ClusterFacts,
     CrdFacts,
     NodeFacts,
+    Permission,
     crd_facts,
     judge_cluster,
     node_facts,
@@ -103,6 +106,7 @@ def preflight(
     render = {"json": render_json, "yaml": render_yaml, "table": render_table}[output]
     sys.stdout.write(render(result))
     err.print(summary_line(result), markup=False)
+    require_reachable(facts)
     if result.failed:
         failed = ", ".join(f"{c.name} ({c.subject})" for c in result.failed)
         raise PreflightFailed(
@@ -112,11 +116,13 @@ def preflight(
 
 
 def read_cluster(kube: Kube) -> ClusterFacts:
-    """Everything the cluster checks judge, in three reads; a read that is refused is noted, not fatal."""
+    """Everything the cluster checks judge: the version, one SelfSubjectAccessReview per permission the checks
+    need, the Nodes and the CRDs; a read that is refused is noted, not fatal."""
     try:
         version = kube.version()
     except ApiError as problem:
         return ClusterFacts(server=kube.server, unreachable=problem.message)
+    denied = frozenset(needed for needed in set(chain(*CHECK_PERMISSIONS.values())) if not may(kube, needed))
     problems: dict[str, str] = {}
     nodes: tuple[NodeFacts, ...] = ()
     crds: tuple[CrdFacts, ...] = ()
@@ -128,7 +134,24 @@ def read_cluster(kube: Kube) -> ClusterFacts:
         crds = tuple(crd_facts(c) for c in kube.list("apiextensions.k8s.io/v1", "CustomResourceDefinition"))
     except ApiError as problem:
         problems["crds"] = problem.message
-    return ClusterFacts(kube.server, version, None, nodes, crds, problems)
+    return ClusterFacts(kube.server, version, None, nodes, crds, problems, denied)
+
+
+def may(kube: Kube, permission: Permission) -> bool:
+    """One SelfSubjectAccessReview; a review the server does not answer proves no right."""
+    try:
+        return kube.allowed(permission.verb, permission.resource, permission.group)
+    except ApiError:
+        return False
+
+
+def require_reachable(facts: ClusterFacts) -> None:
+    """An API server that did not answer (or refused the credentials) is an outage, not a failed check."""
+    if facts.unreachable is not None:
+        raise ClusterUnreachable(
+            f"the API server at {facts.server} did not answer: {facts.unreachable}",
+            hint="check the kubeconfig (--kubeconfig, $KUBECONFIG), the network path and the credentials",
+        )
 
 
 def cluster_checks(loaded: LoadedConfig, facts: ClusterFacts, release: tuple[str, str]) -> list[Check]:

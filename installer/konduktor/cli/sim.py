@@ -10,7 +10,7 @@ import typer
 from konduktor.cli.console import OutputFormat, err, print_rows, progress
 from konduktor.config.load import load_config
 from konduktor.config.pools import node_pools, topology_levels
-from konduktor.errors import UsageError
+from konduktor.errors import ExitCode, UsageError
 from konduktor.quotas.render import kueue_manager_settings
 from konduktor.sim.cluster import DEFAULT_NAME, SimCluster, SimSpec
 from konduktor.sim.nodes import parse_nodes_spec
@@ -85,7 +85,7 @@ def show_status(
     else:
         print_rows([report], list(report), output)
     if not report["exists"] or report["components"].get("kube-apiserver") == "not answering":
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.NEGATIVE)
 
 
 @app.command("kubeconfig")

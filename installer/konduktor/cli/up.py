@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,23 +23,32 @@ from konduktor.burnin.manifests import make_run_id
 from konduktor.burnin.results import BurnInReport, NodeVerdict, Verdict
 from konduktor.burnin.tiers import Tier, options_for_tier
 from konduktor.cli.burnin import burn_in
-from konduktor.cli.cluster_quotas import QUOTA_KINDS, sync_quotas
+from konduktor.cli.cluster_quotas import (
+    DRAIN_TIMEOUT,
+    QUOTA_KINDS,
+    AdoptOption,
+    DrainOption,
+    DrainTimeoutOption,
+    pending_code,
+    sync_quotas,
+)
 from konduktor.cli.console import OutputFormat, err, print_rows, progress
-from konduktor.cli.preflight import cluster_checks, node_checks, read_cluster
+from konduktor.cli.preflight import cluster_checks, node_checks, read_cluster, require_reachable
 from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.sim import spec_from
 from konduktor.cli.target import KubeconfigOption, connect, explicit_kubeconfig
 from konduktor.config.load import LoadedConfig
 from konduktor.config.model import Config
-from konduktor.errors import KonduktorError, PartialApply, PreflightFailed, UsageError
+from konduktor.errors import ExitCode, KonduktorError, PartialApply, PreflightFailed, UsageError
 from konduktor.helm.release import CHARTS, NAMESPACE, RELEASE, Release, current, install_or_upgrade, uninstall
 from konduktor.helm.values import merge_values, umbrella_values
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.documents import load_documents
 from konduktor.kube.policy_audit import Violation, audit_gpu_workloads
-from konduktor.kube.sync import Change
+from konduktor.kube.sync import WRITES, Change, Ref, adoption_of, refuse_if_any
 from konduktor.preflight.inventory import SshHosts, config_inventory
 from konduktor.preflight.results import Status
+from konduktor.quotas.removal import DrainPolicy
 from konduktor.quotas.render import KUEUE_API, MANAGED_BY, MANAGED_BY_LABEL
 from konduktor.quotas.usage import team_usage
 from konduktor.sim.cluster import DEFAULT_NAME, SimCluster
@@ -110,6 +120,7 @@ def preflight_passes(
     kube = Kube(kubeconfig)
     try:
         facts = read_cluster(kube)
+        require_reachable(facts)
         checks = cluster_checks(loaded, facts, (NAMESPACE, RELEASE))
         checks += node_checks(kube, loaded, facts, inventory, False, report)
     finally:
@@ -206,6 +217,9 @@ def run_up(
     dry_run: bool = False,
     confirm: Any = None,
     report: Any = lambda _m: None,
+    adopt: Sequence[str] = (),
+    drain_policy: DrainPolicy | None = None,
+    drain_timeout: float = DRAIN_TIMEOUT,
 ) -> UpReport:
     """Everything `up` does; with `dry_run` it stops after preflight and plans the quota changes."""
     loaded = load_checked(config_path)  # nothing below runs unless the whole config validates
@@ -216,14 +230,22 @@ def run_up(
     clock.step("preflight", "checking the cluster" + (" and the GPU hosts" if loaded.config.preflight.nodes else ""))
     preflight_passes(target, loaded, inventory, force, report)
     chart, chart_values = chart_for(simulated, loaded.config, extra)
+    kube = Kube(target)
+    try:
+        # The quota plan before anything changes: an object someone else owns, or a removed team with work,
+        # stops `up` here, with nothing installed.
+        served = kueue_served(kube)
+        planned = (
+            sync_quotas(kube, loaded.config, prune=True, dry_run=True, adopt=adopt, drain_policy=drain_policy)
+            if served
+            else []
+        )
+    finally:
+        kube.close()
     if dry_run:
-        kube = Kube(target)
-        try:
-            changes = sync_quotas(kube, loaded.config, prune=True, dry_run=True) if kueue_served(kube) else []
-        finally:
-            kube.close()
         clock.finish()
-        return UpReport(loaded.config, target, simulated, chart, None, changes, [], clock.steps)
+        return UpReport(loaded.config, target, simulated, chart, None, planned, [], clock.steps)
+    refuse_if_any(planned)
     if confirm is not None and not simulated:
         client = Kube(target)  # only for the server's address: the question must name the cluster
         client.close()
@@ -235,7 +257,15 @@ def run_up(
     kube = Kube(target)
     try:
         clock.step("quotas", "applying")
-        changes = sync_quotas(kube, loaded.config, prune=True, dry_run=False)
+        changes = sync_quotas(
+            kube,
+            loaded.config,
+            prune=True,
+            dry_run=False,
+            adopt=adopt,
+            drain_policy=drain_policy,
+            drain_timeout=drain_timeout,
+        )
         clock.step("verify", "queues active, health controller available")
         verify(kube, loaded.config, report)
         clock.step("policies", "checking existing GPU workloads")
@@ -252,6 +282,7 @@ def run_up(
                 make_run_id(datetime.now(UTC)),
                 None,
                 loaded.config.burnin.quarantine,
+                loaded.config.burnin.unschedulable_seconds,
             )
         clock.finish()
     except KonduktorError as problem:
@@ -297,7 +328,7 @@ def print_report(result: UpReport) -> None:
         gpus = ", ".join(f"{q.quota} {t}" for t, q in team.gpus.items())
         err.print(f"  queue {name}: {gpus} GPUs, namespaces {', '.join(team.namespaces)}", markup=False)
     verb = "would change" if result.release is None else "changed"
-    changed = [c for c in result.changes if c.action in ("create", "update", "prune")]
+    changed = [c for c in result.changes if c.action in (*WRITES, "prune", "refuse")]
     err.print(f"  {len(changed)} quota objects {verb}", markup=False)
     for change in changed if result.release is None else []:
         err.print(f"    {change.describe()}", markup=False)
@@ -335,7 +366,7 @@ def confirmation(yes: bool) -> Any:
         if not sys.stdin.isatty():
             raise UsageError(f"{question} needs an answer", hint="pass --yes when there is no terminal")
         if not typer.confirm(question):
-            raise typer.Exit(1)
+            raise typer.Exit(ExitCode.NEGATIVE)
 
     return ask
 
@@ -354,6 +385,9 @@ def up(
     force: Annotated[bool, typer.Option("--force", help="Install even when preflight checks fail.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate, preflight and plan; change nothing.")] = False,
     yes: YesOption = False,
+    adopt: AdoptOption = None,
+    drain_removed_teams: DrainOption = None,
+    drain_timeout: DrainTimeoutOption = DRAIN_TIMEOUT,
 ) -> None:
     """Install or upgrade Konduktor from a config: the simulated cluster when no kubeconfig is given."""
     with progress("up") as report:
@@ -366,6 +400,9 @@ def up(
             dry_run=dry_run,
             confirm=confirmation(yes),
             report=report,
+            adopt=adopt or (),
+            drain_policy=drain_removed_teams,
+            drain_timeout=drain_timeout,
         )
     print_report(result)
     err.print(f"next: konduktor-install quotas explain --kubeconfig {result.target}", markup=False)
@@ -375,7 +412,7 @@ def up(
             f"details: konduktor-install burnin --run-id {result.burnin.run_id} --kubeconfig {result.target}",
             markup=False,
         )
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.NEGATIVE)
 
 
 def plan(
@@ -383,17 +420,26 @@ def plan(
     kubeconfig: KubeconfigOption = None,
     values: Annotated[list[Path] | None, typer.Option("--values", "-f", help="Extra chart values files.")] = None,
     sim: SimOption = DEFAULT_NAME,
+    adopt: AdoptOption = None,
 ) -> None:
-    """What `up` would change. Exit 0: nothing; 1: changes pending (release or quotas); 2 or more: error."""
+    """What `up` would change. Exit 0: nothing; 1: changes pending (release or quotas); 3: `up` would refuse a
+    quota change (an object belongs to someone else); 2 or 5: error."""
     loaded = load_checked(config)
     explicit = explicit_kubeconfig(kubeconfig)
     target = explicit or SimCluster(sim).kubeconfig
     if explicit is None and not target.exists():
         typer.echo(f"create the simulated cluster {sim!r} and install konduktor-core")
-        raise typer.Exit(1)
-    chart, _ = chart_for(explicit is None, loaded.config, read_values(values))
+        raise typer.Exit(ExitCode.NEGATIVE)
+    kube = Kube(target)  # a kubeconfig that does not load is bad input (2), before helm reads it
+    try:
+        # an unreachable cluster is exit 5, whatever else; a real one may use a fitting helm on this machine
+        installed = current(target, RELEASE, NAMESPACE, Toolbox(host=explicit is not None))
+        chart, _ = chart_for(explicit is None, loaded.config, read_values(values))
+        served = kueue_served(kube)
+        changes = sync_quotas(kube, loaded.config, prune=True, dry_run=True, adopt=adopt or ()) if served else []
+    finally:
+        kube.close()
     wanted = load_documents(chart / "Chart.yaml")[0]
-    installed = current(target, RELEASE, NAMESPACE, Toolbox(host=explicit is not None))
     pending = False
     if installed is None:
         typer.echo(f"install {wanted['name']} {wanted['version']} as release {RELEASE} in {NAMESPACE}")
@@ -402,17 +448,11 @@ def plan(
         typer.echo(
             f"upgrade release {RELEASE} (revision {installed.revision}, {installed.status}) with {wanted['name']}"
         )
-    kube = Kube(target)
-    try:
-        changes = sync_quotas(kube, loaded.config, prune=True, dry_run=True) if kueue_served(kube) else []
-    finally:
-        kube.close()
     for change in changes:
-        if change.action in ("create", "update", "prune"):
+        if change.action in (*WRITES, "prune", "refuse"):
             typer.echo(change.describe())
-            pending = True
-    if pending:
-        raise typer.Exit(1)
+    code = pending_code(changes)
+    raise typer.Exit(ExitCode.NEGATIVE if pending and code == ExitCode.OK else code)
 
 
 def status(
@@ -449,7 +489,7 @@ def status(
     ]
     print_rows(rows, ["component", "state"], output)
     if release is None:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.NEGATIVE)
 
 
 def down(
@@ -469,15 +509,24 @@ def down(
             ask(f"remove Konduktor from the cluster at {kube.server}{' and delete its namespaces' if purge else ''}?")
         owned = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
         removed = 0
+        kept: list[str] = []  # adopted objects: Konduktor did not create them, so it never deletes them
         for api_version, kind in reversed(QUOTA_KINDS):
             if kind == "Namespace" or (api_version.startswith("kueue") and not kueue_served(kube)):
                 continue
             for obj in kube.list(api_version, kind, label_selector=owned):
-                removed += kube.delete(api_version, kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
+                ref = Ref.of(obj)
+                if adoption_of(obj) is not None:
+                    kept.append(str(ref))
+                    continue
+                removed += kube.delete(api_version, kind, ref.name, ref.namespace)
         uninstalled = uninstall(target, RELEASE, NAMESPACE, Toolbox(host=kube.kubeconfig is not None))
         namespaces = []
         if purge:
-            namespaces = [n["metadata"]["name"] for n in kube.list("v1", "Namespace", label_selector=owned)]
+            for namespace in kube.list("v1", "Namespace", label_selector=owned):
+                if adoption_of(namespace) is not None:
+                    kept.append(str(Ref.of(namespace)))
+                else:
+                    namespaces.append(namespace["metadata"]["name"])
             namespaces.append(NAMESPACE)
             for name in namespaces:
                 kube.delete("v1", "Namespace", name)
@@ -488,3 +537,5 @@ def down(
         + (f", namespaces deleted: {', '.join(namespaces)}" if namespaces else ""),
         markup=False,
     )
+    if kept:
+        err.print(f"down: left what Konduktor adopted and did not create: {', '.join(kept)}", markup=False)

@@ -267,6 +267,9 @@ class Preflight(Model):
     )
 
 
+UNSCHEDULABLE_SECONDS = 60  # how long a burn-in pod may stay unplaceable before it is reported
+
+
 class BurnIn(Model):
     """The burn-in `up` runs once the platform is installed (`konduktor-install burnin` runs any level)."""
 
@@ -276,6 +279,12 @@ class BurnIn(Model):
         "one-node NCCL; full: + node pairs; none: no burn-in in `up`",
     )
     quarantine: bool = Field(default=True, description="Taint nodes that FAIL, as the health controller does")
+    unschedulable_seconds: int = Field(
+        default=UNSCHEDULABLE_SECONDS,
+        ge=1,
+        description="A burn-in pod the scheduler cannot place for this long is reported as ERROR with the "
+        "scheduler's reason, instead of waiting for its Job's deadline",
+    )
 
 
 def _default_priorities() -> dict[str, int]:

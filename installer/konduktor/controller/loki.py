@@ -13,12 +13,12 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import requests
 
 from konduktor.controller.logs import log
 from konduktor.controller.settings import LokiSettings
+from konduktor.controller.sources import SourceError, array, labels, mapping, success_data, text, whole_number
 from konduktor.controller.telemetry import HealthMetrics
 
 QUERY_RANGE = "/loki/api/v1/query_range"
@@ -62,18 +62,27 @@ def line_key(stream: Mapping[str, str], timestamp_ns: int, line: str) -> str:
     return f"{timestamp_ns}.{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
 
 
-def entries(response: Mapping[str, Any], node_label: str) -> list[tuple[LogLine | None, str, int]]:
-    """A query_range answer as (line or None when its stream names no node, key, timestamp), oldest first."""
+def entries(answer: object, node_label: str) -> list[tuple[LogLine | None, str, int]]:
+    """A query_range answer as (line or None when its stream names no node, key, timestamp), oldest first.
+
+    Raises SourceError when the answer is not in the shape Loki documents, whatever part is wrong.
+    """
     found: list[tuple[LogLine | None, str, int]] = []
-    for stream in response.get("data", {}).get("result", []):
-        labels: dict[str, str] = stream.get("stream", {})
-        node = labels.get(node_label)
-        # Newer Loki versions add a third element (structured metadata); only the first two are needed.
-        for value in stream.get("values", []):
-            timestamp, text = int(value[0]), str(value[1])
-            key = line_key(labels, timestamp, text)
+    for index, item in enumerate(success_data(answer, "streams")):
+        where = f"data.result[{index}]"
+        stream = mapping(item, where)
+        names = labels(stream.get("stream"), f"{where}.stream")
+        node = names.get(node_label)
+        for number, value in enumerate(array(stream.get("values"), f"{where}.values")):
+            entry = array(value, f"{where}.values[{number}]")
+            # Newer Loki versions add a third element (structured metadata); only the first two are needed.
+            if len(entry) < 2:
+                raise SourceError(f"{where}.values[{number}]: expected [timestamp, line], got {len(entry)} element(s)")
+            timestamp = whole_number(entry[0], f"{where}.values[{number}][0]")
+            line = text(entry[1], f"{where}.values[{number}][1]")
+            key = line_key(names, timestamp, line)
             # A stream without the node label cannot be acted on; it is still marked seen so it is read once.
-            found.append((LogLine(node, timestamp, text) if node else None, key, timestamp))
+            found.append((LogLine(node, timestamp, line) if node else None, key, timestamp))
     found.sort(key=lambda entry: (entry[2], entry[1]))
     return found
 
@@ -105,7 +114,8 @@ class LokiSource:
             self.http.headers["X-Scope-OrgID"] = settings.tenant
 
     def read(self, cursor: LokiCursor | None, now_ns: int) -> tuple[list[LogLine], LokiCursor]:
-        """New lines up to `now_ns` and the cursor after them. Raises requests.RequestException (source down)."""
+        """New lines up to `now_ns` and the cursor after them. Raises SourceError when Loki cannot be asked or
+        gives an answer of the wrong shape."""
         late_ns = int(self.settings.late_seconds * _NS)
         if cursor is None:
             cursor = LokiCursor(now_ns - int(self.settings.lookback_seconds * _NS))
@@ -124,13 +134,16 @@ class LokiSource:
                     break
                 # Loki's start is inclusive: the page's last timestamp is read again and its lines skipped as seen.
                 start = batch[-1][2]
-        except requests.RequestException:
+        except requests.RequestException as problem:
             self.metrics.source_up.labels(source="loki").set(0)
-            raise
+            raise SourceError(str(problem)) from problem
+        except SourceError as problem:
+            self.metrics.source_up.labels(source="loki").set(0)
+            raise SourceError(f"unexpected Loki answer: {problem}") from problem
         self.metrics.source_up.labels(source="loki").set(1)
         return lines, cursor_after(seen, now_ns, late_ns)
 
-    def _query(self, start_ns: int, end_ns: int) -> Mapping[str, Any]:
+    def _query(self, start_ns: int, end_ns: int) -> object:
         response = self.http.get(
             self.settings.url + QUERY_RANGE,
             params={
@@ -143,7 +156,5 @@ class LokiSource:
             timeout=self.timeout,
         )
         response.raise_for_status()
-        answer: Mapping[str, Any] = response.json()
-        if answer.get("status") != "success" or answer.get("data", {}).get("resultType") != "streams":
-            raise requests.RequestException(f"unexpected Loki answer: {str(answer)[:200]}")
+        answer: object = response.json()  # truncated or non-JSON bodies raise requests.JSONDecodeError
         return answer

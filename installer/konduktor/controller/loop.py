@@ -15,8 +15,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-import requests
-
 from konduktor.controller.actuator import Actuator, Outcome, action_name
 from konduktor.controller.classify import (
     DuplicateFilter,
@@ -56,6 +54,7 @@ from konduktor.controller.nodes import (
 from konduktor.controller.prometheus import DcgmSignal, PrometheusSource
 from konduktor.controller.requalification import PodLogs, Requalifier, Result, StepLogs
 from konduktor.controller.settings import HealthSettings
+from konduktor.controller.sources import SourceError
 from konduktor.controller.telemetry import HealthMetrics
 from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
@@ -308,7 +307,7 @@ class HealthController:
             return [], None
         try:
             lines, cursor = self.loki.read(self.cursor, time.time_ns())
-        except requests.RequestException as problem:
+        except SourceError as problem:
             log(logging.WARNING, "cannot read kernel logs from Loki", error=str(problem))
             return [], None
         signals = []
@@ -324,7 +323,7 @@ class HealthController:
             return []
         try:
             found = self.prometheus.read(now)
-        except requests.RequestException as problem:
+        except SourceError as problem:
             log(logging.WARNING, "cannot read DCGM metrics from Prometheus", error=str(problem))
             return []
         signals = []

@@ -12,16 +12,17 @@ showed, which the detection-latency metric measures from, and lets the controlle
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any, Literal
+from typing import Literal
 
 import requests
 
 from konduktor.controller.catalog import DCGM_RULES, DCGM_XID_FIELD
 from konduktor.controller.classify import DcgmSample
 from konduktor.controller.settings import PrometheusSettings
+from konduktor.controller.sources import SourceError, array, finite_number, labels, mapping, success_data
 from konduktor.controller.telemetry import HealthMetrics
 from konduktor.observability.metrics import MetricType, lookup
 
@@ -86,14 +87,26 @@ def _signal(series: DcgmSeries, value: float, since: float, kind: SignalShape) -
     return DcgmSignal(DcgmSample(series.node, series.gpu, series.metric, value), since, kind)
 
 
-def matrix(answer: Mapping[str, Any], node_label: str, gpu_label: str) -> list[DcgmSeries]:
+def matrix(answer: object, node_label: str, gpu_label: str) -> list[DcgmSeries]:
+    """The series of an instant query's matrix answer that name a node. Raises SourceError when the answer is not
+    in the shape Prometheus documents, whatever part is wrong."""
     series = []
-    for item in answer.get("data", {}).get("result", []):
-        labels = item.get("metric", {})
-        if node_label not in labels:
+    for index, item in enumerate(success_data(answer, "matrix")):
+        where = f"data.result[{index}]"
+        found = mapping(item, where)
+        names = labels(found.get("metric"), f"{where}.metric")
+        points = []
+        for number, value in enumerate(array(found.get("values"), f"{where}.values")):
+            point = array(value, f"{where}.values[{number}]")
+            if len(point) != 2:
+                raise SourceError(f"{where}.values[{number}]: expected [time, value], got {len(point)} element(s)")
+            at = finite_number(point[0], f"{where}.values[{number}][0]")
+            points.append((at, finite_number(point[1], f"{where}.values[{number}][1]")))
+        if node_label not in names:
             continue
-        points = tuple((float(at), float(value)) for at, value in item.get("values", []))
-        series.append(DcgmSeries(labels[node_label], labels.get(gpu_label, ""), labels["__name__"], points))
+        if "__name__" not in names:
+            raise SourceError(f"{where}.metric: no __name__")
+        series.append(DcgmSeries(names[node_label], names.get(gpu_label, ""), names["__name__"], tuple(points)))
     return series
 
 
@@ -148,7 +161,7 @@ class PrometheusSource:
         return f'{{__name__=~"{names}"}}[{self.settings.window_seconds:g}s]'
 
     def read(self, now: float) -> list[DcgmSignal]:
-        """New faults; raises requests.RequestException when Prometheus cannot be asked."""
+        """New faults; raises SourceError when Prometheus cannot be asked or gives an answer of the wrong shape."""
         try:
             response = self.http.get(
                 self.settings.url + "/api/v1/query",
@@ -156,12 +169,14 @@ class PrometheusSource:
                 timeout=self.timeout,
             )
             response.raise_for_status()
-            answer = response.json()
-            if answer.get("status") != "success":
-                raise requests.RequestException(f"unexpected Prometheus answer: {str(answer)[:200]}")
-        except requests.RequestException:
+            answer: object = response.json()  # truncated or non-JSON bodies raise requests.JSONDecodeError
+            series = matrix(answer, self.settings.node_label, self.settings.gpu_label)
+        except requests.RequestException as problem:
             self.metrics.source_up.labels(source="prometheus").set(0)
-            raise
+            raise SourceError(str(problem)) from problem
+        except SourceError as problem:
+            self.metrics.source_up.labels(source="prometheus").set(0)
+            raise SourceError(f"unexpected Prometheus answer: {problem}") from problem
         self.metrics.source_up.labels(source="prometheus").set(1)
-        found = (signal(s) for s in matrix(answer, self.settings.node_label, self.settings.gpu_label))
+        found = (signal(s) for s in series)
         return self.novelty.new((f for f in found if f is not None), now)

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from pyhelm3 import Client
+from pyhelm3.errors import ConnectionError as HelmConnectionError
 from pyhelm3.errors import Error as HelmError
+from pyhelm3.errors import ReleaseNotFoundError
 
-from konduktor.errors import PartialApply
+from konduktor.errors import ClusterUnreachable, KonduktorError, PartialApply
 from konduktor.paths import product_dir
 from konduktor.sim.tools import Toolbox
 
@@ -37,6 +39,26 @@ class Release:
     revision: int
     status: str
     chart: str
+
+
+# What helm prints when the cluster did not answer or refused its credentials or rights.
+_OUTAGE_WORDS = (
+    "cluster unreachable",
+    "connection refused",
+    "i/o timeout",
+    "no such host",
+    "forbidden",
+    "unauthorized",
+)
+
+
+def helm_problem(problem: HelmError) -> KonduktorError:
+    """A helm failure as the error a user acts on: an outage or missing rights is ClusterUnreachable."""
+    said = str(problem).strip().splitlines()
+    first = said[-1] if said else f"helm exited {problem.returncode}"
+    if isinstance(problem, HelmConnectionError) or any(word in first.lower() for word in _OUTAGE_WORDS):
+        return ClusterUnreachable(f"helm could not read the cluster: {first}")
+    return KonduktorError(f"helm failed: {first}")
 
 
 def client(kubeconfig: Path, toolbox: Toolbox | None = None) -> Client:
@@ -62,8 +84,10 @@ def install_or_upgrade(
         try:
             await helm.get_current_revision(release, namespace=namespace)
             upgrade = True
-        except HelmError:
+        except ReleaseNotFoundError:
             upgrade = False
+        except HelmError as problem:
+            raise helm_problem(problem) from problem
         # force_conflicts: Helm 4 applies server-side; fields another manager touched (kubectl edit) are
         # taken back, as a re-run of the installer should. A failed upgrade rolls back to the working
         # revision; a failed first install stays (GPU components can be slow to become Ready), and the
@@ -82,6 +106,8 @@ def install_or_upgrade(
 
     try:
         return asyncio.run(run())
+    except KonduktorError:
+        raise
     except HelmError as problem:
         raise PartialApply(
             f"helm could not install {chart.name} as release {release!r} in {namespace}: {problem}",
@@ -94,8 +120,10 @@ def current(kubeconfig: Path, release: str, namespace: str, toolbox: Toolbox | N
         helm = client(kubeconfig, toolbox)
         try:
             revision = await helm.get_current_revision(release, namespace=namespace)
-        except HelmError:
+        except ReleaseNotFoundError:
             return None
+        except HelmError as problem:
+            raise helm_problem(problem) from problem
         chart = await revision.chart_metadata()
         return Release(release, namespace, revision.revision, str(revision.status.value), chart.name)
 
@@ -109,8 +137,10 @@ def uninstall(kubeconfig: Path, release: str, namespace: str, toolbox: Toolbox |
         helm = client(kubeconfig, toolbox)
         try:
             await helm.get_current_revision(release, namespace=namespace)
-        except HelmError:
+        except ReleaseNotFoundError:
             return False
+        except HelmError as problem:
+            raise helm_problem(problem) from problem
         await helm.uninstall_release(release, namespace=namespace, wait=True)
         return True
 

@@ -18,7 +18,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from konduktor.errors import KonduktorError
+from konduktor.errors import ExitCode, KonduktorError, UsageError
 
 FIELD_MANAGER = "konduktor"
 APPLY_PATCH = "application/apply-patch+yaml"
@@ -45,12 +45,28 @@ class Resource:
         return "/".join(parts)
 
 
+# Answers that mean "not this identity" or "not these rights": the command cannot work at all with them.
+UNAUTHORISED = (401, 403)
+
+
 class ApiError(KonduktorError):
-    """The API server refused a request or could not be reached."""
+    """The API server refused a request or could not be reached (`status` None)."""
 
     def __init__(self, message: str, status: int | None = None, hint: str | None = None) -> None:
+        if hint is None and status in UNAUTHORISED:
+            hint = (
+                "the kubeconfig's credentials are not accepted (401) or lack the rights this command needs (403); "
+                "`kubectl auth can-i --list` shows what they may do"
+            )
         super().__init__(message, hint=hint)
         self.status = status
+        # An outage or missing rights is never the command's own negative answer (exit 1).
+        self.exit_code = ExitCode.UNREACHABLE if self.outage else ExitCode.NEGATIVE
+
+    @property
+    def outage(self) -> bool:
+        """The cluster could not be reached, or refused this identity or the rights the request needs."""
+        return self.status is None or self.status in UNAUTHORISED
 
 
 def api_prefix(api_version: str) -> str:
@@ -72,7 +88,7 @@ class Kube:
                     client_configuration=configuration,
                 )
         except (config.ConfigException, OSError) as problem:
-            raise KonduktorError(
+            raise UsageError(
                 f"cannot load kubeconfig {kubeconfig or '(default)'}: {problem}",
                 hint="pass --kubeconfig, set KUBECONFIG, or start the simulated cluster: konduktor-install sim up",
             ) from problem
@@ -287,6 +303,20 @@ class Kube:
                 return False
             raise
         return True
+
+    def allowed(self, verb: str, resource: str, group: str = "", namespace: str | None = None) -> bool:
+        """Whether this identity may `verb` the `resource`, as the API server's authorizer answers a
+        SelfSubjectAccessReview (which every authenticated identity may create)."""
+        attributes = {"verb": verb, "resource": resource, "group": group}
+        if namespace is not None:
+            attributes["namespace"] = namespace
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes},
+        }
+        answer = self.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review)
+        return bool(answer.get("status", {}).get("allowed"))
 
     def version(self) -> dict[str, Any]:
         result: dict[str, Any] = self.request("GET", "/version")

@@ -1,21 +1,26 @@
 """Converging a cluster on a set of objects Konduktor owns: plan (pure), then apply and prune.
 
-Ownership is a label selector (for quotas: `app.kubernetes.io/managed-by=konduktor,konduktor.ai/config=<name>`).
-Only objects carrying it are ever pruned, so objects created by hand or by other tools are left alone.
+Ownership is a set of labels (for quotas: `app.kubernetes.io/managed-by=konduktor,konduktor.ai/config=<name>`).
+An existing object without them, or with another manager's or another config's, is someone else's: the sync
+refuses to touch it unless told to adopt it by name, and then records the adoption on the object (annotation
+`konduktor.ai/adopted-from`, the previous owner). Only objects carrying our labels are ever pruned, and never
+an adopted one: Konduktor deletes only what it created.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from konduktor.errors import PartialApply
+from konduktor.errors import ChangeRefused, PartialApply
 from konduktor.kube.client import ApiError, Kube
 
 T = TypeVar("T")
-Action = Literal["create", "update", "unchanged", "prune", "keep"]
+Action = Literal["create", "update", "unchanged", "prune", "keep", "adopt", "refuse"]
+WRITES = ("create", "update", "adopt")  # actions that apply the desired object
+ADOPTED_ANNOTATION = "konduktor.ai/adopted-from"  # on an object Konduktor was told to adopt: its previous owner
 # Deleting these would take everything inside with them; when the config drops one it is reported, not deleted.
 NEVER_PRUNE = {("v1", "Namespace")}
 # Metadata the server writes; equal objects differ in these.
@@ -38,16 +43,48 @@ class Ref:
         where = f"{self.namespace}/" if self.namespace else ""
         return f"{self.kind} {where}{self.name}"
 
+    @property
+    def key(self) -> str:
+        """How a user names the object to adopt: Kind/name, or Kind/namespace/name."""
+        return f"{self.kind}/{self.namespace}/{self.name}" if self.namespace else f"{self.kind}/{self.name}"
+
 
 @dataclass(frozen=True)
 class Change:
     action: Action
     ref: Ref
     fields: tuple[str, ...] = ()  # top-level paths that differ, for updates
+    note: str = ""  # why: whose object is refused or adopted, why one is kept
 
     def describe(self) -> str:
         detail = f" ({', '.join(self.fields)})" if self.fields else ""
-        return f"{self.action:<9} {self.ref}{detail}"
+        note = f": {self.note}" if self.note else ""
+        return f"{self.action:<9} {self.ref}{detail}{note}"
+
+
+def owner_of(live: Mapping[str, Any], owner: Mapping[str, str]) -> str | None:
+    """None when `live` carries our ownership labels (or was adopted); else who owns it, in words."""
+    meta = live.get("metadata", {})
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    if all(labels.get(key) == value for key, value in owner.items()):
+        return None
+    marks = [f"{key}={labels[key]}" for key in owner if key in labels]
+    return ", ".join(marks) if marks else "no owner labels (made by hand or by another tool)"
+
+
+def adopted(obj: dict[str, Any], previous_owner: str) -> dict[str, Any]:
+    """`obj` with the record of its adoption, which keeps it from ever being deleted by Konduktor."""
+    meta = dict(obj["metadata"])
+    meta["annotations"] = {**meta.get("annotations", {}), ADOPTED_ANNOTATION: previous_owner}
+    return {**obj, "metadata": meta}
+
+
+def adoption_of(live: Mapping[str, Any] | None) -> str | None:
+    """The previous owner recorded on an adopted object; None for objects Konduktor created."""
+    if live is None:
+        return None
+    annotations: Mapping[str, str] = live.get("metadata", {}).get("annotations") or {}
+    return annotations.get(ADOPTED_ANNOTATION)
 
 
 def comparable(obj: dict[str, Any] | None) -> dict[str, Any]:
@@ -79,27 +116,39 @@ def plan(
     desired: Sequence[tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]],
     owned_live: Iterable[dict[str, Any]],
     prune: bool,
+    owner: Mapping[str, str] | None = None,
+    adopt: Collection[str] = (),
 ) -> list[Change]:
     """Changes from (desired, live, server's dry-run result) triples and the live objects we own.
 
     Comparing the server's own dry-run result with the live object means defaults and quantity
-    normalisation ("16" vs 16, "1024Mi" vs "1Gi") never show up as changes.
+    normalisation ("16" vs 16, "1024Mi" vs "1Gi") never show up as changes. A live object that lacks the
+    `owner` labels is refused, or adopted when its key (`Ref.key`) is in `adopt`.
     """
     changes = []
     wanted = set()
+    adopt_keys = {key.lower() for key in adopt}
     for obj, live, would_be in desired:
         ref = Ref.of(obj)
         wanted.add(ref)
         if live is None:
             changes.append(Change("create", ref))
             continue
-        fields = differing_fields(comparable(live), comparable(would_be or obj))
-        changes.append(Change("update", ref, tuple(fields)) if fields else Change("unchanged", ref))
+        fields = tuple(differing_fields(comparable(live), comparable(would_be or obj)))
+        someone = owner_of(live, owner or {})
+        if someone is not None and ref.key.lower() in adopt_keys:
+            changes.append(Change("adopt", ref, fields, f"taken over from {someone}"))
+        elif someone is not None:
+            changes.append(Change("refuse", ref, (), f"owned by {someone}; adopt it with --adopt {ref.key}"))
+        else:
+            changes.append(Change("update", ref, fields) if fields else Change("unchanged", ref))
     for live in owned_live:
         ref = Ref.of(live)
         if ref in wanted:
             continue
-        if (ref.api_version, ref.kind) in NEVER_PRUNE or not prune:
+        if adoption_of(live) is not None:
+            changes.append(Change("keep", ref, (), f"adopted from {adoption_of(live)}; never deleted"))
+        elif (ref.api_version, ref.kind) in NEVER_PRUNE or not prune:
             changes.append(Change("keep", ref))
         else:
             changes.append(Change("prune", ref))
@@ -128,38 +177,64 @@ def owned_objects(kube: Kube, kinds: Iterable[tuple[str, str]], selector: str) -
     return found
 
 
+def refuse_if_any(changes: Sequence[Change]) -> None:
+    """Raises ChangeRefused naming every refused change, before anything is applied."""
+    refused = [c for c in changes if c.action == "refuse"]
+    if refused:
+        raise ChangeRefused(
+            f"{len(refused)} change(s) refused; nothing was changed",
+            detail="\n".join(c.describe() for c in refused),
+            hint="Konduktor changes only what it created (to take an object over, name it with --adopt; it is then "
+            "marked konduktor.ai/adopted-from and never deleted by Konduktor), and removes a team only once its "
+            "work is drained (--drain-removed-teams wait|stop)",
+        )
+
+
+def selector_of(owner: Mapping[str, str]) -> str:
+    return ",".join(f"{key}={value}" for key, value in owner.items())
+
+
 def sync(
     kube: Kube,
     objects: Sequence[dict[str, Any]],
     kinds: Sequence[tuple[str, str]],
-    selector: str,
+    owner: Mapping[str, str],
     *,
     prune: bool = False,
     dry_run: bool = False,
+    adopt: Collection[str] = (),
+    review: Callable[[list[Change]], list[Change]] = lambda changes: changes,
     progress: Callable[[Change], None] = lambda _change: None,
 ) -> list[Change]:
     """Plans against the live cluster and, unless `dry_run`, applies in order and prunes in reverse order.
 
-    On a failure midway raises PartialApply naming what was done; re-running converges.
+    Objects of someone else (without the `owner` labels) are refused, and then nothing is changed (ChangeRefused),
+    unless their keys are in `adopt`. `review` may turn planned changes into refusals (e.g. a prune of something
+    still in use) before anything is applied. On a failure midway raises PartialApply naming what was done; re-running
+    converges.
     """
     desired = []
     for obj in objects:
         ref = Ref.of(obj)
         live = with_retries(kube.get, ref.api_version, ref.kind, ref.name, ref.namespace)
+        # An adopted object keeps the record of its adoption: our apply would otherwise remove it.
+        previous = adoption_of(live) or (owner_of(live, owner) if live is not None else None)
+        wanted = adopted(obj, previous) if previous is not None else obj
         # Only an existing object needs the server's view to tell an update from no change; a new one may
         # live in a namespace that this same sync creates, where a dry run would be refused.
-        would_be = with_retries(kube.apply, obj, dry_run=True) if live is not None else None
-        desired.append((obj, live, would_be))
-    changes = plan(desired, owned_objects(kube, kinds, selector), prune)
+        would_be = with_retries(kube.apply, wanted, dry_run=True) if live is not None else None
+        desired.append((wanted, live, would_be))
+    changes = review(plan(desired, owned_objects(kube, kinds, selector_of(owner)), prune, owner, adopt))
     if dry_run:
         return changes
-    by_ref = {Ref.of(obj): obj for obj in objects}
+    refuse_if_any(changes)
+    by_ref = {Ref.of(obj): obj for obj, _, _ in desired}
     done: list[Change] = []
     order = {kind: index for index, (_, kind) in enumerate(kinds)}
     prunes = sorted((c for c in changes if c.action == "prune"), key=lambda c: -order.get(c.ref.kind, 0))
     try:
         for change in changes:
-            if change.action in ("create", "update"):
+            if change.action in WRITES:
                 with_retries(kube.apply, by_ref[change.ref])
                 done.append(change)
                 progress(change)
@@ -169,8 +244,10 @@ def sync(
             done.append(change)
             progress(change)
     except ApiError as problem:
+        if not done:
+            raise  # nothing changed: the API's own answer (an outage is exit 5, not a partial change)
         raise PartialApply(
-            f"stopped after {len(done)} of {sum(c.action in ('create', 'update', 'prune') for c in changes)} "
+            f"stopped after {len(done)} of {sum(c.action in (*WRITES, 'prune') for c in changes)} "
             f"changes: {problem.message}",
             detail="\n".join(c.describe() for c in done) or "(nothing was changed)",
             hint="fix the cause and re-run the same command; it continues from the cluster's current state",

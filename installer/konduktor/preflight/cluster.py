@@ -76,8 +76,26 @@ class CrdFacts:
 
 
 @dataclass(frozen=True)
+class Permission:
+    """One verb on one resource, as a SelfSubjectAccessReview asks for it."""
+
+    verb: str
+    resource: str
+    group: str = ""
+
+    @property
+    def qualified_resource(self) -> str:
+        """As kubectl names it: nodes, customresourcedefinitions.apiextensions.k8s.io."""
+        return f"{self.resource}.{self.group}" if self.group else self.resource
+
+    def __str__(self) -> str:
+        return f"{self.verb} {self.qualified_resource}"
+
+
+@dataclass(frozen=True)
 class ClusterFacts:
-    """What the API showed. `problems` says which reads failed (e.g. {"crds": "403 forbidden"})."""
+    """What the API showed. `problems` says which reads failed (e.g. {"crds": "403 forbidden"}); `denied` the
+    permissions this identity lacks, of those in CHECK_PERMISSIONS."""
 
     server: str
     version: Mapping[str, Any] | None = None
@@ -85,6 +103,7 @@ class ClusterFacts:
     nodes: tuple[NodeFacts, ...] = ()
     crds: tuple[CrdFacts, ...] = ()
     problems: Mapping[str, str] = field(default_factory=dict)
+    denied: frozenset[Permission] = frozenset()
 
 
 def node_facts(node: Mapping[str, Any]) -> NodeFacts:
@@ -131,6 +150,28 @@ def _count(quantity: str | None) -> int:
 # Checks that need the Node list, and those that need the CRD list: SKIPPED together when that read fails.
 _NODE_CHECKS = ("gpu-nodes", "gpu-node-taints", "rdma", "quota-capacity")
 _CRD_CHECKS = ("kueue-crds", "component-crds")
+LIST_NODES = Permission("list", "nodes")
+LIST_CRDS = Permission("list", "customresourcedefinitions", "apiextensions.k8s.io")
+# The rights each check needs to judge anything: without them it FAILs (a check that cannot look is no PASS).
+CHECK_PERMISSIONS: Mapping[str, tuple[Permission, ...]] = {
+    **dict.fromkeys(_NODE_CHECKS, (LIST_NODES,)),
+    **dict.fromkeys(_CRD_CHECKS, (LIST_CRDS,)),
+}
+
+
+def missing_rights(name: str, denied: frozenset[Permission]) -> Check | None:
+    """A FAIL naming the rights check `name` needs and this identity lacks; None when it has them all."""
+    missing = [p for p in CHECK_PERMISSIONS.get(name, ()) if p in denied]
+    if not missing:
+        return None
+    return check(
+        name,
+        Status.FAIL,
+        f"no right to {', '.join(map(str, missing))}",
+        evidence=[f"SelfSubjectAccessReview: {p} is not allowed" for p in missing],
+        hint=f"grant this identity {', '.join(map(str, missing))}; "
+        f"`kubectl auth can-i {missing[0].verb} {missing[0].qualified_resource}` shows whether it may",
+    )
 
 
 def judge_cluster(
@@ -152,7 +193,10 @@ def judge_cluster(
         names = ("server-version", *_NODE_CHECKS, *_CRD_CHECKS)
         return [api, *(check(n, Status.SKIPPED, "the API server did not answer") for n in names)]
     checks = [api, judge_server_version(facts.version)]
-    if "nodes" in facts.problems:
+    node_rights = [c for n in _NODE_CHECKS if (c := missing_rights(n, facts.denied)) is not None]
+    if node_rights:
+        checks += node_rights
+    elif "nodes" in facts.problems:
         why = f"cannot list nodes: {facts.problems['nodes']}"
         checks += [check(n, Status.SKIPPED, why) for n in _NODE_CHECKS]
     else:
@@ -160,7 +204,10 @@ def judge_cluster(
         checks.append(judge_taints(config, facts.nodes))
         checks.append(judge_rdma(config, facts.nodes))
         checks += judge_capacity(config, facts.nodes)
-    if "crds" in facts.problems:
+    crd_rights = [c for n in _CRD_CHECKS if (c := missing_rights(n, facts.denied)) is not None]
+    if crd_rights:
+        checks += crd_rights
+    elif "crds" in facts.problems:
         why = f"cannot list CustomResourceDefinitions: {facts.problems['crds']}"
         checks += [check(n, Status.SKIPPED, why) for n in _CRD_CHECKS]
     else:

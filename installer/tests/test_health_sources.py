@@ -1,0 +1,184 @@
+"""Every answer Loki or Prometheus can give, of any shape, is either read or a failed poll of that source
+(SourceError, `konduktor_signal_source_up{source=...} 0`), never a crash of the controller."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+import pytest
+from garbage_api import serving
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from konduktor.controller.catalog import DCGM_RULES, DCGM_XID_FIELD
+from konduktor.controller.classify import classify_dcgm, classify_report
+from konduktor.controller.kernel_log import parse_line
+from konduktor.controller.loki import LokiSource, entries, unseen
+from konduktor.controller.prometheus import Novelty, PrometheusSource, matrix, signal
+from konduktor.controller.settings import HealthSettings, LokiSettings, PrometheusSettings
+from konduktor.controller.sources import SourceError
+from konduktor.controller.telemetry import HealthMetrics
+
+SETTINGS = HealthSettings()
+LOKI = LokiSettings(url="http://loki.invalid", query='{job="kernel"}', node_label="node")
+PROMETHEUS = PrometheusSettings(url="http://prometheus.invalid")
+XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
+
+scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12)
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+def either(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Mostly the documented shape, sometimes anything: reaches deep into the answer."""
+    return st.one_of(valid, valid, valid, json_values)
+
+
+loki_values = st.lists(
+    either(st.tuples(st.integers(0, 2**63).map(str), either(st.sampled_from([XID, "plain line"]))).map(list)),
+    max_size=3,
+)
+loki_streams = st.lists(
+    either(
+        st.fixed_dictionaries(
+            {
+                "stream": either(st.fixed_dictionaries({"node": either(st.sampled_from(["gpu-0", "gpu-1"]))})),
+                "values": either(loki_values),
+            }
+        )
+    ),
+    max_size=3,
+)
+loki_answers = either(
+    st.fixed_dictionaries(
+        {
+            "status": either(st.just("success")),
+            "data": either(st.fixed_dictionaries({"resultType": either(st.just("streams")), "result": loki_streams})),
+        }
+    )
+)
+metric_names = st.sampled_from([DCGM_XID_FIELD, *DCGM_RULES, "OTHER"])
+prometheus_points = st.lists(
+    either(st.tuples(either(st.floats(0, 2e9)), either(st.integers(0, 100).map(str))).map(list)), max_size=4
+)
+prometheus_series = st.lists(
+    either(
+        st.fixed_dictionaries(
+            {
+                "metric": either(
+                    st.fixed_dictionaries({"__name__": metric_names, "Hostname": st.just("gpu-0"), "gpu": st.just("0")})
+                ),
+                "values": either(prometheus_points),
+            }
+        )
+    ),
+    max_size=3,
+)
+prometheus_answers = either(
+    st.fixed_dictionaries(
+        {
+            "status": either(st.just("success")),
+            "data": either(
+                st.fixed_dictionaries({"resultType": either(st.just("matrix")), "result": prometheus_series})
+            ),
+        }
+    )
+)
+
+
+@settings(max_examples=400)
+@given(answer=loki_answers)
+def test_any_loki_answer_is_read_or_a_source_error(answer: Any) -> None:
+    try:
+        batch = entries(json.loads(json.dumps(answer)), LOKI.node_label)
+    except SourceError:
+        return
+    for line in unseen(batch, set()):  # and what the loop does with the lines it read
+        report = parse_line(line.line)
+        if report is not None:
+            classify_report(report, line.node, SETTINGS)
+
+
+@settings(max_examples=400)
+@given(answer=prometheus_answers)
+def test_any_prometheus_answer_is_read_or_a_source_error(answer: Any) -> None:
+    try:
+        series = matrix(json.loads(json.dumps(answer)), PROMETHEUS.node_label, PROMETHEUS.gpu_label)
+    except SourceError:
+        return
+    found = [s for s in (signal(one) for one in series) if s is not None]
+    for item in Novelty(PROMETHEUS.window_seconds).new(found, 2e9):
+        classify_dcgm(item.sample, SETTINGS)
+
+
+@given(answer=json_values)
+def test_arbitrary_json_is_never_a_crash(answer: Any) -> None:
+    with contextlib.suppress(SourceError):
+        entries(answer, "node")
+    with contextlib.suppress(SourceError):
+        matrix(answer, "Hostname", "gpu")
+
+
+def stream_answer(*values: list[Any]) -> dict[str, Any]:
+    result = [{"stream": {"node": "gpu-0"}, "values": list(values)}]
+    return {"status": "success", "data": {"resultType": "streams", "result": result}}
+
+
+# The answers of the issue's reproduction and their kin: each is a failed poll, named.
+LOKI_GARBAGE = {
+    "a bare list": b"[]",
+    "a non-numeric timestamp": json.dumps(stream_answer(["soon", XID])).encode(),
+    "a line that is a number": json.dumps(stream_answer(["100", 7])).encode(),
+    "a value of one element": json.dumps(stream_answer(["100"])).encode(),
+    "labels that are not strings": json.dumps(
+        {"status": "success", "data": {"resultType": "streams", "result": [{"stream": {"node": 1}, "values": []}]}}
+    ).encode(),
+    "truncated JSON": b'{"status": "success", "data": {"resu',
+    "an error status": b'{"status": "error", "error": "too many outstanding requests"}',
+}
+PROMETHEUS_GARBAGE = {
+    "a bare list": b"[]",
+    "a string timestamp": b'{"status":"success","data":{"resultType":"matrix","result":'
+    b'[{"metric":{"__name__":"DCGM_FI_DEV_XID_ERRORS","Hostname":"gpu-0"},"values":[["now","79"]]}]}}',
+    "a value that is not a number": b'{"status":"success","data":{"resultType":"matrix","result":'
+    b'[{"metric":{"__name__":"DCGM_FI_DEV_XID_ERRORS","Hostname":"gpu-0"},"values":[[1,"lots"]]}]}}',
+    "a vector instead of a matrix": b'{"status":"success","data":{"resultType":"vector","result":[]}}',
+    "truncated JSON": b'{"status":"succ',
+}
+
+
+@pytest.mark.parametrize("body", LOKI_GARBAGE.values(), ids=LOKI_GARBAGE.keys())
+def test_a_malformed_loki_answer_is_a_failed_poll(body: bytes) -> None:
+    metrics = HealthMetrics()
+    with serving([body]) as url:
+        source = LokiSource(LOKI.model_copy(update={"url": url}), metrics)
+        with pytest.raises(SourceError):
+            source.read(None, 10**18)
+    assert metrics.sample("konduktor_signal_source_up", {"source": "loki"}) == 0
+
+
+@pytest.mark.parametrize("body", PROMETHEUS_GARBAGE.values(), ids=PROMETHEUS_GARBAGE.keys())
+def test_a_malformed_prometheus_answer_is_a_failed_poll(body: bytes) -> None:
+    metrics = HealthMetrics()
+    with serving([body]) as url:
+        source = PrometheusSource(PROMETHEUS.model_copy(update={"url": url}), metrics)
+        with pytest.raises(SourceError):
+            source.read(2e9)
+    assert metrics.sample("konduktor_signal_source_up", {"source": "prometheus"}) == 0
+
+
+def test_a_good_answer_after_garbage_is_read_and_the_source_is_up_again() -> None:
+    metrics = HealthMetrics()
+    good = json.dumps(stream_answer(["100", XID])).encode()
+    with serving([b"[]", good]) as url:
+        source = LokiSource(LOKI.model_copy(update={"url": url}), metrics)
+        with pytest.raises(SourceError):
+            source.read(None, 200)
+        lines, _ = source.read(None, 200)
+    assert [line.line for line in lines] == [XID]
+    assert metrics.sample("konduktor_signal_source_up", {"source": "loki"}) == 1

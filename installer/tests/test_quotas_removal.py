@@ -1,0 +1,59 @@
+"""A team leaving the config: its admitted and pending work, and how a sync plans its removal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from konduktor.kube.sync import Change, Ref
+from konduktor.quotas.removal import DrainPolicy, TeamWork, review_removals, team_work
+
+KUEUE = "kueue.x-k8s.io/v1beta2"
+
+
+def local_queue(namespace: str, cluster_queue: str, name: str = "default") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"clusterQueue": cluster_queue}}
+
+
+def workload(
+    name: str, namespace: str, queue: str = "default", admitted_to: str | None = None, gpus: int = 0, **conditions: str
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"conditions": [{"type": t, "status": s} for t, s in conditions.items()]}
+    if admitted_to:
+        status["admission"] = {
+            "clusterQueue": admitted_to,
+            "podSetAssignments": [{"name": "main", "resourceUsage": {"nvidia.com/gpu": str(gpus), "cpu": "1"}}],
+        }
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"queueName": queue}, "status": status}
+
+
+def test_team_work_counts_admitted_gpus_and_pending_workloads_of_its_queues_only() -> None:
+    queues = [local_queue("team-b", "team-b"), local_queue("team-a", "team-a")]
+    workloads = [
+        workload("run-1", "team-b", admitted_to="team-b", gpus=8, QuotaReserved="True", Admitted="True"),
+        workload("run-2", "team-b", admitted_to="team-b", gpus=3, QuotaReserved="True"),
+        workload("waits", "team-b"),
+        workload("done", "team-b", admitted_to="team-b", gpus=8, QuotaReserved="True", Finished="True"),
+        workload("other-team", "team-a", admitted_to="team-a", gpus=5, QuotaReserved="True"),
+        workload("other-queue", "team-b", queue="not-ours"),
+    ]
+    work = team_work("team-b", queues, workloads)
+    assert work == TeamWork("team-b", ("team-b/run-1", "team-b/run-2"), ("team-b/waits",), 11)
+    assert (
+        work.describe()
+        == "workloads: 2 admitted holding 11 GPUs (team-b/run-1, team-b/run-2); 1 pending (team-b/waits)"
+    )
+    assert not team_work("team-c", queues, workloads).busy
+
+
+def test_a_busy_team_is_refused_unless_told_how_to_drain_it() -> None:
+    queue = Ref(KUEUE, "ClusterQueue", "team-b")
+    lq = Ref(KUEUE, "LocalQueue", "default", "team-b")
+    changes = [Change("prune", lq), Change("prune", queue)]
+    busy = {"team-b": TeamWork("team-b", ("team-b/run-1",), (), 8)}
+    refused = review_removals(changes, busy, None)
+    assert [c.action for c in refused] == ["prune", "refuse"]
+    assert "team-b/run-1" in refused[1].note and "--drain-removed-teams" in refused[1].note
+    stopped = review_removals(changes, busy, DrainPolicy.STOP)
+    assert [c.action for c in stopped] == ["prune", "prune"] and "holding 8 GPUs" in stopped[1].note
+    idle = review_removals(changes, {"team-b": TeamWork("team-b")}, None)
+    assert idle == changes
