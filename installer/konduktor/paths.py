@@ -20,3 +20,18 @@ def state_dir() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "konduktor"
+
+
+PRODUCT = Path(__file__).resolve().parent / "product"
+
+
+def product_dir(name: str) -> Path:
+    """One of the product's folders that commands read: charts, examples, policies or dashboards.
+
+    The wheel carries them as package data under konduktor/product/; in a checkout that folder holds
+    symbolic links to the top-level folders, so an installed package and the source tree resolve alike.
+    """
+    directory = PRODUCT / name
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{directory}: not part of this installation of Konduktor")
+    return directory.resolve()

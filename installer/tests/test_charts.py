@@ -14,11 +14,13 @@ from conftest import Sim
 from ruamel.yaml import YAML
 
 from konduktor.config.model import KONDUKTOR_IMAGE
-from konduktor.helm.release import CHARTS, REPO_ROOT, install_or_upgrade
+from konduktor.helm.release import CHARTS, install_or_upgrade
 from konduktor.kube.client import Kube
 from konduktor.kube.documents import load_documents
 from konduktor.sim.tools import Toolbox, module_dir
 from konduktor.waiting import wait_until
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 CORE = CHARTS / "konduktor-core"
 CI_VALUES = sorted((CORE / "ci").glob("*-values.yaml"))

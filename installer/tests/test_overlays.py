@@ -5,16 +5,19 @@ Argo CD's own CRD schemas."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Sim
 from ruamel.yaml import YAML
 
-from konduktor.helm.release import CHARTS, REPO_ROOT
+from konduktor.helm.release import CHARTS
 from konduktor.kube.documents import load_documents
 from konduktor.sim.tools import Toolbox, module_dir
 from konduktor.waiting import wait_until
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 OVERLAYS = REPO_ROOT / "overlays"
 ALL = sorted(path.parent.name for path in OVERLAYS.glob("*/kustomization.yaml"))

@@ -24,12 +24,14 @@ from ruamel.yaml import YAML
 from konduktor.config.load import load_config
 from konduktor.controller.prometheus import HEALTH_FIELDS
 from konduktor.controller.settings import HealthSettings
-from konduktor.helm.release import CHARTS, REPO_ROOT
+from konduktor.helm.release import CHARTS
 from konduktor.helm.values import merge_values, umbrella_values
 from konduktor.kube.documents import load_documents
 from konduktor.observability.metrics import DCGM_METRICS, KSM_LABELS_ALLOWLIST, KUBE_STATE_METRICS
 from konduktor.quotas.render import KUEUE_CONFIG_API, TEAM_LABEL, kueue_manager_settings, render
 from konduktor.sim.tools import Toolbox, module_dir
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 UMBRELLA = CHARTS / "konduktor"
 CORE = CHARTS / "konduktor-core"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -40,16 +41,29 @@ def status(message: str) -> Iterator[Any]:
         yield None
 
 
+# A progress message "STEP · DETAIL" carries live detail (e.g. packages compiled so far) after the separator.
+DETAIL = " · "
+DETAIL_EVERY = 30.0  # seconds between two printed updates of one step without a terminal
+
+
 @contextmanager
-def progress(label: str, quiet: Callable[[str], bool] = lambda _m: False) -> Iterator[Callable[[str], None]]:
-    """A reporter for long work: updates the spinner, or prints each message that `quiet` does not filter."""
+def progress(label: str) -> Iterator[Callable[[str], None]]:
+    """A reporter for long work: updates the spinner on a terminal; else prints each step, and a step's live
+    detail at most every DETAIL_EVERY seconds, so a log shows steady progress without a line per package."""
     with status(label) as spinner:
+        last_step, last_at = "", 0.0
 
         def report(message: str) -> None:
+            nonlocal last_step, last_at
             if spinner is not None:
                 spinner.update(f"{label}: {message}")
-            elif not quiet(message):
-                err.print(f"{label}: {message}", markup=False)
+                return
+            step = message.split(DETAIL, 1)[0]
+            now = time.monotonic()
+            if step == last_step and now - last_at < DETAIL_EVERY:
+                return
+            last_step, last_at = step, now
+            err.print(f"{label}: {message}", markup=False)
 
         yield report
 

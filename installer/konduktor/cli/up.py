@@ -61,6 +61,7 @@ from konduktor.quotas.removal import DrainPolicy
 from konduktor.quotas.render import KUEUE_API, MANAGED_BY, MANAGED_BY_LABEL
 from konduktor.quotas.usage import team_usage
 from konduktor.sim.cluster import DEFAULT_NAME, SimCluster
+from konduktor.sim.tools import Toolbox
 from konduktor.waiting import wait_until
 
 # What the umbrella installs that the simulated cluster cannot run: its fake nodes run no containers, and
@@ -259,7 +260,8 @@ def run_up(
         client.close()
         confirm(f"install {chart.name} into the cluster at {client.server}?")
     clock.step("install", f"helm upgrade --install {RELEASE} {chart.name} in {NAMESPACE}")
-    release = install_release(target, chart, chart_values)
+    # A real cluster may use a fitting helm on this machine; the simulated one runs the pinned build.
+    release = install_release(target, chart, chart_values, Toolbox(progress=report, host=not simulated))
     kube = Kube(target)
     try:
         clock.step("quotas", "applying")
@@ -304,7 +306,7 @@ def run_up(
     return UpReport(loaded.config, target, simulated, chart, release, changes, violations, clock.steps, burnin)
 
 
-def install_release(target: Path, chart: Path, chart_values: dict[str, Any]) -> Release:
+def install_release(target: Path, chart: Path, chart_values: dict[str, Any], helm: Toolbox) -> Release:
     """The release namespace first (labelled for the GPU components), so that every subchart's pre-install hook
     finds it; then the chart."""
     kube = Kube(target)
@@ -312,7 +314,7 @@ def install_release(target: Path, chart: Path, chart_values: dict[str, Any]) -> 
         kube.apply(release_namespace())
     finally:
         kube.close()
-    return install_or_upgrade(target, chart, RELEASE, NAMESPACE, chart_values, wait=True)
+    return install_or_upgrade(target, chart, RELEASE, NAMESPACE, chart_values, wait=True, toolbox=helm)
 
 
 def unfit_nodes(report: BurnInReport | None) -> list[NodeVerdict]:
@@ -449,7 +451,8 @@ def plan(
         raise typer.Exit(ExitCode.NEGATIVE)
     kube = Kube(target)  # a kubeconfig that does not load is bad input (2), before helm reads it
     try:
-        installed = current(target, RELEASE, NAMESPACE)  # an unreachable cluster is exit 5, whatever else
+        # an unreachable cluster is exit 5, whatever else; a real one may use a fitting helm on this machine
+        installed = current(target, RELEASE, NAMESPACE, Toolbox(host=explicit is not None))
         chart, _ = chart_for(explicit is None, loaded.config, read_values(values))
         served = kueue_served(kube)
         changes = sync_quotas(kube, loaded.config, prune=True, dry_run=True, adopt=adopt or ()) if served else []
@@ -479,7 +482,7 @@ def status(
     kube = connect(kubeconfig)
     try:
         target = kube.kubeconfig or SimCluster(DEFAULT_NAME).kubeconfig
-        release = current(Path(target), RELEASE, NAMESPACE)
+        release = current(Path(target), RELEASE, NAMESPACE, Toolbox(host=kube.kubeconfig is not None))
         queues = team_usage(kube.list(KUEUE_API, "ClusterQueue")) if kueue_served(kube) else []
         controllers = kube.list(
             "apps/v1", "Deployment", NAMESPACE, label_selector="app.kubernetes.io/component=health-controller"
@@ -535,7 +538,7 @@ def down(
                     kept.append(str(ref))
                     continue
                 removed += kube.delete(api_version, kind, ref.name, ref.namespace)
-        uninstalled = uninstall(target, RELEASE, NAMESPACE)
+        uninstalled = uninstall(target, RELEASE, NAMESPACE, Toolbox(host=kube.kubeconfig is not None))
         namespaces = []
         if purge:
             for namespace in kube.list("v1", "Namespace", label_selector=owned):

@@ -8,6 +8,7 @@ pyhelm3 proceeds from a failed or pending revision.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,14 @@ from pyhelm3.errors import Error as HelmError
 from pyhelm3.errors import ReleaseNotFoundError
 
 from konduktor.errors import ClusterUnreachable, KonduktorError, PartialApply
+from konduktor.paths import product_dir
 from konduktor.sim.tools import Toolbox
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-CHARTS = REPO_ROOT / "charts"
+CHARTS = product_dir("charts")
+# pyhelm3 logs each helm command that exits non-zero as a warning, even the status probe that finds no release
+# before a first install. Its failures reach this module as exceptions, which say what went wrong.
+logging.getLogger("pyhelm3").addHandler(logging.NullHandler())
+logging.getLogger("pyhelm3").propagate = False
 # Konduktor's Helm release: where `up` installs it and what preflight recognises as ours.
 NAMESPACE = "konduktor-system"
 RELEASE = "konduktor"

@@ -20,11 +20,12 @@ from konduktor.burnin.manifests import HEALTH_TAINT_KEY
 from konduktor.cli.sim import spec_from
 from konduktor.controller.decide import QUARANTINE_REASON, QUARANTINED_AT, REQUALIFICATION_RESULT, REQUALIFIED_AT
 from konduktor.kube.client import ApiError, Kube
+from konduktor.paths import product_dir
 from konduktor.sim.cluster import SimCluster
 from konduktor.sim.gpus import FAULTS_ANNOTATION, LOGS_ANNOTATION
 
 # The session's cluster is the one examples/config.yaml describes: 4 nodes x 10 H100, fair sharing.
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "config.yaml"
+EXAMPLE = product_dir("examples") / "config.yaml"
 
 
 @dataclass

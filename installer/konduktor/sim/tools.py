@@ -2,7 +2,10 @@
 
 Each tool in versions.toml is built in a small wrapper module of its own (a module with replace
 directives, such as k8s.io/kubernetes, cannot be `go install`ed), so every binary is the upstream
-code at the pinned tag. A finished build leaves a manifest; a warm run only reads it.
+code at the pinned tag. The wrapper's go.mod and go.sum are committed (modules/<tool>/, made by
+`konduktor-install tools lock`) and the build uses them read-only, with the checksum database on: a
+module whose content differs from the reviewed go.sum fails the build. A finished build leaves a
+manifest; a warm run only reads it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 import tomllib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -23,10 +27,16 @@ from pathlib import Path
 
 from konduktor.errors import KonduktorError, UsageError
 from konduktor.paths import cache_dir
+from konduktor.sim import host_tools
 
 VERSIONS_FILE = Path(__file__).with_name("versions.toml")
+LOCKED_MODULES = Path(__file__).with_name("modules")
 MANIFEST = "manifest.json"
 MIN_GO = (1, 26)
+# Settings that would let the go command skip the checksum database for some modules (`go env -w` can set
+# them too; an empty value in the environment overrides that).
+CHECKSUM_EXEMPTIONS = ("GONOSUMDB", "GOPRIVATE", "GOINSECURE")
+IMPORT_PATH = re.compile(r"[A-Za-z0-9_.~+/-]+")  # a package line of `go build -v`, not a message or an error
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,7 @@ class Tool:
     binary: str | None = None
     ldflags: tuple[str, ...] = field(default=())
     tags: tuple[str, ...] = field(default=())
+    needed_by: tuple[str, ...] = field(default=())
 
     def package_paths(self) -> list[str]:
         return [self.module if p == "." else f"{self.module}/{p}" for p in self.packages]
@@ -60,7 +71,10 @@ class Tool:
 
     def build_flags(self) -> list[str]:
         flags = ["-trimpath", "-ldflags", self.linker_flags()]
-        return [*flags, "-tags", ",".join(self.tags)] if self.tags else flags
+        return [*flags, *self.tag_flags()]
+
+    def tag_flags(self) -> list[str]:
+        return ["-tags", ",".join(self.tags)] if self.tags else []
 
     def install_dir(self, root: Path) -> Path:
         return root / "tools" / f"{self.name}-{self.version}"
@@ -78,6 +92,7 @@ def load_tools(path: Path = VERSIONS_FILE) -> dict[str, Tool]:
             binary=entry.get("binary"),
             ldflags=tuple(entry.get("ldflags", ())),
             tags=tuple(entry.get("tags", ())),
+            needed_by=tuple(entry.get("needed-by", ())),
         )
         for name, entry in table.items()
     }
@@ -156,12 +171,58 @@ def wrapper_gomod(tool: Tool, replaces: Sequence[str], excludes: Sequence[str] =
     return "\n".join(lines) + "\n"
 
 
+def required_version(gomod: str, module: str) -> str | None:
+    """The version a go.mod requires of a module."""
+    for entry in directives(gomod, "require"):
+        parts = entry.split()
+        if len(parts) >= 2 and parts[0] == module:
+            return parts[1]
+    return None
+
+
+def locked_module(tool: Tool, directory: Path = LOCKED_MODULES) -> tuple[str, str] | None:
+    """The committed go.mod and go.sum of the tool's build module, when they are for this version of the tool."""
+    try:
+        gomod = (directory / tool.name / "go.mod").read_text()
+        gosum = (directory / tool.name / "go.sum").read_text()
+    except OSError:
+        return None
+    return (gomod, gosum) if required_version(gomod, tool.module) == tool.version else None
+
+
+def lock_problems(tools: Mapping[str, Tool], directory: Path = LOCKED_MODULES) -> list[str]:
+    """How the committed build modules disagree with versions.toml (empty: they agree)."""
+    problems = []
+    published = "v0." + tools["kubernetes"].version.removeprefix("v").split(".", 1)[1]
+    for tool in tools.values():
+        if not tool.packages:
+            continue
+        folder = directory / tool.name
+        if not (folder / "go.mod").is_file() or not (folder / "go.sum").is_file():
+            problems.append(f"{tool.name}: no go.mod and go.sum in {folder}")
+            continue
+        gomod, gosum = (folder / "go.mod").read_text(), (folder / "go.sum").read_text()
+        if f"module konduktor.build/{tool.name}\n" not in gomod:
+            problems.append(f"{tool.name}: go.mod is not the module konduktor.build/{tool.name}")
+        if (version := required_version(gomod, tool.module)) != tool.version:
+            problems.append(f"{tool.name}: go.mod requires {tool.module} {version}, versions.toml pins {tool.version}")
+        if sorted(directives(gomod, "tool")) != sorted(tool.package_paths()):
+            problems.append(f"{tool.name}: go.mod's tool directives are not {', '.join(tool.package_paths())}")
+        if f"k8s.io/api => k8s.io/api {published}" not in gomod and tool.name != "kubernetes":
+            problems.append(f"{tool.name}: go.mod does not pin the Kubernetes libraries at {published}")
+        for line in (f"{tool.module} {tool.version} h1:", f"{tool.module} {tool.version}/go.mod h1:"):
+            if line not in gosum:
+                problems.append(f"{tool.name}: go.sum has no `{line}` line")
+    return problems
+
+
 @dataclass(frozen=True)
 class Installed:
     tool: Tool
     paths: dict[str, Path]
     built_at: str
     seconds: float
+    fresh: bool = False  # built by this call, not found in the cache
 
 
 def installed(tool: Tool, root: Path | None = None) -> Installed | None:
@@ -181,7 +242,39 @@ def installed(tool: Tool, root: Path | None = None) -> Installed | None:
     return Installed(tool, paths, manifest.get("built_at", ""), float(manifest.get("seconds", 0)))
 
 
+def last_build_seconds(tool: Tool, root: Path) -> float | None:
+    """How long the newest finished build of this tool (any version) took: what the next one can expect."""
+    builds = []
+    for path in (root / "tools").glob(f"{tool.name}-*/{MANIFEST}"):
+        try:
+            manifest = json.loads(path.read_text())
+            builds.append((str(manifest["built_at"]), float(manifest["seconds"])))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return max(builds)[1] if builds else None
+
+
+def duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes else f"{rest}s"
+
+
 Progress = Callable[[str], None]
+
+
+def go_environment(base: Mapping[str, str]) -> dict[str, str]:
+    """The go command's environment for building tools: the committed go.mod is read-only, and every module is
+    checked against go.sum and the checksum database."""
+    if base.get("GOSUMDB", "").strip() == "off":
+        raise KonduktorError(
+            "GOSUMDB=off: the pinned tools are built only from modules the checksum database vouches for",
+            hint="unset GOSUMDB, or point it at a checksum database mirror (GOSUMDB='sum.golang.org <URL>')",
+        )
+    env = dict(base)
+    env.update(CGO_ENABLED="0", GOFLAGS="-mod=readonly", GOTOOLCHAIN=env.get("GOTOOLCHAIN", "local"))
+    env["GOSUMDB"] = env.get("GOSUMDB") or "sum.golang.org"
+    env.update(dict.fromkeys(CHECKSUM_EXEMPTIONS, ""))
+    return env
 
 
 class GoBuild:
@@ -193,11 +286,7 @@ class GoBuild:
         self.progress = progress
         self.tail: collections.deque[str] = collections.deque(maxlen=40)
         self.log = workdir / "build.log"
-
-    def env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(CGO_ENABLED="0", GOFLAGS="-mod=mod", GOTOOLCHAIN=env.get("GOTOOLCHAIN", "local"))
-        return env
+        self.env = go_environment(os.environ)
 
     def download(self, module: Tool) -> dict[str, str]:
         """Fetches a module (of this tool, or the Kubernetes libraries) and returns go's description of it."""
@@ -222,7 +311,8 @@ class GoBuild:
             )
         return info
 
-    def run(self, *args: str, step: str, check: bool = True) -> str:
+    def run(self, *args: str, step: str, check: bool = True, each_line: Progress | None = None) -> str:
+        """Runs `go ARGS` in the build module; `each_line` sees every line go prints."""
         command = ["go", *args]
         self.progress(f"{self.tool.name} {self.tool.version}: {step}")
         output: list[str] = []
@@ -231,7 +321,7 @@ class GoBuild:
             process = subprocess.Popen(
                 command,
                 cwd=self.workdir,
-                env=self.env(),
+                env=self.env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
@@ -241,20 +331,75 @@ class GoBuild:
                 log.write(line)
                 output.append(line)
                 self.tail.append(line.rstrip())
-                if step.startswith("compiling"):
-                    self.progress(f"{self.tool.name} {self.tool.version}: {step} {line.strip()[:70]}")
+                if each_line is not None:
+                    each_line(line.strip())
             code = process.wait()
         if code != 0 and check:
+            tail = list(self.tail)
             raise KonduktorError(
                 f"could not build {self.tool.name} {self.tool.version} ({self.tool.module}): "
                 f"`go {' '.join(args[:2])}` exited {code}",
-                hint=build_hint("\n".join(self.tail), self.tool),
-                detail="\n".join(list(self.tail)[-15:]) + f"\n(full log: {self.log})",
+                hint=build_hint("\n".join(tail), self.tool),
+                detail="\n".join(tail[-15:]) + f"\n(full log: {self.log})",
             )
         return "".join(output)
 
+    def resolve(self, kubernetes: Tool) -> None:
+        """Writes the tool's build module (go.mod, go.sum) into the work directory, resolved through the module
+        proxy and verified against the checksum database: what `tools lock` commits."""
+        tool = self.tool
+        kubernetes_replaces = staging_replaces(Path(self.download(kubernetes)["GoMod"]).read_text(), kubernetes.version)
+        source = self.download(tool)
+        replaces, excludes = wrapper_directives(Path(source["GoMod"]).read_text(), kubernetes_replaces)
+        (self.workdir / "go.mod").write_text(wrapper_gomod(tool, replaces, excludes))
+        # The tool's own go.sum vouches for its dependencies, some of which the checksum database does not
+        # serve (e.g. pre-release modules); the go command still verifies every download against it.
+        tool_sums = Path(source["Dir"]) / "go.sum"
+        if tool_sums.is_file():
+            shutil.copyfile(tool_sums, self.workdir / "go.sum")
+        packages = tool.package_paths()
+        self.run("get", "-tool", *[f"{p}@{tool.version}" for p in packages], step="resolving modules")
+        # Records the sums of every module the build loads, so that the build itself changes nothing.
+        self.run("list", "-mod=mod", "-deps", *tool.tag_flags(), *packages, step="resolving packages")
+
+    def compile(self, package: str, binary: str, output: Path, status: Callable[[str, int, int], str]) -> None:
+        """`go build` of one binary, reporting each package compiled out of those not in Go's build cache."""
+        stale = self.run(
+            "list",
+            "-deps",
+            "-trimpath",
+            *self.tool.tag_flags(),
+            "-f",
+            "{{if .Stale}}{{.ImportPath}}{{end}}",
+            package,
+            step=f"compiling {binary}: finding the packages to compile",
+        )
+        total = max(1, len([line for line in stale.splitlines() if IMPORT_PATH.fullmatch(line.strip())]))
+        compiled = 0
+
+        def count(line: str) -> None:  # `go build -v` names each package as it compiles it
+            nonlocal compiled
+            if IMPORT_PATH.fullmatch(line):
+                compiled += 1
+                self.progress(f"{self.tool.name} {self.tool.version}: {status(binary, min(compiled, total), total)}")
+
+        self.run(
+            "build",
+            "-v",
+            *self.tool.build_flags(),
+            "-o",
+            str(output),
+            package,
+            step=status(binary, 0, total),
+            each_line=count,
+        )
+
 
 def build_hint(output: str, tool: Tool) -> str:
+    if "verifying" in output and ("SECURITY ERROR" in output or "checksum mismatch" in output):
+        return "a module's content differs from go.sum or the checksum database: do not build it; report it"
+    if "updates to go.mod needed" in output or "missing go.sum entry" in output:
+        return f"the committed build module of {tool.name} is out of date: `konduktor-install tools lock {tool.name}`"
     if any(sign in output for sign in ("unknown revision", "invalid version", "not found", "not available")):
         return f"{tool.module} has no version {tool.version}; pick a published tag (see versions.toml)"
     if "requires go >=" in output or "toolchain" in output:
@@ -299,8 +444,16 @@ def locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def build(tool: Tool, kubernetes: Tool, progress: Progress, root: Path | None = None) -> Installed:
-    """Build the tool unless this version is already in the cache.
+def build(
+    tool: Tool,
+    kubernetes: Tool,
+    progress: Progress,
+    root: Path | None = None,
+    then: Sequence[str] = (),
+    modules: Path = LOCKED_MODULES,
+) -> Installed:
+    """Build the tool unless this version is already in the cache (`then`: what is built after it, for the
+    progress messages; `modules`: where the committed build modules are).
 
     Every wrapper pins the k8s.io/* libraries to the cluster's Kubernetes patch (the staging replaces), so
     the tools link the same library code and a cold build compiles it once, not once per tool.
@@ -312,38 +465,38 @@ def build(tool: Tool, kubernetes: Tool, progress: Progress, root: Path | None = 
             return done
         require_go()
         started = time.monotonic()
+        expected = last_build_seconds(tool, root)
         workdir = directory / "src"
         bindir = directory / "bin"
         shutil.rmtree(directory, ignore_errors=True)
         workdir.mkdir(parents=True)
         bindir.mkdir()
         go = GoBuild(tool, workdir, progress)
-        kubernetes_replaces = staging_replaces(Path(go.download(kubernetes)["GoMod"]).read_text(), kubernetes.version)
-        source = go.download(tool)
-        replaces, excludes = wrapper_directives(Path(source["GoMod"]).read_text(), kubernetes_replaces)
-        (workdir / "go.mod").write_text(wrapper_gomod(tool, replaces, excludes))
-        # The tool's own go.sum vouches for its dependencies, some of which the checksum database does not
-        # serve (e.g. pre-release modules); the go command still verifies every download against it.
-        tool_sums = Path(source["Dir"]) / "go.sum"
-        if tool_sums.is_file():
-            shutil.copyfile(tool_sums, workdir / "go.sum")
-        packages = tool.package_paths()
-        go.run("get", "-tool", *[f"{p}@{tool.version}" for p in packages], step="downloading modules")
-        for package, binary in zip(packages, tool.binaries(), strict=True):
-            go.run(
-                "build",
-                "-v",
-                *tool.build_flags(),
-                "-o",
-                str(bindir / binary),
-                package,
-                step=f"compiling {binary}",
+        if lock := locked_module(tool, modules):
+            (workdir / "go.mod").write_text(lock[0])
+            (workdir / "go.sum").write_text(lock[1])
+        else:
+            progress(
+                f"{tool.name} {tool.version}: no committed go.sum for this version; resolving its modules "
+                "with the checksum database (`konduktor-install tools lock` commits them)"
             )
+            go.resolve(kubernetes)
+        binaries = tool.binaries()
+
+        def status(binary: str, compiled: int, total: int) -> str:
+            text = f"compiling {binary} · {compiled}/{total} packages, {duration(time.monotonic() - started)}"
+            if expected:
+                text += f" of ~{duration(expected)} (last build)"
+            later = [*binaries[binaries.index(binary) + 1 :], *then]
+            return text + (f"; next: {', '.join(later)}" if later else "")
+
+        for package, binary in zip(tool.package_paths(), binaries, strict=True):
+            go.compile(package, binary, bindir / binary, status)
         seconds = time.monotonic() - started
         manifest = {
             "module": tool.module,
             "version": tool.version,
-            "binaries": {name: str(bindir / name) for name in tool.binaries()},
+            "binaries": {name: str(bindir / name) for name in binaries},
             "flags": tool.build_flags(),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "seconds": round(seconds, 1),
@@ -351,21 +504,41 @@ def build(tool: Tool, kubernetes: Tool, progress: Progress, root: Path | None = 
         (directory / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     result = installed(tool, root)
     assert result is not None, "a finished build always has its manifest"
-    return result
+    return replace(result, fresh=True)
+
+
+def lock(tool: Tool, kubernetes: Tool, progress: Progress, directory: Path = LOCKED_MODULES) -> Path:
+    """Resolves the tool's build module afresh and writes its go.mod and go.sum to `directory`/<tool>/."""
+    require_go()
+    with tempfile.TemporaryDirectory(prefix=f"konduktor-lock-{tool.name}-") as scratch:
+        go = GoBuild(tool, Path(scratch), progress)
+        go.resolve(kubernetes)
+        target = directory / tool.name
+        target.mkdir(parents=True, exist_ok=True)
+        for name in ("go.mod", "go.sum"):
+            shutil.copyfile(Path(scratch) / name, target / name)
+    return target
 
 
 class Toolbox:
-    """The binaries of the pinned tool set, built on first use."""
+    """The binaries of the pinned tool set, built on first use.
+
+    With `host`, for commands against a real cluster, a fitting helm or kubectl already on this machine (named
+    by KONDUKTOR_HELM / KONDUKTOR_KUBECTL, else on PATH) is used instead of the pinned build.
+    """
 
     def __init__(
         self,
         tools: Mapping[str, Tool] | None = None,
         progress: Progress | None = None,
         root: Path | None = None,
+        *,
+        host: bool = False,
     ) -> None:
         self.tools = dict(tools or load_tools())
         self.progress = progress or (lambda _message: None)
         self.root = root or cache_dir()
+        self.host = host
 
     def provider(self, binary: str) -> Tool:
         for tool in self.tools.values():
@@ -374,7 +547,21 @@ class Toolbox:
         raise KeyError(binary)
 
     def path(self, binary: str) -> Path:
-        return build(self.provider(binary), self.tools["kubernetes"], self.progress, self.root).paths[binary]
+        tool = self.provider(binary)
+        if self.host and (found := host_tools.find(binary, tool.version)):
+            if found.problem is None:
+                return found.path
+            if found.explicit:
+                raise UsageError(
+                    f"{found.source.removeprefix('$')}={found.path}: {found.problem}",
+                    hint=f"name a {binary} that fits, or unset {found.source.removeprefix('$')} to use the "
+                    f"pinned {binary} {tool.version}",
+                )
+            self.progress(f"{binary} on PATH ({found.path}): {found.problem}; using the pinned {binary} {tool.version}")
+        return build(tool, self.tools["kubernetes"], self.progress, self.root).paths[binary]
+
+    def needed_by(self, purpose: str) -> list[str]:
+        return [name for name, tool in self.tools.items() if purpose in tool.needed_by]
 
     def install(self, names: list[str] | None = None) -> list[Installed]:
         # Tools without packages are manifest sources (CRDs); module_dir() fetches them when needed.
@@ -382,7 +569,12 @@ class Toolbox:
         unknown = [n for n in selected if n not in self.tools]
         if unknown:
             raise UsageError(f"unknown tool {', '.join(unknown)}", hint=f"tools are: {', '.join(self.tools)}")
-        return [build(self.tools[n], self.tools["kubernetes"], self.progress, self.root) for n in selected]
+        pending = [n for n in selected if installed(self.tools[n], self.root) is None]
+        done = []
+        for name in selected:
+            then = pending[pending.index(name) + 1 :] if name in pending else []
+            done.append(build(self.tools[name], self.tools["kubernetes"], self.progress, self.root, then))
+        return done
 
 
 def module_dir(tool: Tool) -> Path:
@@ -393,7 +585,7 @@ def module_dir(tool: Tool) -> Path:
         capture_output=True,
         text=True,
         check=False,
-        env={**os.environ, "GOFLAGS": "-mod=mod"},
+        env=go_environment(os.environ),
         cwd=cache_dir() if cache_dir().exists() else None,
     )
     try:

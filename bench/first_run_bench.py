@@ -1,0 +1,103 @@
+"""First-run figures: what `scripts/up` costs on a new machine, and what it cost when it built everything.
+
+    .venv/bin/python bench/first_run_bench.py [--bootstrap runtime,dev] [--up]
+
+- tool builds: each pinned tool's cold build time from its cache manifest, summed for what `up` needs
+  (`scripts/up` builds these) and for the test-only tools (`scripts/test` adds them);
+- bootstrap: `scripts/bootstrap runtime` (and `dev`: test tools and torch) into a new virtualenv in a copy of
+  the committed tree, with an empty pip cache (every distribution downloaded), then again (warm);
+- with --up, `scripts/up` end to end with warm tools, in its own state directory: a new simulated cluster,
+  then again.
+
+Nothing is built here: a cold tool build takes ~40 minutes of both cores; the manifests keep each one's time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from konduktor.sim.tools import installed, load_tools
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def timed(command: list[str], cwd: Path, env: dict[str, str]) -> float:
+    started = time.monotonic()
+    subprocess.run(command, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
+    return time.monotonic() - started
+
+
+def tool_builds() -> dict[str, float]:
+    """Cold build seconds per purpose (`up`, `test`) from the manifests; NaN when a tool is not built."""
+    sums = {"up": 0.0, "test": 0.0}
+    print("tool builds (cold, from the cache manifests):")
+    for tool in load_tools().values():
+        if not tool.packages:
+            continue
+        build = installed(tool)
+        seconds = build.seconds if build else float("nan")
+        purpose = "up" if "up" in tool.needed_by else "test"
+        sums[purpose] += seconds
+        print(f"  {tool.name:<11} {tool.version:<9} {purpose:<5} {seconds:8.1f} s")
+    print(f"  what `up` needs: {sums['up']:.0f} s; test-only tools: {sums['test']:.0f} s")
+    return sums
+
+
+def bootstrap(kind: str) -> tuple[float, float, int]:
+    """Cold and warm `scripts/bootstrap KIND` in a copy of the committed tree; the virtualenv's size in MiB."""
+    with tempfile.TemporaryDirectory(prefix="konduktor-first-run-") as scratch:
+        tree, cache = Path(scratch) / "tree", Path(scratch) / "pip-cache"
+        tree.mkdir()
+        archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        env = {**os.environ, "PIP_CACHE_DIR": str(cache), "PYTHON": sys.executable}
+        env.pop("VIRTUAL_ENV", None)
+        cold = timed(["scripts/bootstrap", kind], tree, env)
+        warm = timed(["scripts/bootstrap", kind], tree, env)
+        size = subprocess.run(["du", "-sm", str(tree / ".venv")], capture_output=True, text=True, check=True)
+        return cold, warm, int(size.stdout.split()[0])
+
+
+def scripts_up() -> tuple[float, float]:
+    """`scripts/up` with warm tools in a state directory of its own: a new simulated cluster, then again."""
+    state = tempfile.mkdtemp(prefix="konduktor-first-run-state-")
+    env = {**os.environ, "KONDUKTOR_STATE": state}
+    try:
+        return timed(["scripts/up"], ROOT, env), timed(["scripts/up"], ROOT, env)
+    finally:
+        subprocess.run([str(ROOT / ".venv" / "bin" / "konduktor-install"), "sim", "down"], env=env, check=False)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bootstrap", default="runtime", help="comma-separated: runtime, dev (dev downloads torch)")
+    parser.add_argument("--up", action="store_true", help="also time scripts/up end to end (warm tools)")
+    args = parser.parse_args()
+
+    builds = tool_builds()
+    for kind in filter(None, args.bootstrap.split(",")):
+        cold, warm, size = bootstrap(kind)
+        print(f"scripts/bootstrap {kind}: cold {cold:.0f} s, warm {warm:.0f} s, virtualenv {size} MiB")
+        if kind == "runtime":
+            print(f"  cold scripts/up before `up` starts: {cold + builds['up']:.0f} s (bootstrap + the tools up needs)")
+        if kind == "dev":
+            every = cold + builds["up"] + builds["test"]
+            print(f"  the former first run before `up` started (dev bootstrap + every tool): {every:.0f} s")
+    if args.up:
+        try:
+            new, again = scripts_up()
+        except subprocess.CalledProcessError as failure:
+            sys.exit(f"scripts/up exited {failure.returncode} (its output is above); no figure")
+        print(f"scripts/up, warm tools: new simulated cluster {new:.0f} s, again {again:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
