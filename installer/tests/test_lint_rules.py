@@ -8,10 +8,9 @@ import pytest
 from quota_samples import DELETE, EXAMPLES, config, edited, two_types
 
 from konduktor.config import load_config
-from konduktor.config.findings import ConfigError
-from konduktor.config.load import parse_config
-from konduktor.config.findings import Finding
+from konduktor.config.findings import ConfigError, Finding
 from konduktor.config.lint import check_nodes, check_pod_request, lint
+from konduktor.config.load import parse_config
 from konduktor.config.model import Config
 from konduktor.config.pools import node_pools, topology_levels
 from konduktor.sim.nodes import node_manifests
