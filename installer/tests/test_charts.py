@@ -94,14 +94,28 @@ def test_dashboards_rules_and_policies_come_from_their_sources() -> None:
         assert alert["annotations"]["runbook_url"].endswith(f"docs/runbooks.md#{alert['alert'].lower()}")
 
 
-def test_policy_bindings_follow_values() -> None:
-    objects = render(None, "--set", "policies.validationActions={Deny,Audit}")
-    bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
-    assert len(bindings) == 4
-    for binding in bindings:
-        assert binding["spec"]["validationActions"] == ["Deny", "Audit"]
-        if "paramRef" in binding["spec"]:
-            assert binding["spec"]["paramRef"]["namespace"] == NAMESPACE
+def test_policy_bindings_enforce_by_default_and_warn_first_on_request() -> None:
+    policies = sorted((REPO_ROOT / "policies").glob("*.yaml"))
+    for setting, actions in ((None, ["Deny", "Audit"]), ("policies.validationActions={Warn,Audit}", ["Warn", "Audit"])):
+        objects = render(None, *(["--set", setting] if setting else []))
+        bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+        assert len(bindings) == len(policies) - 1  # params.yaml holds no binding
+        for binding in bindings:
+            assert binding["spec"]["validationActions"] == actions
+            if "paramRef" in binding["spec"]:
+                assert binding["spec"]["paramRef"]["namespace"] == NAMESPACE
+
+
+def test_policy_parameters_default_to_the_shipped_params() -> None:
+    """One truth: the chart's defaults render the ConfigMap that policies/params.yaml ships for hand-made installs."""
+    [shipped] = load_documents((REPO_ROOT / "policies" / "params.yaml").read_text())
+    [rendered] = [o for o in render() if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "konduktor-admission"]
+    assert rendered["data"] == shipped["data"]
+    team_labellers = render(None, "--set", "policies.teamNamespaces.groups={oidc:platform-admins,system:masters}")
+    [params] = [
+        o for o in team_labellers if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "konduktor-admission"
+    ]
+    assert params["data"]["teamNamespaceGroups"] == "oidc:platform-admins,system:masters"
 
 
 @pytest.mark.parametrize(
