@@ -200,6 +200,13 @@ class SimCluster:
                 "componentsPatches": [
                     # Without a default route kube-apiserver cannot pick an address to advertise.
                     {"name": "kube-apiserver", "extraArgs": [{"key": "advertise-address", "value": "127.0.0.1"}]},
+                    # Each controller calls the API as its own service account, as kubeadm and managed clusters
+                    # run it: the admission policies tell the Job controller's pods from a person's by that name
+                    # (system:serviceaccount:kube-system:job-controller), not by the admin's one identity.
+                    {
+                        "name": "kube-controller-manager",
+                        "extraArgs": [{"key": "use-service-account-credentials", "value": "true"}],
+                    },
                 ],
             },
             *kueue.stages(module_dir(self.toolbox.tools["kwok"]), spec.job_seconds),
