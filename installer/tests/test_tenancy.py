@@ -16,7 +16,7 @@ from konduktor.cli.cluster_quotas import sync_quotas
 from konduktor.config.load import load_config
 from konduktor.kube.client import MERGE_PATCH, ApiError, Identity, Kube
 from konduktor.quotas.render import KUEUE_API
-from konduktor.sim.workloads import RESTRICTED_CONTAINER, RESTRICTED_POD, gpu_job, is_true
+from konduktor.sim.workloads import RESTRICTED_CONTAINER, RESTRICTED_POD, condition, gpu_job, is_true, workload_of
 from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim
@@ -25,6 +25,7 @@ MEMBER = Identity("alice", TEAM)
 # May create and label namespaces without being a cluster admin (policies/cases/setup.yaml).
 NAMESPACE_ADMIN = Identity("carol", "namespace-admins")
 HEALTH_TAINT = {"key": "konduktor.ai/gpu-health", "operator": "Exists", "effect": "NoSchedule"}
+TOO_MANY = 64  # GPUs: more than team-a's quota and borrowing limit together
 
 
 def pod(name: str, *, gpus: int = 0, labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
@@ -83,9 +84,10 @@ def member(sim: Sim, enforcing: Kube) -> Iterator[Kube]:
         yield client
     finally:
         client.close()
-        for job in ("tenancy-cpu", "tenancy-gpu"):
+        for job in ("tenancy-cpu", "tenancy-gpu", "tenancy-queued"):
             sim.kube.delete("batch/v1", "Job", job, TEAM)
-        sim.kube.delete("v1", "Pod", "tenancy-pending", TEAM)
+        for name in ("tenancy-pending", "tenancy-gated", "tenancy-mig"):
+            sim.kube.delete("v1", "Pod", name, TEAM)
 
 
 @pytest.fixture(scope="module")
@@ -136,9 +138,12 @@ def test_the_member_cannot_tolerate_the_health_taint_by_create_or_by_update(memb
 
 
 def test_the_member_cannot_skip_the_scheduler_to_a_node(member: Kube) -> None:
-    message = refused_by_policy(
-        create_refusal(member, pod("tenancy-pinned", nodeName="gpu-h100-0001")), "konduktor-gpu-health-toleration"
-    )
+    # A pod Kueue gates (team-a has a default LocalQueue) cannot name a node anyway; a Job's template can.
+    problem = create_refusal(member, pod("tenancy-pinned", nodeName="gpu-h100-0001"))
+    assert problem is not None and problem.status in (403, 422), problem
+    pinned = gpu_job("tenancy-pinned", TEAM, gpus=1)
+    pinned["spec"]["template"]["spec"]["nodeName"] = "gpu-h100-0001"
+    message = refused_by_policy(create_refusal(member, pinned), "konduktor-gpu-health-toleration")
     assert "may not set spec.nodeName" in message
 
 
@@ -148,6 +153,8 @@ def test_the_member_cannot_run_gpus_outside_the_queue_by_an_owner_trick(member: 
     cpu = {"cpu": "1", "memory": "1Gi"}
     cpu_job["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": cpu, "limits": cpu}
     owner = member.create(cpu_job)["metadata"]
+    # Kueue's pod webhook looks the owner up in its cache: once it made the Job's Workload, it has the Job.
+    wait_until("Kueue to see the CPU Job", lambda: workload_of(sim.kube, TEAM, "tenancy-cpu") is not None, timeout=30)
     reference = {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -166,6 +173,31 @@ def test_the_member_cannot_run_gpus_outside_the_queue_by_an_owner_trick(member: 
     refused_by_policy(create_refusal(member, unqueued), policy)
 
 
+def test_the_member_cannot_start_queued_work_before_kueue_admits_it(member: Kube, sim: Sim) -> None:
+    """More GPUs than team-a may ever use: Kueue never admits them, so the pod stays gated, the Job suspended."""
+    policy = "konduktor-gpu-through-localqueue"
+    member.create(pod("tenancy-gated", gpus=TOO_MANY, labels={"kueue.x-k8s.io/queue-name": "default"}))
+
+    def gated() -> bool:
+        found = sim.kube.get("v1", "Pod", "tenancy-gated", TEAM) or {}
+        return any(g["name"].startswith("kueue.x-k8s.io/") for g in found.get("spec", {}).get("schedulingGates", []))
+
+    wait_until("Kueue to gate the pod", gated, timeout=30)
+    ungate = {"spec": {"schedulingGates": []}}
+    assert "only Kueue may remove its scheduling gates" in refused_by_policy(
+        patch_refusal(member, "Pod", "tenancy-gated", ungate, TEAM), policy
+    )
+    member.create(gpu_job("tenancy-queued", TEAM, gpus=TOO_MANY))
+    wait_until(
+        "Kueue to suspend the Job",
+        lambda: (sim.kube.get("batch/v1", "Job", "tenancy-queued", TEAM) or {}).get("spec", {}).get("suspend") is True,
+        timeout=30,
+    )
+    path = member.resource("batch/v1", "Job").path(TEAM, "tenancy-queued")
+    resume = refusal(member, "PATCH", path, {"spec": {"suspend": False}}, MERGE_PATCH)
+    assert "only Kueue may resume a queued Job" in refused_by_policy(resume, policy)
+
+
 def test_the_member_cannot_use_a_priority_class_outside_the_platforms(member: Kube) -> None:
     critical = pod("tenancy-critical", priorityClassName="system-cluster-critical")
     refused_by_policy(create_refusal(member, critical), "konduktor-pod-priority")
@@ -173,10 +205,24 @@ def test_the_member_cannot_use_a_priority_class_outside_the_platforms(member: Ku
     refused_by_policy(create_refusal(member, own_class), "konduktor-priority-classes")
 
 
-def test_the_member_cannot_get_gpus_through_mig_names_or_resource_claims(member: Kube) -> None:
+def test_the_member_cannot_get_gpus_through_mig_names_or_resource_claims(member: Kube, sim: Sim) -> None:
+    # team-a's default LocalQueue takes an unlabelled MIG pod in (Kueue labels it), and no quota covers MIG
+    # slices: Kueue never admits it and its gate stays. Namespaces without that queue refuse it (policy cases).
     mig = pod("tenancy-mig")
     mig["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/mig-1g.10gb": "1"}}
-    refused_by_policy(create_refusal(member, mig), "konduktor-gpu-through-localqueue")
+    member.create(mig)
+
+    def unadmitted_for_want_of_quota() -> bool:
+        for workload in sim.kube.list(KUEUE_API, "Workload", TEAM):
+            owners = workload["metadata"].get("ownerReferences", [])
+            if any(o["name"] == "tenancy-mig" for o in owners):
+                reserved = condition(workload, "QuotaReserved") or {}
+                return reserved.get("status") == "False" and "nvidia.com/mig-1g.10gb" in reserved.get("message", "")
+        return False
+
+    wait_until("Kueue to find no quota for the MIG slice", unadmitted_for_want_of_quota, timeout=30)
+    gates = (sim.kube.get("v1", "Pod", "tenancy-mig", TEAM) or {})["spec"].get("schedulingGates", [])
+    assert any(g["name"].startswith("kueue.x-k8s.io/") for g in gates)
     claim = pod("tenancy-dra", resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "any-gpu"}])
     claim["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
     message = refused_by_policy(create_refusal(member, claim), "konduktor-gpu-through-localqueue")
@@ -191,7 +237,6 @@ def test_the_member_cannot_see_gpus_through_nvidia_visible_devices(member: Kube,
     refused_by_policy(create_refusal(member, in_container), policy)
     in_init = pod("tenancy-env-init")
     in_init["spec"]["initContainers"] = [{**in_container["spec"]["containers"][0], "name": "init"}]
-    in_init["spec"]["containers"][0].pop("env")
     refused_by_policy(create_refusal(member, in_init), policy)
     # An ephemeral container is added to a running pod by an update of its ephemeralcontainers subresource.
     debugger = {**in_container["spec"]["containers"][0], "name": "debugger"}
