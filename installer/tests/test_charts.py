@@ -14,7 +14,7 @@ from conftest import Sim
 from ruamel.yaml import YAML
 
 from konduktor.config.model import KONDUKTOR_IMAGE
-from konduktor.helm.release import CHARTS, REPO_ROOT, install_or_upgrade
+from konduktor.helm.release import CHARTS, REPO_ROOT, install_or_upgrade, uninstall
 from konduktor.kube.client import Kube
 from konduktor.kube.documents import load_documents
 from konduktor.sim.tools import Toolbox, module_dir
@@ -203,13 +203,17 @@ def resource_versions(kube: Kube) -> dict[str, str]:
 @pytest.mark.sim
 def test_installs_and_upgrades_with_no_change(sim: Sim, monitoring_crds: None) -> None:
     values = YAML(typ="safe").load((CORE / "ci" / "sim-values.yaml").read_text())
-    first = install_or_upgrade(sim.kubeconfig, CORE, "konduktor", NAMESPACE, values)
-    assert first.status == "deployed"
-    before = resource_versions(sim.kube)
-    assert "Deployment/konduktor-konduktor-core-health" in before
-    second = install_or_upgrade(sim.kubeconfig, CORE, "konduktor", NAMESPACE, values)
-    assert (second.status, second.revision) == ("deployed", first.revision + 1)
-    assert resource_versions(sim.kube) == before  # the upgrade rewrote nothing
+    try:
+        first = install_or_upgrade(sim.kubeconfig, CORE, "konduktor", NAMESPACE, values)
+        assert first.status == "deployed"
+        before = resource_versions(sim.kube)
+        assert "Deployment/konduktor-konduktor-core-health" in before
+        second = install_or_upgrade(sim.kubeconfig, CORE, "konduktor", NAMESPACE, values)
+        assert (second.status, second.revision) == ("deployed", first.revision + 1)
+        assert resource_versions(sim.kube) == before  # the upgrade rewrote nothing
+    finally:
+        # Its policies enforce: later tests that run Jobs in namespaces of their own must not meet them.
+        uninstall(sim.kubeconfig, "konduktor", NAMESPACE)
 
 
 def test_the_preflight_pods_default_image_is_the_one_the_chart_runs() -> None:

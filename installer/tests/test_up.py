@@ -202,7 +202,10 @@ def test_preflight_pods_without_a_result_stop_up_before_any_change(
     assert spec is not None
     sim.cluster.apply_nodes(sim.kube, spec)
     config = tmp_path / "config.yaml"
-    namespace = "konduktor-preflight-up-test"
+    # The chart's burn-in namespace: once its policies enforce, only the preflight service account there may
+    # tolerate the health taint, as these pods do.
+    namespace = "konduktor-system"
+    preflight_jobs = "app.kubernetes.io/component=node-preflight"
     text = EXAMPLE.read_text().replace("name: gpu-lab", "name: pod-lab")
     config.write_text(text + f"preflight:\n  nodes:\n    pod: {{namespace: {namespace}}}\n")
     before = current(sim.kubeconfig, RELEASE, NAMESPACE)
@@ -213,9 +216,10 @@ def test_preflight_pods_without_a_result_stop_up_before_any_change(
             f"preflight FAIL host-reachable (gpu-h100-{i:04d}): no result from the preflight pod" for i in range(4)
         ]
         assert "the API served no log" in err and "nothing was changed" in err and "Traceback" not in err
-        assert len(sim.kube.list("batch/v1", "Job", namespace)) == 4
+        assert len(sim.kube.list("batch/v1", "Job", namespace, label_selector=preflight_jobs)) == 4
     finally:
-        sim.kube.delete("v1", "Namespace", namespace)
+        for job in sim.kube.list("batch/v1", "Job", namespace, label_selector=preflight_jobs):
+            sim.kube.delete("batch/v1", "Job", job["metadata"]["name"], namespace)
     after = current(sim.kubeconfig, RELEASE, NAMESPACE)
     assert (after.revision if after else None) == (before.revision if before else None)
     assert not sim.kube.list(KUEUE_API, "ClusterQueue", label_selector="konduktor.ai/config=pod-lab")
