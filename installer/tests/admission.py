@@ -106,6 +106,14 @@ def enforcing(sim: Any) -> Iterator[Kube]:
     kube: Kube = sim.kube
     setup = documents(CASE_DIR / "setup.yaml")
     namespaces = [doc["metadata"]["name"] for doc in setup if doc["kind"] == "Namespace"]
+
+    def terminating(name: str) -> bool:
+        found = kube.get("v1", "Namespace", name)
+        return found is not None and "deletionTimestamp" in found["metadata"]
+
+    # An earlier module's teardown may still be deleting them; nothing can be created in them meanwhile.
+    for name in namespaces:
+        wait_for(lambda n=name: not terminating(n), f"namespace {name} to be gone", timeout=120)
     created = [name for name in namespaces if kube.get("v1", "Namespace", name) is None]
     params = (PARAMS["metadata"]["name"], PARAMS["metadata"]["namespace"])
     before = [stored(kube, "v1", "ConfigMap", *params)] + [
@@ -117,6 +125,11 @@ def enforcing(sim: Any) -> Iterator[Kube]:
     def remove_ours() -> None:
         for name in POLICIES:
             kube.delete(ADMISSION, "ValidatingAdmissionPolicyBinding", name)
+        # The API server drops a deleted binding asynchronously; while it still holds one, the binding refuses
+        # every request it matches once its parameters are gone. So the parameters go last.
+        for name in POLICIES:
+            first_denied = next(case for case in CASES if case.policy == name and case.expect == "deny")
+            wait_for(lambda c=first_denied: denial(kube, c.object, c.sender) is None, f"{name} to be lifted")
             kube.delete(ADMISSION, "ValidatingAdmissionPolicy", name)
         kube.delete("v1", "ConfigMap", *params)
 
