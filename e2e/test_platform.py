@@ -101,7 +101,24 @@ def test_admission_policies_are_installed(platform: Platform) -> None:
         p["metadata"]["name"]
         for p in platform.kube.list("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding")
     }
-    assert {"konduktor-gpu-through-localqueue", "konduktor-gpu-in-team-namespaces"} <= names
+    assert {
+        "konduktor-gpu-through-localqueue",
+        "konduktor-gpu-in-team-namespaces",
+        "konduktor-gpu-visible-devices",
+        "konduktor-gpu-health-toleration",
+        "konduktor-pod-priority",
+        "konduktor-team-namespaces",
+    } <= names
+
+
+def test_team_namespaces_enforce_their_pod_security_level(platform: Platform) -> None:
+    for name, team in platform.config.teams.items():
+        for namespace in team.namespaces:
+            found = platform.kube.get("v1", "Namespace", namespace)
+            assert found is not None, namespace
+            labels = found["metadata"]["labels"]
+            assert labels["konduktor.ai/team"] == name
+            assert labels["pod-security.kubernetes.io/enforce"] == team.pod_security, namespace
 
 
 def test_every_gpu_node_passes_burn_in(platform: Platform, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,7 +8,9 @@ import tempfile
 # Set before any test imports code that reads it: clusters started by tests never touch the user's own.
 os.environ.setdefault("KONDUKTOR_STATE", tempfile.mkdtemp(prefix="konduktor-test-state-"))
 
+from admission import enforcing
+
 from konduktor.sim.testing import EXAMPLE, Sim, sim
 
 # Test modules import only these from `conftest`: pytest loads e2e/conftest.py under the same module name.
-__all__ = ["EXAMPLE", "Sim", "sim"]
+__all__ = ["EXAMPLE", "Sim", "enforcing", "sim"]

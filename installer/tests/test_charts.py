@@ -14,7 +14,7 @@ from conftest import Sim
 from ruamel.yaml import YAML
 
 from konduktor.config.model import KONDUKTOR_IMAGE
-from konduktor.helm.release import CHARTS, install_or_upgrade
+from konduktor.helm.release import CHARTS, install_or_upgrade, uninstall
 from konduktor.kube.client import Kube
 from konduktor.kube.documents import load_documents
 from konduktor.sim.tools import Toolbox, module_dir
@@ -96,14 +96,28 @@ def test_dashboards_rules_and_policies_come_from_their_sources() -> None:
         assert alert["annotations"]["runbook_url"].endswith(f"docs/runbooks.md#{alert['alert'].lower()}")
 
 
-def test_policy_bindings_follow_values() -> None:
-    objects = render(None, "--set", "policies.validationActions={Deny,Audit}")
-    bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
-    assert len(bindings) == 4
-    for binding in bindings:
-        assert binding["spec"]["validationActions"] == ["Deny", "Audit"]
-        if "paramRef" in binding["spec"]:
-            assert binding["spec"]["paramRef"]["namespace"] == NAMESPACE
+def test_policy_bindings_enforce_by_default_and_warn_first_on_request() -> None:
+    policies = sorted((REPO_ROOT / "policies").glob("*.yaml"))
+    for setting, actions in ((None, ["Deny", "Audit"]), ("policies.validationActions={Warn,Audit}", ["Warn", "Audit"])):
+        objects = render(None, *(["--set", setting] if setting else []))
+        bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+        assert len(bindings) == len(policies) - 1  # params.yaml holds no binding
+        for binding in bindings:
+            assert binding["spec"]["validationActions"] == actions
+            if "paramRef" in binding["spec"]:
+                assert binding["spec"]["paramRef"]["namespace"] == NAMESPACE
+
+
+def test_policy_parameters_default_to_the_shipped_params() -> None:
+    """One truth: the chart's defaults render the ConfigMap that policies/params.yaml ships for hand-made installs."""
+    [shipped] = load_documents((REPO_ROOT / "policies" / "params.yaml").read_text())
+    [rendered] = [o for o in render() if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "konduktor-admission"]
+    assert rendered["data"] == shipped["data"]
+    team_labellers = render(None, "--set", "policies.teamNamespaces.groups={oidc:platform-admins,system:masters}")
+    [params] = [
+        o for o in team_labellers if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "konduktor-admission"
+    ]
+    assert params["data"]["teamNamespaceGroups"] == "oidc:platform-admins,system:masters"
 
 
 @pytest.mark.parametrize(
@@ -191,13 +205,17 @@ def resource_versions(kube: Kube) -> dict[str, str]:
 @pytest.mark.sim
 def test_installs_and_upgrades_with_no_change(sim: Sim, monitoring_crds: None) -> None:
     values = YAML(typ="safe").load((CORE / "ci" / "sim-values.yaml").read_text())
-    first = install_or_upgrade(sim.kubeconfig, CORE, "konduktor", NAMESPACE, values)
-    assert first.status == "deployed"
-    before = resource_versions(sim.kube)
-    assert "Deployment/konduktor-konduktor-core-health" in before
-    second = install_or_upgrade(sim.kubeconfig, CORE, "konduktor", NAMESPACE, values)
-    assert (second.status, second.revision) == ("deployed", first.revision + 1)
-    assert resource_versions(sim.kube) == before  # the upgrade rewrote nothing
+    try:
+        first = install_or_upgrade(sim.kubeconfig, CORE, "konduktor", NAMESPACE, values)
+        assert first.status == "deployed"
+        before = resource_versions(sim.kube)
+        assert "Deployment/konduktor-konduktor-core-health" in before
+        second = install_or_upgrade(sim.kubeconfig, CORE, "konduktor", NAMESPACE, values)
+        assert (second.status, second.revision) == ("deployed", first.revision + 1)
+        assert resource_versions(sim.kube) == before  # the upgrade rewrote nothing
+    finally:
+        # Its policies enforce: later tests that run Jobs in namespaces of their own must not meet them.
+        uninstall(sim.kubeconfig, "konduktor", NAMESPACE)
 
 
 def test_the_preflight_pods_default_image_is_the_one_the_chart_runs() -> None:

@@ -8,8 +8,9 @@ import pytest
 from quota_samples import DELETE, EXAMPLES, config, edited, two_types
 
 from konduktor.config import load_config
-from konduktor.config.findings import Finding
+from konduktor.config.findings import ConfigError, Finding
 from konduktor.config.lint import check_nodes, check_pod_request, lint
+from konduktor.config.load import parse_config
 from konduktor.config.model import Config
 from konduktor.config.pools import node_pools, topology_levels
 from konduktor.sim.nodes import node_manifests
@@ -462,3 +463,27 @@ def test_lint_l14_simulated_nodes_of_each_example_match(name: str) -> None:
         for n in nodes
     ]
     assert check_nodes(loaded.config, as_seen) == []
+
+
+# L16 Pod Security exceptions
+
+
+@pytest.mark.parametrize("level", ["restricted", "baseline"])
+def test_lint_l16_restricted_and_baseline_teams_need_no_exception(level: str) -> None:
+    assert findings("L16", {"teams": {"team-a": {"podSecurity": level}}}) == []
+
+
+def test_lint_l16_a_privileged_team_is_warned_about_by_name() -> None:
+    found = findings("L16", {"teams": {"team-b": {"podSecurity": "privileged"}}})
+    assert summary(found) == [("warning", ("teams", "team-b", "podSecurity"))]
+    assert "team team-b's namespaces admit privileged pods" in found[0].message
+
+
+def test_lint_l16_validate_names_the_line_of_the_exception_and_refuses_an_unknown_level() -> None:
+    text = (EXAMPLES / "config.yaml").read_text()
+    privileged = parse_config(text.replace("    groups: [team-b]", "    groups: [team-b]\n    podSecurity: privileged"))
+    [exception] = [f for f in privileged.warnings if f.rule == "L16"]
+    assert exception.located("config.yaml").startswith("config.yaml:57: teams.team-b.podSecurity: team team-b's")
+    with pytest.raises(ConfigError) as problem:
+        parse_config(text.replace("    groups: [team-b]", "    groups: [team-b]\n    podSecurity: root"))
+    assert str(problem.value).startswith("config.yaml:57: teams.team-b.podSecurity:")

@@ -286,3 +286,13 @@ def test_render_rule_checker_catches_what_kueue_rejects() -> None:
     assert any("borrowingLimit without a cohort" in v for v in violations(objects))
     queue["metadata"]["labels"]["konduktor.ai/team"] = "t" * 64
     assert any("is not a valid label value" in v for v in violations(objects))
+
+
+def test_render_team_namespaces_enforce_the_teams_pod_security_level() -> None:
+    objects = render(config({"teams": {"team-b": {"podSecurity": "baseline"}}}))
+    labels = {name: ns["metadata"]["labels"] for name, ns in of_kind(objects, "Namespace").items()}
+    assert labels["team-a"]["pod-security.kubernetes.io/enforce"] == "restricted"  # the default
+    assert labels["team-b"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    for team in ("team-a", "team-b"):
+        assert labels[team]["pod-security.kubernetes.io/audit"] == "restricted"
+        assert labels[team]["pod-security.kubernetes.io/warn"] == "restricted"

@@ -16,6 +16,7 @@ from conftest import Sim
 
 from konduktor.config.quantity import parse_quantity
 from konduktor.kube.client import Kube
+from konduktor.quotas.render import TEAM_LABEL
 from konduktor.sim.cluster import SimCluster, SimSpec, alive
 from konduktor.sim.nodes import node_manifests, parse_nodes_spec, system_node
 from konduktor.sim.workloads import condition, gpu_job, is_true, job_state, workload_of
@@ -30,7 +31,8 @@ def queue_objects(namespace: str, gpus: int) -> list[dict[str, Any]]:
 
     Named apart from examples/config.yaml's objects, which other tests apply to the same cluster."""
     return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        # A team's namespace, where the admission policies let GPU Jobs through a LocalQueue.
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": {TEAM_LABEL: namespace}}},
         {
             "apiVersion": V1BETA2,
             "kind": "ResourceFlavor",

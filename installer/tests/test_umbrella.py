@@ -293,6 +293,25 @@ def test_one_node_feature_discovery_and_one_dcgm_exporter(environment: str, sett
     assert exporters.count(True) == 1, f"{environment}: DCGM exporter from GPU Operator, standalone: {exporters}"
 
 
+# Where the operator installs the toolkit (EKS's node image brings its own: see overlays/eks/values.yaml).
+OPERATOR_TOOLKIT = [(name, s) for name, s in environments() if s["gpu-operator"]["toolkit"].get("enabled", True)]
+
+
+@pytest.mark.parametrize(("environment", "settings"), OPERATOR_TOOLKIT, ids=[name for name, _ in OPERATOR_TOOLKIT])
+def test_no_container_gets_gpus_by_setting_nvidia_visible_devices(environment: str, settings: dict[str, Any]) -> None:
+    """The toolkit the operator installs ignores the variable in unprivileged containers, and the device plugin
+    hands GPUs over in a way that needs no variable (CDI, or volume mounts the toolkit accepts)."""
+    gpu_operator = settings["gpu-operator"]
+    toolkit = {e["name"]: e["value"] for e in gpu_operator["toolkit"]["env"]}
+    assert toolkit["ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"] == "false"
+    assert toolkit["ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS"] == "true"
+    plugin = {e["name"]: e["value"] for e in gpu_operator.get("devicePlugin", {}).get("env", [])}
+    strategy = plugin.get(
+        "DEVICE_LIST_STRATEGY", "cdi-annotations,cdi-cri" if gpu_operator["cdi"]["enabled"] else "envvar"
+    )
+    assert "envvar" not in strategy.split(","), f"{environment}: the device plugin passes GPUs by {strategy}"
+
+
 def test_kueue_configuration_is_v1beta2_and_manages_only_team_namespaces() -> None:
     config = kueue_manager_config()
     assert (config["apiVersion"], config["kind"]) == (KUEUE_CONFIG_API, "Configuration")

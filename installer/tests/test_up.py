@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import EXAMPLE, Sim
@@ -13,6 +14,7 @@ from conftest import EXAMPLE, Sim
 from konduktor.burnin.manifests import HEALTH_TAINT_KEY
 from konduktor.cli.main import main
 from konduktor.helm.release import NAMESPACE, RELEASE, current
+from konduktor.kube.client import ApiError, Kube
 from konduktor.paths import state_dir
 from konduktor.quotas.render import KUEUE_API
 from konduktor.sim.gpus import FAULTS_ANNOTATION
@@ -43,18 +45,80 @@ def test_up_installs_applies_and_verifies_then_changes_nothing(
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
     assert re.search(r"burn-in \S+: 4 PASS, 0 WARN, 0 FAIL, 0 ERROR, 0 SKIPPED", err)  # quick, on every GPU node
 
-    # A GPU pod that bypasses the queues, created before the policies are enforced: up reports it.
+    # The policies enforce from the first install: a GPU pod that bypasses the queues is refused.
     spec = gpu_job("bypass", "default", gpus=1, queue=None)["spec"]["template"]["spec"]
     bypass = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bypass", "namespace": "default"}, "spec": spec}
-    sim.kube.create(bypass)
+    wait_until("the policies to refuse the bypass", lambda: refusal(sim.kube, bypass) is not None, timeout=60)
+    refused = refusal(sim.kube, bypass)
+    assert refused is not None and refused.status == 403
+    assert "konduktor-gpu-in-team-namespaces" in refused.message
+    assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0  # safe to re-run
+    assert "0 quota objects changed" in capsys.readouterr().err
+
+
+def test_up_warn_first_admits_and_reports_what_the_policies_would_refuse(
+    sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Adopting a cluster that already runs workloads: warn-first admits a violation, `up` reports it (a
+    controller-owned pod included), and the default enforces again."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    config = tmp_path / "config.yaml"  # the example without its burn-in, which this test does not need
+    config.write_text(EXAMPLE.read_text().replace("level: quick ", "level: none  "))
+    warn_first = tmp_path / "warn-first.yaml"
+    warn_first.write_text("policies:\n  validationActions: [Warn, Audit]\n")
+    spec = gpu_job("bypass", "default", gpus=1, queue=None)["spec"]["template"]["spec"]
+    bypass = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bypass", "namespace": "default"}, "spec": spec}
+    # A ReplicaSet's pod in a team namespace tolerating the health taint: the Pod is the ReplicaSet controller's.
+    tolerating = gpu_job("tolerating", "team-a", gpus=1)["spec"]["template"]
+    cpu = {"cpu": "100m", "memory": "64Mi"}
+    tolerating["spec"]["containers"][0]["resources"] = {"requests": cpu, "limits": cpu}
+    tolerating["spec"]["tolerations"] = [{"key": HEALTH_TAINT_KEY, "operator": "Exists"}]
+    tolerating["metadata"]["labels"] = {"app": "tolerating"}
+    tolerating["spec"]["restartPolicy"] = "Always"
+    replica_set = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": "tolerating", "namespace": "team-a"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "tolerating"}}, "template": tolerating},
+    }
     try:
-        assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0  # safe to re-run
+        assert main(["up", str(config), "--sim", sim.cluster.name, "-f", str(warn_first)]) == 0
+        capsys.readouterr()
+        wait_until("warn-first to admit the bypass", lambda: admitted(sim.kube, bypass), timeout=60)
+        sim.kube.create(replica_set)
+        wait_until(
+            "the ReplicaSet's pod",
+            lambda: bool(sim.kube.list("v1", "Pod", "team-a", label_selector="app=tolerating")),
+            timeout=60,
+        )
+        assert main(["up", str(config), "--sim", sim.cluster.name, "-f", str(warn_first)]) == 0
         err = capsys.readouterr().err
+        assert "policy: Pod default/bypass:" in err and "konduktor-gpu-in-team-namespaces" in err
+        assert re.search(r"policy: Pod team-a/tolerating-\S+: .*konduktor-gpu-health-toleration", err)
+        assert re.search(r"up: \d+ existing workload\(s\) break the admission policies", err)
     finally:
+        sim.kube.delete("apps/v1", "ReplicaSet", "tolerating", "team-a")
         sim.kube.delete("v1", "Pod", "bypass", "default")
-    assert "0 quota objects changed" in err
-    assert "policy: Pod default/bypass:" in err and "konduktor-gpu-in-team-namespaces" in err
-    assert re.search(r"up: \d+ existing GPU workload\(s\) break the admission policies", err)
+        assert main(["up", str(config), "--sim", sim.cluster.name]) == 0  # enforcing again
+    wait_until("the policies to refuse again", lambda: refusal(sim.kube, bypass) is not None, timeout=60)
+
+
+def refusal(kube: Kube, obj: dict[str, Any]) -> ApiError | None:
+    """Why the API server refuses a dry-run create of `obj`, or None when it admits it."""
+    try:
+        kube.dry_run_create(obj)
+    except ApiError as problem:
+        return problem
+    return None
+
+
+def admitted(kube: Kube, obj: dict[str, Any]) -> bool:
+    """Creates `obj` unless the API server refuses it (as enforcing policies do until warn-first is in force)."""
+    try:
+        kube.create(obj)
+    except ApiError:
+        return False
+    return True
 
 
 def test_up_burns_in_the_gpu_nodes_and_quarantines_one_that_fails(
@@ -174,7 +238,10 @@ def test_preflight_pods_without_a_result_stop_up_before_any_change(
     assert spec is not None
     sim.cluster.apply_nodes(sim.kube, spec)
     config = tmp_path / "config.yaml"
-    namespace = "konduktor-preflight-up-test"
+    # The chart's burn-in namespace: once its policies enforce, only the preflight service account there may
+    # tolerate the health taint, as these pods do.
+    namespace = "konduktor-system"
+    preflight_jobs = "app.kubernetes.io/component=node-preflight"
     text = EXAMPLE.read_text().replace("name: gpu-lab", "name: pod-lab")
     config.write_text(text + f"preflight:\n  nodes:\n    pod: {{namespace: {namespace}}}\n")
     before = current(sim.kubeconfig, RELEASE, NAMESPACE)
@@ -185,9 +252,10 @@ def test_preflight_pods_without_a_result_stop_up_before_any_change(
             f"preflight FAIL host-reachable (gpu-h100-{i:04d}): no result from the preflight pod" for i in range(4)
         ]
         assert "the API served no log" in err and "nothing was changed" in err and "Traceback" not in err
-        assert len(sim.kube.list("batch/v1", "Job", namespace)) == 4
+        assert len(sim.kube.list("batch/v1", "Job", namespace, label_selector=preflight_jobs)) == 4
     finally:
-        sim.kube.delete("v1", "Namespace", namespace)
+        for job in sim.kube.list("batch/v1", "Job", namespace, label_selector=preflight_jobs):
+            sim.kube.delete("batch/v1", "Job", job["metadata"]["name"], namespace)
     after = current(sim.kubeconfig, RELEASE, NAMESPACE)
     assert (after.revision if after else None) == (before.revision if before else None)
     assert not sim.kube.list(KUEUE_API, "ClusterQueue", label_selector="konduktor.ai/config=pod-lab")

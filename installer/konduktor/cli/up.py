@@ -1,7 +1,7 @@
 """The platform's life cycle: `up`, `plan`, `status`, `down`.
 
 up: validate -> target (the given cluster, else the simulated one) -> preflight -> install the chart ->
-apply team quotas -> verify queues and the health controller -> audit existing GPU workloads against the
+apply team quotas -> verify queues and the health controller -> audit existing workloads against the
 policies -> burn in the GPU nodes (config `burnin`). Nothing touches a cluster until the whole config
 validates and preflight passes; every step is safe to repeat, so a run that was interrupted is finished by
 running it again.
@@ -53,7 +53,7 @@ from konduktor.helm.release import (
 from konduktor.helm.values import merge_values, umbrella_values
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.documents import load_documents
-from konduktor.kube.policy_audit import Violation, audit_gpu_workloads
+from konduktor.kube.policy_audit import Violation, audit_workloads
 from konduktor.kube.sync import WRITES, Change, Ref, adoption_of, refuse_if_any
 from konduktor.preflight.inventory import SshHosts, config_inventory
 from konduktor.preflight.results import Status
@@ -276,8 +276,8 @@ def run_up(
         )
         clock.step("verify", "queues active, health controller available")
         verify(kube, loaded.config, report)
-        clock.step("policies", "checking existing GPU workloads")
-        violations = audit_gpu_workloads(kube)
+        clock.step("policies", "checking existing workloads")
+        violations = audit_workloads(kube)
         burnin = None
         if loaded.config.burnin.level != "none":
             clock.step("burnin", f"{loaded.config.burnin.level} on the GPU nodes")
@@ -355,8 +355,9 @@ def print_report(result: UpReport) -> None:
         err.print(f"policy: {violation.kind} {violation.namespace}/{violation.name}: {violation.reason}", markup=False)
     if result.violations:
         err.print(
-            f"up: {len(result.violations)} existing GPU workload(s) break the admission policies (warned, not "
-            "refused); move them to their team's queue before setting policies.validationActions=[Deny,Audit]",
+            f"up: {len(result.violations)} existing workload(s) break the admission policies: they keep running, "
+            "but new ones like them (their controllers' new pods too) are refused; fix them, or adopt with "
+            "policies.validationActions=[Warn,Audit] until up reports none",
             markup=False,
         )
     for node in unfit_nodes(result.burnin):

@@ -1,7 +1,7 @@
 """Lint rules over a parsed config: what Kueue accepts but gets wrong, and what Kueue would reject.
 
-Rule ids follow the quota design notes (L1-L15). Every rule is a pure function of the config (L14 also
-of a list of nodes) returning findings with a YAML path; the loader adds the line numbers.
+Rule ids follow the quota design notes (L1-L15; L16 guards tenancy). Every rule is a pure function of the
+config (L14 also of a list of nodes) returning findings with a YAML path; the loader adds the line numbers.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ QUOTA_RESOURCES = ("cpu", "memory", GPU_RESOURCE)
 
 
 def lint(config: Config) -> list[Finding]:
-    """Every finding of rules L1-L13 and L15 that needs only the config."""
+    """Every finding of rules L1-L13, L15 and L16 that needs only the config."""
     return [finding for rule in RULES for finding in rule(config)]
 
 
@@ -483,6 +483,21 @@ def borrow_only_entries(config: Config) -> Iterator[Finding]:
                 yield warning("L13", path, f"quota 0 and borrowLimit 0: {team_name} can never run on {type_name}")
 
 
+def pod_security_exceptions(config: Config) -> Iterator[Finding]:
+    """L16 (warning): a team whose namespaces admit privileged pods. Its members hold `edit` there, so any of
+    them can run a privileged, hostPID or hostPath pod: root on a GPU node, and other teams' pods and tokens."""
+    for team_name, team in config.teams.items():
+        if team.pod_security == "privileged":
+            yield warning(
+                "L16",
+                ("teams", team_name, "podSecurity"),
+                f"team {team_name}'s namespaces admit privileged pods: any member of {team_name} can become root "
+                "on a GPU node and reach other teams' pods, volumes and tokens",
+                hint="keep this exception only for a team of node administrators; `baseline` still refuses "
+                "privileged, hostPath, hostPID and hostNetwork pods",
+            )
+
+
 RULES: tuple[Callable[[Config], Iterable[Finding]], ...] = (
     names,
     known_gpu_types,
@@ -497,6 +512,7 @@ RULES: tuple[Callable[[Config], Iterable[Finding]], ...] = (
     topology_shape,
     namespace_ownership,
     borrow_only_entries,
+    pod_security_exceptions,
 )
 
 

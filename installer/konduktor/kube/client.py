@@ -49,6 +49,14 @@ class Resource:
 UNAUTHORISED = (401, 403)
 
 
+@dataclass(frozen=True)
+class Identity:
+    """Who a request is sent as (request.userInfo): a user name and at most one group."""
+
+    user: str
+    group: str | None = None
+
+
 class ApiError(KonduktorError):
     """The API server refused a request or could not be reached (`status` None)."""
 
@@ -76,7 +84,13 @@ def api_prefix(api_version: str) -> str:
 class Kube:
     """A client for one cluster (a kubeconfig file and optional context)."""
 
-    def __init__(self, kubeconfig: Path | None = None, context: str | None = None, timeout: float = 30) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path | None = None,
+        context: str | None = None,
+        timeout: float = 30,
+        impersonate: Identity | None = None,
+    ) -> None:
         configuration = client.Configuration()
         try:
             if kubeconfig is None and context is None and _in_cluster_only():
@@ -95,7 +109,14 @@ class Kube:
         configuration.retries = 2
         self.server = configuration.host
         self.kubeconfig = kubeconfig
+        self.context = context
         self.api = client.ApiClient(configuration)
+        if impersonate is not None:
+            # The API server authorizes and admits each request as this identity (the kubeconfig's user needs
+            # the `impersonate` verb on it): how the platform asks "what would this user be allowed?".
+            self.api.set_default_header("Impersonate-User", impersonate.user)
+            if impersonate.group is not None:
+                self.api.set_default_header("Impersonate-Group", impersonate.group)
         self.timeout = timeout
         self.last_warnings: list[str] = []
         self._resources: dict[str, dict[str, Resource]] = {}

@@ -1,8 +1,9 @@
-"""Which existing GPU workloads Konduktor's admission policies would refuse.
+"""Which existing workloads Konduktor's admission policies would refuse.
 
-Policies only judge creations, so workloads that predate them are never checked. Each is re-submitted as a
-server-side dry-run copy: the real policies judge it and, in Warn mode, answer with warnings naming the
-policy and the reason. Nothing is created.
+Policies judge creations and updates, so workloads that predate them run on unjudged. Each Pod and Job, those
+that controllers created included, is re-submitted as a server-side dry-run copy, sent as the identity that
+created it where the policies exempt that identity: the real policies judge it and answer with the policy and
+the reason (a warning in warn-first mode, a refusal when enforcing). Nothing is created.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.client import ApiError, Identity, Kube
 
-GPU = "nvidia.com/gpu"
 POLICY_PREFIX = "konduktor-"
+# Creates the pods of Jobs (kube-controller-manager with --use-service-account-credentials). The policies exempt
+# it (policies.workloadControllers) from the checks its Job passed, so a Job's pods are judged as it sends them.
+JOB_CONTROLLER = Identity("system:serviceaccount:kube-system:job-controller")
 # Labels the Job controller adds; a copy must not carry them or the API server refuses its selector.
 JOB_CONTROLLER_LABELS = (
     "controller-uid",
@@ -21,6 +24,8 @@ JOB_CONTROLLER_LABELS = (
     "job-name",
     "batch.kubernetes.io/job-name",
 )
+# What the scheduler and the Job controller wrote into the spec; a person's pod could not carry them.
+SCHEDULED_FIELDS = ("nodeName",)
 
 
 @dataclass(frozen=True)
@@ -31,55 +36,55 @@ class Violation:
     reason: str
 
 
-def requests_gpu(pod_spec: dict[str, Any]) -> bool:
-    containers = [*pod_spec.get("containers", []), *pod_spec.get("initContainers", [])]
-    for container in containers:
-        resources = container.get("resources", {})
-        if GPU in resources.get("requests", {}) or GPU in resources.get("limits", {}):
-            return True
-    return False
+def controller_kind(obj: dict[str, Any]) -> str | None:
+    """The kind of the object's controller owner (`batch/v1 Job`), or None."""
+    for owner in obj["metadata"].get("ownerReferences", []):
+        if owner.get("controller"):
+            return f"{owner['apiVersion']} {owner['kind']}"
+    return None
 
 
-def audit_copy(obj: dict[str, Any]) -> dict[str, Any] | None:
-    """A creatable copy of a Pod or Job that requests GPUs, or None when the policies would not judge it:
-    no GPUs, or created by a controller (a Job's pods were judged as the Job)."""
+def created_by_the_job_controller(obj: dict[str, Any]) -> bool:
+    """A Job's pod, whose copy is sent as the Job controller; every other copy as the caller, exempt from nothing."""
+    return obj["kind"] == "Pod" and controller_kind(obj) == "batch/v1 Job"
+
+
+def audit_copy(obj: dict[str, Any]) -> dict[str, Any]:
+    """A creatable copy of a Pod or Job: what its creator sent, without what the server and controllers added."""
     meta = obj["metadata"]
-    if any(owner.get("controller") for owner in meta.get("ownerReferences", [])):
-        return None
-    spec = obj["spec"] if obj["kind"] == "Pod" else obj["spec"]["template"]["spec"]
-    if not requests_gpu(spec):
-        return None
     copy_meta = {
         "generateName": "konduktor-audit-",
         "namespace": meta["namespace"],
-        "labels": meta.get("labels", {}),
+        "labels": {k: v for k, v in meta.get("labels", {}).items() if k not in JOB_CONTROLLER_LABELS},
         "annotations": meta.get("annotations", {}),
     }
     if obj["kind"] == "Pod":
-        spec = {k: v for k, v in obj["spec"].items() if k not in ("nodeName",)}
+        spec = {k: v for k, v in obj["spec"].items() if k not in SCHEDULED_FIELDS}
         return {"apiVersion": "v1", "kind": "Pod", "metadata": copy_meta, "spec": spec}
     template = obj["spec"]["template"]
     labels = {k: v for k, v in template.get("metadata", {}).get("labels", {}).items() if k not in JOB_CONTROLLER_LABELS}
     job_spec = {k: v for k, v in obj["spec"].items() if k not in ("selector", "template")}
     job_spec["template"] = {"metadata": {**template.get("metadata", {}), "labels": labels}, "spec": template["spec"]}
-    copy_meta["labels"] = {k: v for k, v in copy_meta["labels"].items() if k not in JOB_CONTROLLER_LABELS}
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": copy_meta, "spec": job_spec}
 
 
-def audit_gpu_workloads(kube: Kube) -> list[Violation]:
-    """Every standalone GPU Pod and every GPU Job in the cluster that a Konduktor policy warns about."""
+def audit_workloads(kube: Kube) -> list[Violation]:
+    """Every Pod and Job in the cluster, controller-owned ones included, that a Konduktor policy refuses or
+    warns about."""
+    job_controller = Kube(kube.kubeconfig, kube.context, timeout=kube.timeout, impersonate=JOB_CONTROLLER)
     violations = []
-    for api_version, kind in (("v1", "Pod"), ("batch/v1", "Job")):
-        for obj in kube.list(api_version, kind):
-            probe = audit_copy(obj)
-            if probe is None:
-                continue
-            meta = obj["metadata"]
-            try:
-                warnings = kube.dry_run_create(probe)
-            except ApiError as problem:  # already enforcing (Deny): the refusal is the finding
-                warnings = [problem.message]
-            for warning in warnings:
-                if f"ValidatingAdmissionPolicy '{POLICY_PREFIX}" in warning:
-                    violations.append(Violation(kind, meta["namespace"], meta["name"], warning))
+    try:
+        for api_version, kind in (("v1", "Pod"), ("batch/v1", "Job")):
+            for obj in kube.list(api_version, kind):
+                client = job_controller if created_by_the_job_controller(obj) else kube
+                meta = obj["metadata"]
+                try:
+                    warnings = client.dry_run_create(audit_copy(obj))
+                except ApiError as problem:  # enforcing (Deny): the refusal is the finding
+                    warnings = [problem.message]
+                for warning in warnings:
+                    if f"ValidatingAdmissionPolicy '{POLICY_PREFIX}" in warning:
+                        violations.append(Violation(kind, meta["namespace"], meta["name"], warning))
+    finally:
+        job_controller.close()
     return violations

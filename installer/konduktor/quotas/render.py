@@ -25,6 +25,7 @@ DEFAULT_LOCAL_QUEUE = "default"  # Kueue puts unlabelled Jobs and Pods of the na
 BATCH_USER_ROLE = "kueue-batch-user-role"
 EDIT_ROLE = "edit"  # users create Jobs and Pods; they get no write access to queues
 COVERED_RESOURCES = ["cpu", "memory", GPU_RESOURCE]
+POD_SECURITY_LABEL = "pod-security.kubernetes.io/{mode}"
 KIND_ORDER = (
     "Namespace",
     "WorkloadPriorityClass",
@@ -72,12 +73,25 @@ def _metadata(config: Config, name: str, *, namespace: str | None = None, team: 
 
 
 def namespaces(config: Config) -> list[KubeObject]:
-    """Team namespaces, labelled with the team its ClusterQueue selects."""
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": _metadata(config, namespace, team=team_name)}
-        for team_name, team in config.teams.items()
-        for namespace in team.namespaces
-    ]
+    """Team namespaces, labelled with the team its ClusterQueue selects and with the team's Pod Security level."""
+    objects = []
+    for team_name, team in config.teams.items():
+        for namespace in team.namespaces:
+            metadata = _metadata(config, namespace, team=team_name)
+            metadata["labels"].update(pod_security_labels(team))
+            objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": metadata})
+    return objects
+
+
+def pod_security_labels(team: Team) -> dict[str, str]:
+    """The API server's Pod Security admission refuses what the team's level forbids (team members hold `edit`,
+    so without it any of them could run a privileged pod). Audit and warn stay at `restricted` whatever the
+    level, so a looser team still sees what the strict profile would refuse."""
+    return {
+        POD_SECURITY_LABEL.format(mode="enforce"): team.pod_security,
+        POD_SECURITY_LABEL.format(mode="audit"): "restricted",
+        POD_SECURITY_LABEL.format(mode="warn"): "restricted",
+    }
 
 
 def workload_priority_classes(config: Config) -> list[KubeObject]:

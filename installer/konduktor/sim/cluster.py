@@ -7,6 +7,7 @@ after `up` converges instead of failing.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -47,6 +48,12 @@ SIM_BINARIES = (
     "kwokctl",
     "kueue",
 )
+
+
+@dataclass(frozen=True)
+class KueueKubeconfig:
+    path: Path
+    changed: bool  # Kueue must restart to use it
 
 
 @dataclass
@@ -201,6 +208,13 @@ class SimCluster:
                 "componentsPatches": [
                     # Without a default route kube-apiserver cannot pick an address to advertise.
                     {"name": "kube-apiserver", "extraArgs": [{"key": "advertise-address", "value": "127.0.0.1"}]},
+                    # Each controller calls the API as its own service account, as kubeadm and managed clusters
+                    # run it: the admission policies tell the Job controller's pods from a person's by that name
+                    # (system:serviceaccount:kube-system:job-controller), not by the admin's one identity.
+                    {
+                        "name": "kube-controller-manager",
+                        "extraArgs": [{"key": "use-service-account-credentials", "value": "true"}],
+                    },
                 ],
             },
             *kueue.stages(module_dir(self.toolbox.tools["kwok"]), spec.job_seconds),
@@ -300,6 +314,7 @@ class SimCluster:
         self.progress("kueue: installing user roles")
         for role in kueue.user_roles(module):
             kube.apply(role)
+        kubeconfig = self.kueue_kubeconfig(kube)
         ca = write_serving_pki(self.kueue_dir / "certs", "kueue-webhook", ["kueue-webhook-service.kueue-system.svc"])
         config_path = self.kueue_dir / "config.yaml"
         ports = spec.kueue_ports or {"webhook": free_port(), "health": free_port(), "metrics": free_port()}
@@ -307,7 +322,7 @@ class SimCluster:
             ports["webhook"], ports["health"], ports["metrics"], self.kueue_dir / "certs", spec.kueue_settings
         )
         unchanged = config_path.exists() and YAML(typ="safe").load(config_path.read_text()) == configuration
-        if not (unchanged and self.kueue_healthy(spec)):
+        if not (unchanged and not kubeconfig.changed and self.kueue_healthy(spec)):
             self.stop_kueue()
             spec.kueue_ports = ports
             self.spec_file.write_text(spec.to_json())
@@ -323,7 +338,7 @@ class SimCluster:
                         "--config",
                         str(config_path),
                         "--kubeconfig",
-                        str(self.kubeconfig),
+                        str(kubeconfig.path),
                         "--feature-gates=VisibilityOnDemand=false",
                         "--zap-log-level=info",
                     ],
@@ -345,6 +360,28 @@ class SimCluster:
         self.progress("kueue: registering webhooks")
         for configuration in kueue.webhook_configurations(module, spec.kueue_ports["webhook"], ca.read_bytes()):
             kube.apply(configuration)
+
+    def kueue_kubeconfig(self, kube: Kube) -> KueueKubeconfig:
+        """A kubeconfig that is Kueue's service account (kueue.identity_objects), written when it changed."""
+        for obj in kueue.identity_objects():
+            kube.apply(obj)
+
+        def token() -> str | None:
+            secret = kube.get("v1", "Secret", kueue.TOKEN_SECRET, kueue.NAMESPACE) or {}
+            encoded = secret.get("data", {}).get("token")
+            return base64.b64decode(encoded).decode() if encoded else None
+
+        wait_until("kube-controller-manager to issue Kueue's token", lambda: token() is not None, timeout=60)
+        admin = YAML(typ="safe").load(self.kubeconfig.read_text())
+        wanted = kueue.token_kubeconfig(admin, token() or "")
+        path = self.kueue_dir / "kubeconfig.yaml"
+        changed = not path.exists() or YAML(typ="safe").load(path.read_text()) != wanted
+        if changed:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("w") as handle:
+                YAML(typ="safe").dump(wanted, handle)
+            path.chmod(0o600)
+        return KueueKubeconfig(path, changed)
 
     def stop_kueue(self) -> None:
         pid = self.kueue_pid()

@@ -30,6 +30,51 @@ NAME_PREFIX = "kueue-"
 _USER_ROLE_LABEL = "rbac.kueue.x-k8s.io/"
 
 
+# Kueue calls the API as its own service account, as its chart runs it, so that the admission policies see
+# Kueue (system:serviceaccount:kueue-system:kueue-controller-manager), not the admin, admit a workload.
+SERVICE_ACCOUNT = "kueue-controller-manager"
+TOKEN_SECRET = f"{SERVICE_ACCOUNT}-token"
+
+
+def identity_objects() -> list[dict[str, Any]]:
+    """Kueue's service account, bound to cluster-admin (the chart's finer roles are no concern of the sim), and
+    a long-lived token for it that kube-controller-manager fills in."""
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "konduktor-sim-kueue"},
+            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/service-account-token",
+            "metadata": {
+                "name": TOKEN_SECRET,
+                "namespace": NAMESPACE,
+                "annotations": {"kubernetes.io/service-account.name": SERVICE_ACCOUNT},
+            },
+        },
+    ]
+
+
+def token_kubeconfig(admin_kubeconfig: dict[str, Any], token: str) -> dict[str, Any]:
+    """The admin's kubeconfig (its cluster and CA) with the service account's token as the only user."""
+    context = next(c for c in admin_kubeconfig["contexts"] if c["name"] == admin_kubeconfig["current-context"])
+    cluster = next(c for c in admin_kubeconfig["clusters"] if c["name"] == context["context"]["cluster"])
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
+        "contexts": [{"name": SERVICE_ACCOUNT, "context": {"cluster": cluster["name"], "user": SERVICE_ACCOUNT}}],
+        "current-context": SERVICE_ACCOUNT,
+    }
+
+
 def crds(module_dir: Path) -> list[dict[str, Any]]:
     bases = module_dir / "config" / "components" / "crd" / "bases"
     return [doc for path in sorted(bases.glob("*.yaml")) for doc in load_documents(path)]

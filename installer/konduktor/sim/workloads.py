@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from konduktor.kube.client import Kube
@@ -10,6 +11,11 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 # kwok's pod-complete stage reads this annotation: how long this pod "runs" before it succeeds.
 RUN_FOR = "pod-complete.stage.kwok.x-k8s.io/delay"
+# What Pod Security `restricted` (the team namespaces' default) asks of a pod: not root (a numeric user, since
+# images such as NVIDIA's run as root by default), no privilege escalation, no capabilities, the runtime's
+# seccomp profile.
+RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 def gpu_job(
@@ -23,7 +29,8 @@ def gpu_job(
     node: str | None = None,
     command: list[str] | None = None,
 ) -> dict[str, Any]:
-    """A batch Job whose pods each ask for `gpus` GPUs (requests == limits, as extended resources require)."""
+    """A batch Job whose pods each ask for `gpus` GPUs (requests == limits, as extended resources require), fit
+    for Pod Security `restricted`."""
     labels = {QUEUE_LABEL: queue} if queue else {}
     if priority:
         labels[PRIORITY_LABEL] = priority
@@ -42,12 +49,14 @@ def gpu_job(
                 "spec": {
                     "restartPolicy": "Never",
                     **({"nodeSelector": {"kubernetes.io/hostname": node}} if node else {}),
+                    "securityContext": copy.deepcopy(RESTRICTED_POD),
                     "containers": [
                         {
                             "name": "train",
                             "image": "nvcr.io/nvidia/pytorch:24.05-py3",
                             **({"command": command} if command else {}),
                             "resources": {"requests": resources, "limits": resources},
+                            "securityContext": copy.deepcopy(RESTRICTED_CONTAINER),
                         }
                     ],
                 },

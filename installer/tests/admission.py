@@ -1,0 +1,163 @@
+"""Konduktor's admission policies on the session cluster, as they ship (enforcing), with their parameters and the
+objects their cases assume: the `enforcing` fixture, shared by the policy cases and the tenancy tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from konduktor.kube.client import ApiError, Identity, Kube
+
+REPO = Path(__file__).resolve().parents[2]
+POLICY_DIR = REPO / "policies"
+CASE_DIR = POLICY_DIR / "cases"
+PARAMS_FILE = POLICY_DIR / "params.yaml"
+POLICY_FILES = sorted(path for path in POLICY_DIR.glob("*.yaml") if path != PARAMS_FILE)
+CASE_FILES = sorted(path for path in CASE_DIR.glob("*.yaml") if path.name != "setup.yaml")
+WARN_MODE = ["Warn", "Audit"]
+ENFORCED = ["Deny", "Audit"]
+ADMISSION = "admissionregistration.k8s.io/v1"
+
+
+def documents(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def of_kind(kind: str) -> dict[str, dict[str, Any]]:
+    return {doc["metadata"]["name"]: doc for path in POLICY_FILES for doc in documents(path) if doc["kind"] == kind}
+
+
+POLICIES = of_kind("ValidatingAdmissionPolicy")
+BINDINGS = of_kind("ValidatingAdmissionPolicyBinding")
+PARAMS = documents(PARAMS_FILE)[0]
+
+
+@dataclass(frozen=True)
+class Case:
+    policy: str
+    name: str
+    expect: str
+    message: str
+    object: dict[str, Any]
+    sender: Identity | None = None
+
+
+def load_cases() -> list[Case]:
+    found = []
+    for path in CASE_FILES:
+        spec = yaml.safe_load(path.read_text())
+        for case in spec["cases"]:
+            sender = Identity(case["as"]["user"], case["as"].get("group")) if "as" in case else None
+            found.append(
+                Case(spec["policy"], case["name"], case["expect"], case.get("message", ""), case["object"], sender)
+            )
+    return found
+
+
+CASES = load_cases()
+
+
+def dry_run_create(kube: Kube, obj: dict[str, Any]) -> None:
+    resource = kube.resource(obj["apiVersion"], obj["kind"])
+    kube.request("POST", resource.path(obj["metadata"].get("namespace")), query={"dryRun": "All"}, body=obj)
+
+
+def denial(kube: Kube, obj: dict[str, Any], sender: Identity | None = None) -> ApiError | None:
+    """The refusal of a dry-run create of `obj`, sent by `sender` (impersonated) or by the cluster admin."""
+    client = kube if sender is None else Kube(kube.kubeconfig, impersonate=sender)
+    try:
+        dry_run_create(client, obj)
+    except ApiError as problem:
+        return problem
+    finally:
+        if client is not kube:
+            client.close()
+    return None
+
+
+def wait_for(condition: Any, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.5)
+
+
+def stored(kube: Kube, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+    """An object as it is now, without what the server writes, so it can be put back as it was."""
+    obj = kube.get(api_version, kind, name, namespace)
+    if obj is None:
+        return None
+    meta = {k: v for k, v in obj["metadata"].items() if k in ("name", "namespace", "labels", "annotations")}
+    return {**{k: v for k, v in obj.items() if k not in ("status", "metadata")}, "metadata": meta}
+
+
+@pytest.fixture(scope="module")
+def enforcing(sim: Any) -> Iterator[Kube]:
+    """The policies as shipped, enforced, on the session cluster. The same objects may already be there from the
+    chart (owned by Helm, maybe in another mode); they are set aside and put back afterwards, so later tests find
+    them as they were."""
+    kube: Kube = sim.kube
+    setup = documents(CASE_DIR / "setup.yaml")
+    namespaces = [doc["metadata"]["name"] for doc in setup if doc["kind"] == "Namespace"]
+
+    def terminating(name: str) -> bool:
+        found = kube.get("v1", "Namespace", name)
+        return found is not None and "deletionTimestamp" in found["metadata"]
+
+    # An earlier module's teardown may still be deleting them; nothing can be created in them meanwhile.
+    for name in namespaces:
+        wait_for(lambda n=name: not terminating(n), f"namespace {name} to be gone", timeout=120)
+    created = [name for name in namespaces if kube.get("v1", "Namespace", name) is None]
+    params = (PARAMS["metadata"]["name"], PARAMS["metadata"]["namespace"])
+    before = [stored(kube, "v1", "ConfigMap", *params)] + [
+        stored(kube, ADMISSION, kind, name)
+        for name in POLICIES
+        for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    ]
+
+    def remove_ours() -> None:
+        for name in POLICIES:
+            kube.delete(ADMISSION, "ValidatingAdmissionPolicyBinding", name)
+        # The API server drops a deleted binding asynchronously; while it still holds one, the binding refuses
+        # every request it matches once its parameters are gone. So the parameters go last.
+        for name in POLICIES:
+            first_denied = next(case for case in CASES if case.policy == name and case.expect == "deny")
+            wait_for(lambda c=first_denied: denial(kube, c.object, c.sender) is None, f"{name} to be lifted")
+            kube.delete(ADMISSION, "ValidatingAdmissionPolicy", name)
+        kube.delete("v1", "ConfigMap", *params)
+
+    try:
+        for obj in setup:  # while whatever policies are there still have their parameters
+            kube.apply(obj)
+        # Pods without a service account get "default", which kube-controller-manager creates in new namespaces.
+        for name in namespaces:
+            wait_for(lambda n=name: kube.get("v1", "ServiceAccount", "default", n) is not None, f"{name}/default")
+        kube.apply(PARAMS)
+        for name in POLICIES:  # a binding merged with the chart's would hold both Warn and Deny
+            kube.delete(ADMISSION, "ValidatingAdmissionPolicyBinding", name)
+            kube.delete(ADMISSION, "ValidatingAdmissionPolicy", name)
+        for name, policy in POLICIES.items():
+            kube.apply(policy)
+            kube.apply(BINDINGS[name])
+        # The apiserver's policy informers pick new bindings up asynchronously.
+        for name in POLICIES:
+            first_denied = next(case for case in CASES if case.policy == name and case.expect == "deny")
+            wait_for(lambda c=first_denied: denial(kube, c.object, c.sender) is not None, f"{name} to be enforced")
+        yield kube
+    finally:
+        remove_ours()
+        for obj in before:
+            if obj is not None:
+                kube.create(obj)
+        for name in created:
+            kube.delete("v1", "Namespace", name)
+        for obj in setup:
+            if obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+                kube.delete(obj["apiVersion"], obj["kind"], obj["metadata"]["name"])

@@ -1,0 +1,265 @@
+"""A team member stays inside their team: each promise of docs/security.md ("A team member") tried the way a
+member of team-a would break it, as that member (impersonation of the team's group, bound as the installer binds
+it), against the simulated cluster's real kube-apiserver with examples/config.yaml's team namespaces and
+Konduktor's admission policies as they ship. Attempts are server-side dry runs unless they need a real object."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import EXAMPLE, Sim
+
+from konduktor.cli.cluster_quotas import sync_quotas
+from konduktor.config.load import load_config
+from konduktor.kube.client import MERGE_PATCH, ApiError, Identity, Kube
+from konduktor.quotas.render import KUEUE_API
+from konduktor.sim.workloads import RESTRICTED_CONTAINER, RESTRICTED_POD, condition, gpu_job, is_true, workload_of
+from konduktor.waiting import wait_until
+
+pytestmark = pytest.mark.sim
+TEAM = "team-a"  # its namespace is team-a, its group team-a (examples/config.yaml)
+MEMBER = Identity("alice", TEAM)
+# May create and label namespaces without being a cluster admin (policies/cases/setup.yaml).
+NAMESPACE_ADMIN = Identity("carol", "namespace-admins")
+HEALTH_TAINT = {"key": "konduktor.ai/gpu-health", "operator": "Exists", "effect": "NoSchedule"}
+TOO_MANY = 64  # GPUs: more than team-a's quota and borrowing limit together
+
+
+def pod(name: str, *, gpus: int = 0, labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    """A pod fit for Pod Security `restricted`, so that what refuses a variant of it is the policy under test."""
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": "registry.example/train:1",
+        "securityContext": copy.deepcopy(RESTRICTED_CONTAINER),
+    }
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": TEAM, "labels": labels or {}},
+        "spec": {"securityContext": copy.deepcopy(RESTRICTED_POD), "containers": [container], **spec},
+    }
+
+
+def refusal(kube: Kube, method: str, path: str, body: dict[str, Any], content_type: str) -> ApiError | None:
+    try:
+        kube.request(method, path, query={"dryRun": "All"}, body=body, content_type=content_type)
+    except ApiError as problem:
+        return problem
+    return None
+
+
+def create_refusal(kube: Kube, obj: dict[str, Any]) -> ApiError | None:
+    path = kube.resource(obj["apiVersion"], obj["kind"]).path(obj["metadata"].get("namespace"))
+    return refusal(kube, "POST", path, obj, "application/json")
+
+
+def patch_refusal(
+    kube: Kube, kind: str, name: str, patch: dict[str, Any], namespace: str | None, subresource: str | None = None
+) -> ApiError | None:
+    path = kube.resource("v1", kind).path(namespace, name, subresource)
+    return refusal(kube, "PATCH", path, patch, MERGE_PATCH)
+
+
+def refused_by_policy(problem: ApiError | None, policy: str) -> str:
+    assert problem is not None, f"admitted; {policy} should have refused it"
+    assert problem.status == 403, problem.message
+    assert f"ValidatingAdmissionPolicy '{policy}'" in problem.message, problem.message
+    return problem.message
+
+
+@pytest.fixture(scope="module")
+def member(sim: Sim, enforcing: Kube) -> Iterator[Kube]:
+    """A client sent as a member of team-a, once the example's team namespaces, queues and bindings exist."""
+    sync_quotas(sim.kube, load_config(EXAMPLE).config, prune=False, dry_run=False)
+    wait_until(
+        "team-a's ClusterQueue to be active", lambda: is_true(sim.kube.get(KUEUE_API, "ClusterQueue", TEAM), "Active")
+    )
+    client = Kube(sim.kubeconfig, impersonate=MEMBER)
+    try:
+        yield client
+    finally:
+        client.close()
+        for job in ("tenancy-cpu", "tenancy-gpu", "tenancy-queued"):
+            sim.kube.delete("batch/v1", "Job", job, TEAM)
+        for name in ("tenancy-pending", "tenancy-gated", "tenancy-mig"):
+            sim.kube.delete("v1", "Pod", name, TEAM)
+
+
+@pytest.fixture(scope="module")
+def pending_pod(member: Kube, sim: Sim) -> str:
+    """A pod of the member's that waits for a node that does not exist: what a team member can update."""
+    member.create(pod("tenancy-pending", nodeSelector={"konduktor.ai/no-such-node": "true"}))
+    return "tenancy-pending"
+
+
+def test_the_member_runs_gpu_work_through_the_queue_under_restricted(member: Kube, sim: Sim) -> None:
+    """The way in stays open: a restricted GPU Job through the queue runs; its pod is the Job controller's."""
+    member.create(gpu_job("tenancy-gpu", TEAM, gpus=1, run_for="1s"))
+
+    def pod_ran() -> bool:
+        pods = sim.kube.list("v1", "Pod", TEAM, label_selector="job-name=tenancy-gpu")
+        return any(p.get("status", {}).get("phase") in ("Running", "Succeeded") for p in pods)
+
+    wait_until("the member's GPU Job's pod to run", pod_ran, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("escape", "spec", "container"),
+    [
+        ("privileged", {}, {"securityContext": {"privileged": True}}),
+        ("hostPath", {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}, {}),
+        ("hostPID", {"hostPID": True}, {}),
+        ("hostNetwork", {"hostNetwork": True}, {}),
+    ],
+)
+def test_the_member_cannot_run_a_pod_that_escapes_to_the_node(
+    member: Kube, escape: str, spec: dict[str, Any], container: dict[str, Any]
+) -> None:
+    assert create_refusal(member, pod("tenancy-control")) is None  # the same pod without the escape is admitted
+    attempt = pod(f"tenancy-{escape.lower()}", **spec)
+    attempt["spec"]["containers"][0].update(container)
+    problem = create_refusal(member, attempt)
+    assert problem is not None and problem.status == 403
+    assert 'violates PodSecurity "restricted:latest"' in problem.message and escape in problem.message
+
+
+def test_the_member_cannot_tolerate_the_health_taint_by_create_or_by_update(member: Kube, pending_pod: str) -> None:
+    policy = "konduktor-gpu-health-toleration"
+    refused_by_policy(create_refusal(member, pod("tenancy-tolerating", tolerations=[HEALTH_TAINT])), policy)
+    every_taint = pod("tenancy-tolerating-all", tolerations=[{"operator": "Exists"}])
+    refused_by_policy(create_refusal(member, every_taint), policy)
+    update = {"spec": {"tolerations": [HEALTH_TAINT]}}
+    refused_by_policy(patch_refusal(member, "Pod", pending_pod, update, TEAM), policy)
+
+
+def test_the_member_cannot_skip_the_scheduler_to_a_node(member: Kube) -> None:
+    # A pod Kueue gates (team-a has a default LocalQueue) cannot name a node anyway; a Job's template can.
+    problem = create_refusal(member, pod("tenancy-pinned", nodeName="gpu-h100-0001"))
+    assert problem is not None and problem.status in (403, 422), problem
+    pinned = gpu_job("tenancy-pinned", TEAM, gpus=1)
+    pinned["spec"]["template"]["spec"]["nodeName"] = "gpu-h100-0001"
+    message = refused_by_policy(create_refusal(member, pinned), "konduktor-gpu-health-toleration")
+    assert "may not set spec.nodeName" in message
+
+
+def test_the_member_cannot_run_gpus_outside_the_queue_by_an_owner_trick(member: Kube, sim: Sim) -> None:
+    """A GPU pod that names the team's own CPU Job as its owner: Kueue would leave it to that Job's queue."""
+    cpu_job = gpu_job("tenancy-cpu", TEAM, gpus=1, run_for="1s")
+    cpu = {"cpu": "1", "memory": "1Gi"}
+    cpu_job["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": cpu, "limits": cpu}
+    owner = member.create(cpu_job)["metadata"]
+    # Kueue's pod webhook looks the owner up in its cache: once it made the Job's Workload, it has the Job.
+    wait_until("Kueue to see the CPU Job", lambda: workload_of(sim.kube, TEAM, "tenancy-cpu") is not None, timeout=30)
+    reference = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": owner["name"],
+        "uid": owner["uid"],
+        "controller": True,
+    }
+    policy = "konduktor-gpu-through-localqueue"
+    queued = pod("tenancy-owned-queued", gpus=8, labels={"kueue.x-k8s.io/queue-name": "default"})
+    queued["metadata"]["ownerReferences"] = [reference]
+    assert "may name a Job, JobSet or training job as its owner only when" in refused_by_policy(
+        create_refusal(member, queued), policy
+    )
+    unqueued = pod("tenancy-owned", gpus=8)
+    unqueued["metadata"]["ownerReferences"] = [reference]
+    refused_by_policy(create_refusal(member, unqueued), policy)
+
+
+def test_the_member_cannot_start_queued_work_before_kueue_admits_it(member: Kube, sim: Sim) -> None:
+    """More GPUs than team-a may ever use: Kueue never admits them, so the pod stays gated, the Job suspended."""
+    policy = "konduktor-gpu-through-localqueue"
+    member.create(pod("tenancy-gated", gpus=TOO_MANY, labels={"kueue.x-k8s.io/queue-name": "default"}))
+
+    def gated() -> bool:
+        found = sim.kube.get("v1", "Pod", "tenancy-gated", TEAM) or {}
+        return any(g["name"].startswith("kueue.x-k8s.io/") for g in found.get("spec", {}).get("schedulingGates", []))
+
+    wait_until("Kueue to gate the pod", gated, timeout=30)
+    ungate = {"spec": {"schedulingGates": []}}
+    assert "only Kueue may remove its scheduling gates" in refused_by_policy(
+        patch_refusal(member, "Pod", "tenancy-gated", ungate, TEAM), policy
+    )
+    member.create(gpu_job("tenancy-queued", TEAM, gpus=TOO_MANY))
+    wait_until(
+        "Kueue to suspend the Job",
+        lambda: (sim.kube.get("batch/v1", "Job", "tenancy-queued", TEAM) or {}).get("spec", {}).get("suspend") is True,
+        timeout=30,
+    )
+    path = member.resource("batch/v1", "Job").path(TEAM, "tenancy-queued")
+    resume = refusal(member, "PATCH", path, {"spec": {"suspend": False}}, MERGE_PATCH)
+    assert "only Kueue may resume a queued Job" in refused_by_policy(resume, policy)
+
+
+def test_the_member_cannot_use_a_priority_class_outside_the_platforms(member: Kube) -> None:
+    critical = pod("tenancy-critical", priorityClassName="system-cluster-critical")
+    refused_by_policy(create_refusal(member, critical), "konduktor-pod-priority")
+    own_class = pod("tenancy-vip", labels={"kueue.x-k8s.io/priority-class": "vip"})
+    refused_by_policy(create_refusal(member, own_class), "konduktor-priority-classes")
+
+
+def test_the_member_cannot_get_gpus_through_mig_names_or_resource_claims(member: Kube, sim: Sim) -> None:
+    # team-a's default LocalQueue takes an unlabelled MIG pod in (Kueue labels it), and no quota covers MIG
+    # slices: Kueue never admits it and its gate stays. Namespaces without that queue refuse it (policy cases).
+    mig = pod("tenancy-mig")
+    mig["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/mig-1g.10gb": "1"}}
+    member.create(mig)
+
+    def unadmitted_for_want_of_quota() -> bool:
+        for workload in sim.kube.list(KUEUE_API, "Workload", TEAM):
+            owners = workload["metadata"].get("ownerReferences", [])
+            if any(o["name"] == "tenancy-mig" for o in owners):
+                reserved = condition(workload, "QuotaReserved") or {}
+                return reserved.get("status") == "False" and "nvidia.com/mig-1g.10gb" in reserved.get("message", "")
+        return False
+
+    wait_until("Kueue to find no quota for the MIG slice", unadmitted_for_want_of_quota, timeout=30)
+    gates = (sim.kube.get("v1", "Pod", "tenancy-mig", TEAM) or {})["spec"].get("schedulingGates", [])
+    assert any(g["name"].startswith("kueue.x-k8s.io/") for g in gates)
+    claim = pod("tenancy-dra", resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "any-gpu"}])
+    claim["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    message = refused_by_policy(create_refusal(member, claim), "konduktor-gpu-through-localqueue")
+    assert "resource claims (Dynamic Resource Allocation)" in message
+
+
+def test_the_member_cannot_see_gpus_through_nvidia_visible_devices(member: Kube, sim: Sim, pending_pod: str) -> None:
+    policy = "konduktor-gpu-visible-devices"
+    every_gpu = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    in_container = pod("tenancy-env")
+    in_container["spec"]["containers"][0]["env"] = every_gpu
+    refused_by_policy(create_refusal(member, in_container), policy)
+    in_init = pod("tenancy-env-init")
+    in_init["spec"]["initContainers"] = [{**in_container["spec"]["containers"][0], "name": "init"}]
+    refused_by_policy(create_refusal(member, in_init), policy)
+    # An ephemeral container is added to a running pod by an update of its ephemeralcontainers subresource.
+    debugger = {**in_container["spec"]["containers"][0], "name": "debugger"}
+    update = {"spec": {"ephemeralContainers": [debugger]}}
+    problem = patch_refusal(member, "Pod", pending_pod, update, TEAM, "ephemeralcontainers")
+    assert problem is not None and problem.status == 403  # `edit` may not add one, or the policy refuses it
+    refused_by_policy(patch_refusal(sim.kube, "Pod", pending_pod, update, TEAM, "ephemeralcontainers"), policy)
+
+
+def test_nobody_but_the_platform_puts_a_namespace_in_a_team(member: Kube, sim: Sim) -> None:
+    # The member cannot touch namespaces at all, their own team's included (edit grants no Namespace write).
+    for labels in ({"konduktor.ai/team": "team-b"}, {"pod-security.kubernetes.io/enforce": "privileged"}):
+        problem = patch_refusal(member, "Namespace", TEAM, {"metadata": {"labels": labels}}, None)
+        assert problem is not None and problem.status == 403 and "cannot patch resource" in problem.message
+    # Someone who may create and label namespaces still cannot make one a team's, or move or leave a team.
+    admin = Kube(sim.kubeconfig, impersonate=NAMESPACE_ADMIN)
+    try:
+        joining = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tenancy-joiner", "labels": {}}}
+        assert create_refusal(admin, joining) is None
+        joining["metadata"]["labels"]["konduktor.ai/team"] = TEAM
+        policy = "konduktor-team-namespaces"
+        refused_by_policy(create_refusal(admin, joining), policy)
+        for change in ({"konduktor.ai/team": "team-b"}, {"konduktor.ai/team": None}):
+            refused_by_policy(patch_refusal(admin, "Namespace", TEAM, {"metadata": {"labels": change}}, None), policy)
+    finally:
+        admin.close()
