@@ -42,6 +42,7 @@ from konduktor.preflight.cluster import (
 from konduktor.preflight.host_namespaces import LOCAL, UNREACHABLE_HINT, HostNamespaces
 from konduktor.preflight.inventory import HostTarget, SshHosts, config_inventory, expectations_of, no_hosts
 from konduktor.preflight.node import NodeExpectations, run_node_checks
+from konduktor.preflight.ssh import ssh_host
 from konduktor.preflight.results import (
     Check,
     PreflightReport,
@@ -244,7 +245,7 @@ def open_host(url: str, key: Path | None) -> Any:
     the timeouts make an unreachable or vanished host fail instead of hanging."""
     if url == LOCAL:
         return testinfra.get_host(url)
-    return testinfra.get_host(url, ssh_identity_file=str(key) if key else None, ssh_extra_args=SSH_OPTIONS)
+    return ssh_host(url, str(key) if key else None, SSH_OPTIONS)
 
 
 def expectations_for(name: str, loaded: LoadedConfig, facts: ClusterFacts) -> NodeExpectations:
