@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 
 from konduktor.config.load import read_text, read_yaml, validate_model
+from konduktor.config.model import BURNIN_NAMESPACE
 
 
 class _Section(BaseModel):
@@ -81,7 +82,7 @@ class RequalificationSettings(_Section):
     priority_class: str | None = None
     # Where the burn-in Jobs run, and under which account: the admission policy lets only this account's pods
     # tolerate the quarantine taint (policies/gpu-health-toleration.yaml).
-    namespace: str = Field(default="konduktor-system", min_length=1)
+    namespace: str = Field(default=BURNIN_NAMESPACE, min_length=1)
     service_account: str = Field(default="konduktor-burnin", min_length=1)
 
 
@@ -127,6 +128,11 @@ class HealthSettings(_Section):
     # Expected GPUs per node by GPU type; nodes of other types fall back to their nvidia.com/gpu.count label.
     gpu_types: dict[str, GpuTypeSettings] = Field(default_factory=dict)
     requalification: RequalificationSettings = Field(default_factory=RequalificationSettings)
+    # With Prometheus set, a kernel-log Xid that would quarantine must be confirmed by the DCGM exporter's
+    # DCGM_FI_DEV_XID_ERRORS for the same node and code within `xid_confirmation_seconds`; a log line alone (which
+    # anyone able to push to Loki could forge) is only reported. Off only where DCGM does not see the GPUs' Xids.
+    kernel_xids_need_dcgm: StrictBool = True
+    xid_confirmation_seconds: float = Field(default=600, gt=0)
     # GPU conditions set by other tools; an empty list ignores them all.
     node_conditions: list[NodeConditionRule] = Field(default_factory=lambda: list(DEFAULT_NODE_CONDITIONS))
     # How often Loki and Prometheus are queried; Node changes are watched and act at once.
