@@ -112,7 +112,10 @@ def fresh(sim: Sim) -> dict[str, Any]:
 
 def conditional(sim: Sim, change: dict[str, Any]) -> dict[str, Any]:
     """A merge patch made conditional on the Node as it is now, as the controller's own writes are."""
-    return {**change, "metadata": {**change.get("metadata", {}), "resourceVersion": fresh(sim)["metadata"]["resourceVersion"]}}
+    return {
+        **change,
+        "metadata": {**change.get("metadata", {}), "resourceVersion": fresh(sim)["metadata"]["resourceVersion"]},
+    }
 
 
 @pytest.mark.sim
@@ -145,7 +148,10 @@ def test_the_controller_cannot_change_anything_else_on_a_node(sim: Sim, controll
     maintenance = {"key": "ops/maintenance", "effect": "NoSchedule"}
     sim.kube.patch("v1", "Node", NODE, conditional(sim, {"spec": {"taints": [*before, maintenance]}}))
     try:
-        policy, node = "health-node-writes", lambda change: controller.patch("v1", "Node", NODE, conditional(sim, change))
+        policy, node = (
+            "health-node-writes",
+            lambda change: controller.patch("v1", "Node", NODE, conditional(sim, change)),
+        )
         by_policy(lambda: node({"metadata": {"labels": {"nvidia.com/gpu.product": "fake"}}}), policy, "labels")
         by_policy(lambda: node({"metadata": {"annotations": {"team.example/owner": "x"}}}), policy, "annotations")
         by_policy(lambda: node({"spec": {"unschedulable": True}}), policy, "no cordon")
@@ -184,7 +190,11 @@ def test_in_its_namespace_the_controller_writes_only_its_own_lease(sim: Sim, con
     sim.kube.apply(other)
     try:
         patch = {"spec": {"holderIdentity": "forged-again"}}
-        refusal(lambda: controller.patch("coordination.k8s.io/v1", "Lease", other["metadata"]["name"], patch, RELEASE_NAMESPACE))
+        refusal(
+            lambda: controller.patch(
+                "coordination.k8s.io/v1", "Lease", other["metadata"]["name"], patch, RELEASE_NAMESPACE
+            )
+        )
     finally:
         sim.kube.delete("coordination.k8s.io/v1", "Lease", other["metadata"]["name"], RELEASE_NAMESPACE)
     # The admission policies' parameters, and ConfigMaps in general: neither read nor written.
@@ -256,7 +266,7 @@ def test_the_policies_name_what_the_controller_writes() -> None:
     confinement = (CORE / "templates" / "health-confinement.yaml").read_text()
     for key in (QUARANTINED_AT, QUARANTINE_REASON, REQUALIFIED_AT, REQUALIFICATION_RESULT, TAINT_KEY, CONDITION_TYPE):
         assert f'"{key}"' in confinement or f"'{key}'" in confinement, key
-    assert f"\nkonduktor-health\n" in (CORE / "templates" / "_helpers.tpl").read_text()
+    assert "\nkonduktor-health\n" in (CORE / "templates" / "_helpers.tpl").read_text()
     assert LEASE_NAME == "konduktor-health"
     values = load_documents(CORE / "values.yaml")[0]
     assert values["burnin"]["namespace"] == BURNIN_NAMESPACE == RequalificationSettings().namespace

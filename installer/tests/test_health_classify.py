@@ -22,8 +22,8 @@ from konduktor.controller.classify import (
     condition_finding,
     verdict_detail,
 )
-from konduktor.controller.kernel_log import parse_line
 from konduktor.controller.decide import BreakerState, NodeState, UpdateNode, decide
+from konduktor.controller.kernel_log import parse_line
 from konduktor.controller.settings import HealthSettings, NodeConditionRule, PrometheusSettings
 
 DEFAULTS = HealthSettings()
@@ -305,7 +305,9 @@ def test_dcgm_confirms_the_same_code_on_the_same_node_within_the_window() -> Non
     confirmations = XidConfirmations(600, clock=clock)
     confirmations.record(dcgm_xid("gpu-1", 79))
     confirmed = confirmations.judge(judge(XID_79, WITH_DCGM, node="gpu-1"), WITH_DCGM)
-    assert confirmed.quarantine and confirmed.node_unusable and "confirmed by DCGM_FI_DEV_XID_ERRORS" in confirmed.evidence
+    assert (
+        confirmed.quarantine and confirmed.node_unusable and "confirmed by DCGM_FI_DEV_XID_ERRORS" in confirmed.evidence
+    )
     assert not confirmations.judge(judge(XID_79, WITH_DCGM, node="gpu-2"), WITH_DCGM).quarantine  # another node
     confirmations.record(dcgm_xid("gpu-3", 48))
     assert not confirmations.judge(judge(XID_79, WITH_DCGM, node="gpu-3"), WITH_DCGM).quarantine  # another code
@@ -321,7 +323,9 @@ def test_without_dcgm_or_when_turned_off_the_kernel_log_is_the_xid_source() -> N
     trusting = WITH_DCGM.model_copy(update={"kernel_xids_need_dcgm": False})
     assert confirmations.judge(judge(XID_79, trusting), trusting).quarantine
     # Only Xids that would quarantine wait: an SXid has no DCGM counterpart, an application Xid never quarantines.
-    sxid = judge("[1.0] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Fatal, Link 10 egress non-posted PRIV error", WITH_DCGM)
+    sxid = judge(
+        "[1.0] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Fatal, Link 10 egress non-posted PRIV error", WITH_DCGM
+    )
     assert confirmations.judge(sxid, WITH_DCGM) == sxid
     app = judge("[5.0] NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=x, Graphics Exception", WITH_DCGM)
     assert confirmations.judge(app, WITH_DCGM) == app

@@ -13,7 +13,9 @@ from konduktor.helm.release import CHARTS
 from konduktor.kube.documents import load_documents
 
 IMAGES = CHARTS / "konduktor" / "images.txt"
-PINNED = re.compile(r"^(?P<name>[a-z0-9][a-z0-9./_:-]*/[a-z0-9./_-]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]*)(@sha256:[0-9a-f]{64})?$")
+PINNED = re.compile(
+    r"^(?P<name>[a-z0-9][a-z0-9./_:-]*/[a-z0-9./_-]+):(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]*)(@sha256:[0-9a-f]{64})?$"
+)
 
 
 def listed(path: Path = IMAGES) -> dict[str, str]:

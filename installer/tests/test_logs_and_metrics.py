@@ -70,7 +70,10 @@ def test_only_the_collector_grafana_and_the_controller_reach_loki(tmp_path: Path
     assert peers == [
         (None, {"app.kubernetes.io/name": "opentelemetry-collector"}),
         (None, {"app.kubernetes.io/name": "grafana"}),
-        ({"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}, {"app.kubernetes.io/component": "health-controller"}),
+        (
+            {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+            {"app.kubernetes.io/component": "health-controller"},
+        ),
     ]
     assert own == {"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "loki"}}}]}
     # The controller's pods carry the label the policy admits.
@@ -94,7 +97,9 @@ def test_only_prometheus_reaches_the_controllers_metrics(tmp_path: Path) -> None
             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
         }
     ]
-    assert not [o for o in rendered(tmp_path / "off", "--set", "networkPolicies.enabled=false") if o["kind"] == "NetworkPolicy"]
+    assert not [
+        o for o in rendered(tmp_path / "off", "--set", "networkPolicies.enabled=false") if o["kind"] == "NetworkPolicy"
+    ]
 
 
 @pytest.mark.sim

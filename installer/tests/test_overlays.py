@@ -13,8 +13,8 @@ from ruamel.yaml import YAML
 
 from konduktor.config.load import load_config
 from konduktor.helm.release import CHARTS, REPO_ROOT
-from konduktor.quotas.render import render
 from konduktor.kube.documents import load_documents
+from konduktor.quotas.render import render
 from konduktor.sim.tools import Toolbox, module_dir
 from konduktor.waiting import wait_until
 

@@ -58,8 +58,8 @@ from konduktor.preflight.pods import (
     node_check_job,
     read_node_report,
 )
-from konduktor.preflight.ssh import ssh_host
 from konduktor.preflight.results import Check, PreflightReport, Status, render_json, render_table
+from konduktor.preflight.ssh import ssh_host
 from konduktor.sim.agent import cri_log, logs_object
 
 RELEASE = ("konduktor-system", "konduktor")

@@ -390,7 +390,11 @@ def test_umbrella_templates_render_under_its_schema(tmp_path: Path, values_file:
     result = render_umbrella(tmp_path, *(["--values", str(values_file)] if values_file else []))
     assert result.returncode == 0, result.stderr
     objects = load_documents(result.stdout)
-    [monitoring] = [o for o in objects if o["kind"] == "Namespace" and o["metadata"]["labels"]["app.kubernetes.io/name"] == "konduktor"]
+    [monitoring] = [
+        o
+        for o in objects
+        if o["kind"] == "Namespace" and o["metadata"]["labels"]["app.kubernetes.io/name"] == "konduktor"
+    ]
     assert monitoring["metadata"]["name"] == values()["monitoring"]["namespace"]
     assert monitoring["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
     assert monitoring["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"

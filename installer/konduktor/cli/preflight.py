@@ -42,7 +42,6 @@ from konduktor.preflight.cluster import (
 from konduktor.preflight.host_namespaces import LOCAL, UNREACHABLE_HINT, HostNamespaces
 from konduktor.preflight.inventory import HostTarget, SshHosts, config_inventory, expectations_of, no_hosts
 from konduktor.preflight.node import NodeExpectations, run_node_checks
-from konduktor.preflight.ssh import ssh_host
 from konduktor.preflight.results import (
     Check,
     PreflightReport,
@@ -51,6 +50,7 @@ from konduktor.preflight.results import (
     render_yaml,
     summary_line,
 )
+from konduktor.preflight.ssh import ssh_host
 from konduktor.sim.tools import load_tools
 
 ReportFormat = Literal["table", "json", "yaml"]

@@ -14,7 +14,7 @@ from testinfra.host import Host
 _HOST_AND_COMMAND = "%s %s"
 
 
-class SshBackendEndingOptions(SshBackend):
+class SshBackendEndingOptions(SshBackend):  # type: ignore[misc]  # testinfra ships no type information
     def _build_ssh_command(self, command: str) -> tuple[list[str], list[str]]:
         argv, values = super()._build_ssh_command(command)
         if argv[-1] != _HOST_AND_COMMAND:
@@ -24,7 +24,9 @@ class SshBackendEndingOptions(SshBackend):
 
 def ssh_host(url: str, identity_file: str | None, extra_args: str) -> Host:
     """A testinfra host for `ssh://[user@]host[:port]`."""
-    backend = SshBackendEndingOptions(url.removeprefix("ssh://"), ssh_identity_file=identity_file, ssh_extra_args=extra_args)
+    backend = SshBackendEndingOptions(
+        url.removeprefix("ssh://"), ssh_identity_file=identity_file, ssh_extra_args=extra_args
+    )
     host = Host(backend)
     backend.set_host(host)
     return host
