@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from conftest import Sim
 from ruamel.yaml import YAML
+from test_charts import render
 
 from konduktor.burnin.tiers import BurnInImages
 from konduktor.config.model import BURNIN_NAMESPACE
@@ -32,7 +33,7 @@ from konduktor.controller.decide import (
 from konduktor.controller.leader import LEASE_NAME, LeaderLease
 from konduktor.controller.node_writes import FIELD_MANAGER, condition_status, update_node
 from konduktor.controller.requalification import PodLogs, Requalifier
-from konduktor.controller.settings import RequalificationSettings
+from konduktor.controller.settings import HealthSettings, RequalificationSettings
 from konduktor.controller.telemetry import HealthMetrics
 from konduktor.errors import KonduktorError
 from konduktor.helm.release import CHARTS, install_or_upgrade
@@ -272,3 +273,20 @@ def test_the_policies_name_what_the_controller_writes() -> None:
     assert values["burnin"]["namespace"] == BURNIN_NAMESPACE == RequalificationSettings().namespace
     defaults = BurnInImages()
     assert {defaults.dcgm, defaults.pytorch, defaults.nccl_tests} == set(values["burnin"]["images"])
+
+
+def test_the_controller_runs_its_jobs_where_the_chart_gives_it_rights() -> None:
+    """burnin.namespace moves the controller's settings, its Role and the policy's namespace together."""
+    objects = render(None, "--set", "burnin.namespace=gpu-burnin")
+    settings = next(o for o in objects if o["kind"] == "ConfigMap" and "health.yaml" in o.get("data", {}))
+    health = HealthSettings.model_validate(YAML(typ="safe").load(settings["data"]["health.yaml"]))
+    assert health.requalification.namespace == "gpu-burnin"
+    role = next(o for o in objects if o["kind"] == "Role" and o["metadata"]["name"].endswith("-requalify"))
+    assert role["metadata"]["namespace"] == "gpu-burnin"
+    jobs = next(
+        o for o in objects if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"].endswith("-jobs")
+    )
+    assert 'request.namespace == "gpu-burnin"' in jobs["spec"]["validations"][0]["expression"]
+    [namespace] = [o for o in objects if o["kind"] == "Namespace"]
+    assert namespace["metadata"]["name"] == "gpu-burnin"
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
