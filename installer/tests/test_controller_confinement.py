@@ -272,21 +272,31 @@ def test_the_policies_name_what_the_controller_writes() -> None:
     values = load_documents(CORE / "values.yaml")[0]
     assert values["burnin"]["namespace"] == BURNIN_NAMESPACE == RequalificationSettings().namespace
     defaults = BurnInImages()
-    assert {defaults.dcgm, defaults.pytorch, defaults.nccl_tests} == set(values["burnin"]["images"])
+    chosen = values["burnin"]["images"]
+    assert (chosen["dcgm"], chosen["pytorch"], chosen["ncclTests"]) == (
+        defaults.dcgm,
+        defaults.pytorch,
+        defaults.nccl_tests,
+    )
 
 
 def test_the_controller_runs_its_jobs_where_the_chart_gives_it_rights() -> None:
-    """burnin.namespace moves the controller's settings, its Role and the policy's namespace together."""
-    objects = render(None, "--set", "burnin.namespace=gpu-burnin")
+    """burnin.namespace and burnin.images move the controller's settings, its Role and its policies together."""
+    mirrored = "registry.local/nvidia/dcgm:4.6.0-1-ubuntu24.04"
+    objects = render(None, "--set", "burnin.namespace=gpu-burnin", "--set", f"burnin.images.dcgm={mirrored}")
     settings = next(o for o in objects if o["kind"] == "ConfigMap" and "health.yaml" in o.get("data", {}))
     health = HealthSettings.model_validate(YAML(typ="safe").load(settings["data"]["health.yaml"]))
     assert health.requalification.namespace == "gpu-burnin"
+    assert health.requalification.images.dcgm == mirrored
+    assert health.requalification.images.pytorch == BurnInImages().pytorch
     role = next(o for o in objects if o["kind"] == "Role" and o["metadata"]["name"].endswith("-requalify"))
     assert role["metadata"]["namespace"] == "gpu-burnin"
     jobs = next(
         o for o in objects if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"].endswith("-jobs")
     )
     assert 'request.namespace == "gpu-burnin"' in jobs["spec"]["validations"][0]["expression"]
+    [allowed] = [v["expression"] for v in jobs["spec"]["variables"] if v["name"] == "images"]
+    assert mirrored in allowed and BurnInImages().dcgm not in allowed
     [namespace] = [o for o in objects if o["kind"] == "Namespace"]
     assert namespace["metadata"]["name"] == "gpu-burnin"
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"

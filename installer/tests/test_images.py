@@ -44,7 +44,7 @@ def test_the_images_the_controller_may_run_are_the_burnins_and_are_listed() -> N
     """konduktor-core's burnin.images (what the admission policy lets the controller's Jobs run) are the code's
     defaults, and images.txt lists them; a release that pins digests changes all three together."""
     values = load_documents(CHARTS / "konduktor-core" / "values.yaml")[0]
-    allowed = set(values["burnin"]["images"])
+    allowed = set(values["burnin"]["images"].values())
     burnin = BurnInImages()
     assert allowed == {burnin.dcgm, burnin.pytorch, burnin.nccl_tests}
     images = listed()

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 
+from konduktor.burnin.tiers import BurnInImages
 from konduktor.config.load import read_text, read_yaml, validate_model
 from konduktor.config.model import BURNIN_NAMESPACE
 
@@ -75,6 +76,18 @@ class GpuTypeSettings(_Section):
     gpus_per_node: int = Field(ge=1)
 
 
+_BURNIN_IMAGES = BurnInImages()
+
+
+class BurnInImageSettings(_Section):
+    """The images of the controller's burn-in Jobs. konduktor-core fills them from its burnin.images, the only
+    images its admission policy lets the controller's Jobs run."""
+
+    dcgm: str = Field(default=_BURNIN_IMAGES.dcgm, min_length=1)
+    pytorch: str = Field(default=_BURNIN_IMAGES.pytorch, min_length=1)
+    nccl_tests: str = Field(default=_BURNIN_IMAGES.nccl_tests, min_length=1)
+
+
 class RequalificationSettings(_Section):
     # standard: DCGM diag level 2, a matmul soak and one-node NCCL (konduktor.burnin.tiers).
     tier: Literal["quick", "standard", "full"] = "standard"
@@ -84,6 +97,7 @@ class RequalificationSettings(_Section):
     # tolerate the quarantine taint (policies/gpu-health-toleration.yaml).
     namespace: str = Field(default=BURNIN_NAMESPACE, min_length=1)
     service_account: str = Field(default="konduktor-burnin", min_length=1)
+    images: BurnInImageSettings = Field(default_factory=BurnInImageSettings)
 
 
 class NodeConditionRule(_Section):
