@@ -1,7 +1,8 @@
 """The health controller holds no more power than it uses, enforced by the simulated cluster's real API server.
 
 konduktor-core is installed on the sim with its RBAC and admission policies; every request below is made as the
-controller's service account (impersonation), through the controller's own code where it has one. What the
+controller's service account (with a token the API server issued for it), through the controller's own code where
+it has one. What the
 controller does must pass; anything else a compromised controller might try must be refused.
 """
 
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import Sim
+from identities import service_account_kubeconfig
 from ruamel.yaml import YAML
 from test_charts import render
 
@@ -44,17 +46,9 @@ from konduktor.waiting import wait_until
 
 CORE = CHARTS / "konduktor-core"
 RELEASE_NAMESPACE = "konduktor-system"
-CONTROLLER = f"system:serviceaccount:{RELEASE_NAMESPACE}:konduktor-konduktor-core-health"
+SERVICE_ACCOUNT = "konduktor-konduktor-core-health"  # the chart's name for it with release "konduktor"
 NODE = "gpu-h100-0002"
 HEALTH_TAINT = Taint(TAINT_KEY, "NoSchedule", TAINT_VALUE)
-
-
-def controller_kube(sim: Sim) -> Kube:
-    """A client that acts as the controller's service account (the sim's admin may impersonate)."""
-    kube = Kube(sim.kubeconfig)
-    kube.api.set_default_header("Impersonate-User", CONTROLLER)
-    kube.api.set_default_header("Impersonate-Group", "system:serviceaccounts")
-    return kube
 
 
 def refusal(attempt: Callable[[], object]) -> ApiError:
@@ -72,10 +66,12 @@ def by_policy(attempt: Callable[[], object], policy: str, says: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def controller(sim: Sim) -> Iterator[Kube]:
+def controller(sim: Sim, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
+    """A client that authenticates as the controller's service account, with a token from the API server."""
     values = YAML(typ="safe").load((CORE / "ci" / "sim-values.yaml").read_text())
     install_or_upgrade(sim.kubeconfig, CORE, "konduktor", RELEASE_NAMESPACE, values)
-    kube = controller_kube(sim)
+    path = tmp_path_factory.mktemp("controller") / "kubeconfig.yaml"
+    kube = Kube(service_account_kubeconfig(sim.kube, sim.kubeconfig, RELEASE_NAMESPACE, SERVICE_ACCOUNT, path))
     path = kube.resource("v1", "Node").path(None, NODE)
     label = {"metadata": {"labels": {"konduktor.ai/probe": "x"}}}
 
