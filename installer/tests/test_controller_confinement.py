@@ -2,8 +2,7 @@
 
 konduktor-core is installed on the sim with its RBAC and admission policies; every request below is made as the
 controller's service account (with a token the API server issued for it), through the controller's own code where
-it has one. What the
-controller does must pass; anything else a compromised controller might try must be refused.
+it has one. What the controller does must pass; anything else a compromised controller might try must be refused.
 """
 
 from __future__ import annotations
@@ -72,14 +71,13 @@ def controller(sim: Sim, tmp_path_factory: pytest.TempPathFactory) -> Iterator[K
     install_or_upgrade(sim.kubeconfig, CORE, "konduktor", RELEASE_NAMESPACE, values)
     path = tmp_path_factory.mktemp("controller") / "kubeconfig.yaml"
     kube = Kube(service_account_kubeconfig(sim.kube, sim.kubeconfig, RELEASE_NAMESPACE, SERVICE_ACCOUNT, path))
-    path = kube.resource("v1", "Node").path(None, NODE)
+    node_path = kube.resource("v1", "Node").path(None, NODE)
     label = {"metadata": {"labels": {"konduktor.ai/probe": "x"}}}
-
     outcome: list[str] = []
 
     def label_refused() -> bool:
         try:
-            kube.send("PATCH", path, query={"dryRun": "All"}, body=label, content_type=MERGE_PATCH)
+            kube.send("PATCH", node_path, query={"dryRun": "All"}, body=label, content_type=MERGE_PATCH)
         except ApiError as problem:
             outcome[:] = [problem.message]
             return problem.status == 403
