@@ -184,14 +184,15 @@ def test_config_preflight_inventory_is_optional_down_to_its_fields() -> None:
     assert (nodes.ssh.user, nodes.ssh.key, nodes.ssh.port, nodes.ssh.hosts) == (None,) * 4
 
 
-def test_config_preflight_pods_default_to_the_charts_image_in_konduktor_system() -> None:
+def test_config_preflight_pods_default_to_the_charts_image_in_the_burnin_namespace() -> None:
     nodes = parse_config(VALID + "preflight: {nodes: {pod: {}}}\n").config.preflight.nodes
     assert nodes is not None and nodes.ssh is None and nodes.pod is not None
     values = YAML(typ="safe").load((CHARTS / "konduktor-core" / "values.yaml").read_text())
     chart = YAML(typ="safe").load((CHARTS / "konduktor-core" / "Chart.yaml").read_text())
     # What the chart runs for the health controller: that image holds konduktor-install too.
     assert nodes.pod.image == f"{values['controller']['image']['repository']}:{chart['appVersion']}"
-    assert nodes.pod.namespace == "konduktor-system"
+    # Where konduktor-core creates the preflight service account, apart from konduktor-system.
+    assert nodes.pod.namespace == values["burnin"]["namespace"] == "konduktor-burnin"
     custom = parse_config(VALID + "preflight: {nodes: {pod: {image: reg.local/k:1, namespace: ops}}}\n")
     assert custom.config.preflight.nodes is not None
     pod = custom.config.preflight.nodes.pod

@@ -15,14 +15,16 @@ from konduktor.controller.classify import (
     Finding,
     ForeignCondition,
     LostGpuWatch,
+    XidConfirmations,
     burnin_finding,
     classify_dcgm,
     classify_report,
     condition_finding,
     verdict_detail,
 )
+from konduktor.controller.decide import BreakerState, NodeState, UpdateNode, decide
 from konduktor.controller.kernel_log import parse_line
-from konduktor.controller.settings import HealthSettings, NodeConditionRule
+from konduktor.controller.settings import HealthSettings, NodeConditionRule, PrometheusSettings
 
 DEFAULTS = HealthSettings()
 
@@ -279,3 +281,59 @@ def test_a_condition_older_than_the_last_requalification_is_stale() -> None:
     assert [f.reason for f in condition_findings("n1", (foreign("GpuMemWatch", "True", None),), 200.0, rules)] == [
         "GpuMemWatch"
     ]
+
+
+# --- a kernel-log Xid alone does not quarantine where DCGM reports Xids ----------------------------------------
+
+WITH_DCGM = HealthSettings(prometheus=PrometheusSettings(url="http://prometheus:9090"))
+XID_79 = "[5.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."
+
+
+def dcgm_xid(node: str, code: int) -> Finding:
+    finding = classify_dcgm(DcgmSample(node, "3", "DCGM_FI_DEV_XID_ERRORS", code), WITH_DCGM)
+    assert finding is not None
+    return finding
+
+
+def test_a_forged_xid_line_is_reported_but_quarantines_nothing_and_does_not_count_for_the_breaker() -> None:
+    confirmations = XidConfirmations(600, clock=FakeClock())
+    forged = [confirmations.judge(judge(XID_79, WITH_DCGM, node=f"gpu-{i}"), WITH_DCGM) for i in range(10)]
+    for finding in forged:
+        assert (finding.quarantine, finding.node_unusable, finding.severity) == (False, False, Severity.WARNING)
+        assert finding.action is RecommendedAction.NONE and "not confirmed by DCGM_FI_DEV_XID_ERRORS" in finding.meaning
+        assert finding.reason == "Xid79" and "Xid (PCI:0000:3b:00): 79" in finding.evidence
+    nodes = {f"gpu-{i}": NodeState(f"gpu-{i}") for i in range(10)}
+    plan = decide(forged, nodes, BreakerState(), WITH_DCGM, 1000.0)
+    assert not [a for a in plan.actions if isinstance(a, UpdateNode)]
+    assert plan.breaker == BreakerState()  # ten forged lines neither trip nor fill the breaker
+
+
+def test_dcgm_confirms_the_same_code_on_the_same_node_within_the_window() -> None:
+    clock = FakeClock()
+    confirmations = XidConfirmations(600, clock=clock)
+    confirmations.record(dcgm_xid("gpu-1", 79))
+    confirmed = confirmations.judge(judge(XID_79, WITH_DCGM, node="gpu-1"), WITH_DCGM)
+    assert (
+        confirmed.quarantine and confirmed.node_unusable and "confirmed by DCGM_FI_DEV_XID_ERRORS" in confirmed.evidence
+    )
+    assert not confirmations.judge(judge(XID_79, WITH_DCGM, node="gpu-2"), WITH_DCGM).quarantine  # another node
+    confirmations.record(dcgm_xid("gpu-3", 48))
+    assert not confirmations.judge(judge(XID_79, WITH_DCGM, node="gpu-3"), WITH_DCGM).quarantine  # another code
+    clock.now += 601
+    assert not confirmations.judge(judge(XID_79, WITH_DCGM, node="gpu-1"), WITH_DCGM).quarantine  # too late
+    # DCGM's own finding is judged by the catalog and quarantines by itself.
+    assert confirmations.judge(dcgm_xid("gpu-4", 79), WITH_DCGM).quarantine
+
+
+def test_without_dcgm_or_when_turned_off_the_kernel_log_is_the_xid_source() -> None:
+    confirmations = XidConfirmations(600, clock=FakeClock())
+    assert confirmations.judge(judge(XID_79), DEFAULTS).quarantine
+    trusting = WITH_DCGM.model_copy(update={"kernel_xids_need_dcgm": False})
+    assert confirmations.judge(judge(XID_79, trusting), trusting).quarantine
+    # Only Xids that would quarantine wait: an SXid has no DCGM counterpart, an application Xid never quarantines.
+    sxid = judge(
+        "[1.0] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Fatal, Link 10 egress non-posted PRIV error", WITH_DCGM
+    )
+    assert confirmations.judge(sxid, WITH_DCGM) == sxid
+    app = judge("[5.0] NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=x, Graphics Exception", WITH_DCGM)
+    assert confirmations.judge(app, WITH_DCGM) == app

@@ -119,6 +119,7 @@ FULL: dict[str, Any] = {
     "dedup_window_seconds": 180,
     "cooldown_seconds": 900,
     "gpu_lost_grace_seconds": 60,
+    "xid_confirmation_seconds": 600,
     "max_concurrent_requalifications": 2,
     "breaker": {"max_fraction": 0.1, "max_nodes": 20, "window_seconds": 600},
     "loki": {

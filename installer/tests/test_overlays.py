@@ -12,8 +12,10 @@ import pytest
 from conftest import Sim
 from ruamel.yaml import YAML
 
+from konduktor.config.load import load_config
 from konduktor.helm.release import CHARTS
 from konduktor.kube.documents import load_documents
+from konduktor.quotas.render import render
 from konduktor.sim.tools import Toolbox, module_dir
 from konduktor.waiting import wait_until
 
@@ -140,6 +142,35 @@ def test_sync_waves_put_operators_before_quotas(environment: str) -> None:
             annotations = obj["metadata"]["annotations"]
             assert wave(obj) > wave(platform), identity(obj)
             assert annotations["argocd.argoproj.io/sync-options"] == "SkipDryRunOnMissingResource=true"
+
+
+def rendered_kinds() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """(group, kind) of the cluster-scoped and of the namespaced objects `render` makes for the examples."""
+    cluster, namespaced = set(), set()
+    for example in sorted((REPO_ROOT / "examples").glob("*.yaml")):
+        for obj in render(load_config(example).config):
+            group = obj["apiVersion"].rpartition("/")[0]
+            (namespaced if "namespace" in obj["metadata"] else cluster).add((group, obj["kind"]))
+    return cluster, namespaced
+
+
+def test_the_quotas_application_may_create_only_what_render_produces() -> None:
+    objects = build("base")
+    quotas = named(objects, "Application", "konduktor-quotas")
+    project = named(objects, "AppProject", quotas["spec"]["project"])
+    assert project["metadata"]["name"] != "konduktor"  # not the platform's project, which allows every kind
+    spec = project["spec"]
+    cluster, namespaced = rendered_kinds()
+    assert {(e["group"], e["kind"]) for e in spec["clusterResourceWhitelist"]} == cluster
+    assert {(e["group"], e["kind"]) for e in spec["namespaceResourceWhitelist"]} == namespaced
+    assert len(spec["clusterResourceWhitelist"]) == len(cluster)
+    assert len(spec["namespaceResourceWhitelist"]) == len(namespaced)
+    # Any team namespace, but none of the platform's or the system's.
+    denied = {d["namespace"].removeprefix("!") for d in spec["destinations"] if d["namespace"].startswith("!")}
+    assert {"kube-system", "konduktor-system", "konduktor-burnin", "argocd"} <= denied
+    assert spec["destinations"][-1]["namespace"] == "*"
+    assert spec["sourceRepos"] == named(objects, "AppProject", "konduktor")["spec"]["sourceRepos"]
+    assert wave(project) < wave(quotas)
 
 
 def test_bootstrap_label_selects_the_project_and_the_app_of_apps() -> None:

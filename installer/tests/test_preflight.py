@@ -28,7 +28,7 @@ from konduktor.cli.preflight import expectations_for, host_checks, open_host, pi
 from konduktor.cli.preflight_pods import node_result, pod_checks
 from konduktor.config.findings import ConfigError
 from konduktor.config.load import LoadedConfig, load_config, parse_config
-from konduktor.config.model import NodeCheckPods
+from konduktor.config.model import NodeCheckPods, ssh_host_problem
 from konduktor.controller.decide import QUARANTINED_AT, TAINT_KEY
 from konduktor.errors import UsageError
 from konduktor.kube.client import ApiError, Kube
@@ -59,6 +59,7 @@ from konduktor.preflight.pods import (
     read_node_report,
 )
 from konduktor.preflight.results import Check, PreflightReport, Status, render_json, render_table
+from konduktor.preflight.ssh import ssh_host
 from konduktor.sim.agent import cri_log, logs_object
 
 RELEASE = ("konduktor-system", "konduktor")
@@ -517,6 +518,42 @@ def test_ssh_user_key_and_port_become_testinfra_options(tmp_path: Path) -> None:
     assert "-o BatchMode=yes" in backend.ssh_extra_args and "-o ConnectTimeout=10" in backend.ssh_extra_args
     ipv6 = open_host("ssh://[fd00::7]:22", None).backend
     assert (ipv6.host.name, ipv6.host.user, ipv6.host.port, ipv6.ssh_identity_file) == ("fd00::7", None, "22", None)
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["-oProxyCommand=touch /tmp/owned", "-p2222", "gpu node", "gpu%2d0", "user@gpu-0", "fe80::1%-oX", "a..b", ""],
+)
+def test_an_ssh_host_that_is_not_an_address_or_hostname_is_refused(tmp_path: Path, host: str) -> None:
+    assert ssh_host_problem(host)
+    with pytest.raises(UsageError) as raised:
+        SshHosts((host,)).targets(example().config, FLEET)
+    assert raised.value.exit_code == 2 and repr(host) in raised.value.message
+    # From the config: exit 2 naming the file, line and field, before anything connects.
+    path = with_inventory(tmp_path, json.dumps({"hosts": [host]}))
+    with pytest.raises(ConfigError) as config_error:
+        load_config(path)
+    assert config_error.value.exit_code == 2
+    assert f"{path}:{SSH_LINE}: preflight.nodes.ssh.hosts[0]:" in str(config_error.value.message)
+
+
+def test_a_node_address_that_looks_like_an_ssh_option_is_refused() -> None:
+    node = replace(FLEET[0], internal_ip="-oProxyCommand=touch /tmp/owned")
+    with pytest.raises(UsageError, match=f"node {FLEET[0].name}'s address '-oProxyCommand"):
+        SshHosts().targets(example().config, (node,))
+    for fine in ("10.0.0.7", "fd00::7", "gpu-h100-0001", "gpu-1.cluster.local"):
+        assert ssh_host_problem(fine) is None
+
+
+def test_ssh_reads_the_host_after_the_end_of_its_options(tmp_path: Path) -> None:
+    """Even a host that bypassed validation is never an option: ssh gets `--` before it."""
+    marker = tmp_path / "proxy-command-ran"
+    host = ssh_host(f"ssh://-oProxyCommand=touch {marker}", None, "-o BatchMode=yes -o ConnectTimeout=2")
+    with pytest.raises(RuntimeError):  # ssh's exit 255: no such host
+        host.run("true")
+    assert not marker.exists()
+    argv, values = host.backend._build_ssh_command("true")
+    assert argv[-2:] == ["--", "%s %s"] and values[-2:] == [f"-oProxyCommand=touch {marker}", "true"]
 
 
 def test_the_key_is_found_from_the_config_file_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

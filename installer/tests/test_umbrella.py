@@ -513,7 +513,7 @@ def test_images_list_is_pinned_and_names_the_images_the_values_choose() -> None:
     images = [line for line in lines if line and not line.startswith("#")]
     assert len(images) == len(set(images))
     for image in images:
-        name, _, tag = image.rpartition(":")
+        name, _, tag = image.split("@")[0].rpartition(":")
         assert name and tag and tag != "latest" and "/" in name, image
     core = yaml_file(CORE / "Chart.yaml")
     core_values = yaml_file(CORE / "values.yaml")

@@ -51,3 +51,13 @@ app.kubernetes.io/component: health-controller
 {{- define "konduktor-core.image" -}}
 {{- printf "%s:%s" .Values.controller.image.repository (default .Chart.AppVersion .Values.controller.image.tag) }}
 {{- end }}
+
+{{/* The health controller's identity in requests, as admission policies see it. */}}
+{{- define "konduktor-core.controllerUser" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "konduktor-core.serviceAccountName" .) }}
+{{- end }}
+
+{{/* The controller's leader-election Lease (konduktor.controller.leader.LEASE_NAME). */}}
+{{- define "konduktor-core.leaseName" -}}
+konduktor-health
+{{- end }}

@@ -55,7 +55,7 @@ from konduktor.cli.console import err, progress
 from konduktor.cli.jobs import pods_by_job, read_log, wait_for_jobs
 from konduktor.cli.quotas import load_checked
 from konduktor.cli.target import KubeconfigOption, connect
-from konduktor.config.model import UNSCHEDULABLE_SECONDS, Config, duration_seconds
+from konduktor.config.model import BURNIN_NAMESPACE, UNSCHEDULABLE_SECONDS, Config, duration_seconds
 from konduktor.controller.decide import RecordEvent, SetCondition, UpdateNode
 from konduktor.controller.node_writes import FIELD_MANAGER, condition_status, event, update_node
 from konduktor.errors import PartialApply, UsageError
@@ -63,7 +63,7 @@ from konduktor.kube.client import Kube
 from konduktor.quotas.manifests import to_yaml
 
 ReportFormat = Literal["table", "json", "junit"]
-DEFAULT_NAMESPACE = "konduktor-system"
+DEFAULT_NAMESPACE = BURNIN_NAMESPACE
 # Installed with konduktor-core; the admission policy lets only it (and preflight) tolerate the health taint.
 SERVICE_ACCOUNT = "konduktor-burnin"
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"

@@ -50,6 +50,7 @@ from konduktor.preflight.results import (
     render_yaml,
     summary_line,
 )
+from konduktor.preflight.ssh import ssh_host
 from konduktor.sim.tools import load_tools
 
 ReportFormat = Literal["table", "json", "yaml"]
@@ -244,7 +245,7 @@ def open_host(url: str, key: Path | None) -> Any:
     the timeouts make an unreachable or vanished host fail instead of hanging."""
     if url == LOCAL:
         return testinfra.get_host(url)
-    return testinfra.get_host(url, ssh_identity_file=str(key) if key else None, ssh_extra_args=SSH_OPTIONS)
+    return ssh_host(url, str(key) if key else None, SSH_OPTIONS)
 
 
 def expectations_for(name: str, loaded: LoadedConfig, facts: ClusterFacts) -> NodeExpectations:

@@ -6,6 +6,7 @@ cohort, namespaces) live in `konduktor.config.lint`, so every problem can be rep
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections import Counter
 from typing import Annotated, Any, Literal
@@ -29,6 +30,10 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 # What charts/konduktor-core runs (controller.image, tagged with the chart's appVersion); it holds
 # konduktor-install too, so the per-node preflight pods run it.
 KONDUKTOR_IMAGE = "ghcr.io/konduktor/konduktor:0.1.0"
+# Where burn-in, requalification and preflight pods run (charts/konduktor-core burnin.namespace): a namespace of
+# their own, with privileged Pod Security, holding only their service accounts, so that the right to run
+# privileged pods there gives nothing in konduktor-system, home of the operators' service accounts.
+BURNIN_NAMESPACE = "konduktor-burnin"
 
 Sharing = Literal["fair", "classic", "none"]
 # Pod Security Standards levels (pod-security.kubernetes.io/enforce), strictest first.
@@ -222,6 +227,42 @@ def _distinct(hosts: list[str] | None) -> list[str] | None:
 
 Text = Annotated[str, AfterValidator(_not_empty)]
 
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$"
+)
+
+
+def ssh_host_problem(host: str) -> str | None:
+    """Why `host` cannot be handed to ssh as a host, or None for an IP address or a DNS hostname.
+
+    Anything else is refused rather than quoted: a name starting with `-` would be read by ssh as an option
+    (`-oProxyCommand=...` runs a command on this machine), and `%` or `@` would be decoded or split on the way.
+    """
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        # A zone ("fe80::1%eth0") may hold any text, and testinfra decodes `%` escapes in the host.
+        if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None:
+            return f"{host!r} has an IPv6 zone; give the address without '%zone'"
+        return None
+    if _HOSTNAME.match(host):
+        return None
+    if host.startswith("-"):
+        return f"{host!r} starts with '-', which ssh would read as an option; expected an IP address or a hostname"
+    return f"{host!r} is not an IP address or a hostname (letters, digits, '-' and '.')"
+
+
+def _ssh_host(host: str) -> str:
+    problem = ssh_host_problem(host)
+    if problem is not None:
+        raise ValueError(problem)
+    return host
+
+
+SshHost = Annotated[str, AfterValidator(_ssh_host)]
+
 
 def _namespace_name(name: str) -> str:
     if not re.match(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", name):
@@ -241,7 +282,7 @@ class SshInventory(Model):
         description="Private key file; ~ expands, a relative path is taken from the config file's directory",
     )
     port: int | None = Field(default=None, ge=1, le=65535, description="SSH port; default: ssh's own (22)")
-    hosts: Annotated[list[Text] | None, AfterValidator(_distinct)] = Field(
+    hosts: Annotated[list[SshHost] | None, AfterValidator(_distinct)] = Field(
         default=None,
         min_length=1,
         description="Hosts to check, named as their Kubernetes nodes (or by address); default: every node of "
@@ -257,7 +298,7 @@ class NodeCheckPods(Model):
         description="Image with konduktor-install and nsenter; default: the konduktor image the chart runs",
     )
     namespace: NamespaceName = Field(
-        default="konduktor-system",
+        default=BURNIN_NAMESPACE,
         description="Where the preflight Jobs run (created when missing; it must admit privileged pods); "
         "konduktor-core creates their service account in its burnin.namespace",
     )

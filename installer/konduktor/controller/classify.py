@@ -251,6 +251,63 @@ def _sxid_token(message: str) -> str:
     return message.split(",", 1)[0].strip().lower()
 
 
+def needs_confirmation(finding: Finding, settings: HealthSettings) -> bool:
+    """A kernel-log Xid that would take the node out, on a cluster where DCGM reports Xids too.
+
+    Anyone who can write to the log store can forge a kernel line; the DCGM exporter reads the driver itself. So
+    where both are read, a log line alone does not quarantine: DCGM_FI_DEV_XID_ERRORS must show the same code on
+    the same node. SXid and peermem lines have no DCGM counterpart and rely on the log pipeline's ingest identity.
+    """
+    return (
+        settings.prometheus is not None
+        and settings.kernel_xids_need_dcgm
+        and finding.kind == "xid"
+        and finding.quarantine
+        and not finding.evidence.startswith(DCGM_XID_FIELD)
+    )
+
+
+def unconfirmed(finding: Finding) -> Finding:
+    """The finding reported (an Event for the on-call engineer) but not acted on."""
+    return replace(
+        finding,
+        severity=Severity.WARNING,
+        action=RecommendedAction.NONE,
+        quarantine=False,
+        node_unusable=False,
+        meaning=f"{finding.meaning}; not confirmed by {DCGM_XID_FIELD} on the node, so not acted on",
+    )
+
+
+class XidConfirmations:
+    """The Xid codes DCGM reported per node within a window, to confirm kernel-log Xids by (`needs_confirmation`).
+
+    The exporter's gauge and the log line reach the controller by different paths and in either order. A line
+    that arrives first is only reported; the DCGM finding quarantines on its own when it comes. A line that
+    arrives after DCGM's report of the same code is confirmed and acted on with the log line as evidence.
+    """
+
+    def __init__(self, window_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._window = window_seconds
+        self._clock = clock
+        self._seen: dict[tuple[str, int], float] = {}
+
+    def record(self, finding: Finding) -> None:
+        """Remember a DCGM Xid finding (others are ignored)."""
+        if finding.kind == "xid" and finding.code is not None and finding.evidence.startswith(DCGM_XID_FIELD):
+            self._seen[(finding.node, finding.code)] = self._clock()
+
+    def judge(self, finding: Finding, settings: HealthSettings) -> Finding:
+        """`finding` as is when it needs no confirmation or has one; else reported only."""
+        if not needs_confirmation(finding, settings) or finding.code is None:
+            return finding
+        now = self._clock()
+        self._seen = {key: at for key, at in self._seen.items() if now - at < self._window}
+        if (finding.node, finding.code) in self._seen:
+            return replace(finding, evidence=f"{finding.evidence} (confirmed by {DCGM_XID_FIELD})")
+        return unconfirmed(finding)
+
+
 class DuplicateFilter:
     """Lets the first finding of a fault through and drops repeats (same node, reason, GPU, action) for a
     window, so that a burst of identical lines costs no cluster writes. A fault still reporting after the

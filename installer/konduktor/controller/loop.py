@@ -20,6 +20,7 @@ from konduktor.controller.classify import (
     DuplicateFilter,
     Finding,
     LostGpuWatch,
+    XidConfirmations,
     classify_dcgm,
     classify_report,
     condition_finding,
@@ -110,6 +111,7 @@ class HealthController:
             else LeaderLease(kube, lease_namespace, identity, settings.lease_seconds, self.metrics)
         )
         self.duplicates = DuplicateFilter(settings.dedup_window_seconds)
+        self.xid_confirmations = XidConfirmations(settings.xid_confirmation_seconds)
         self.lost_gpus = LostGpuWatch(settings.gpu_lost_grace_seconds, clock=time.time)
         self.breaker: BreakerState | None = None  # counted again from the nodes on taking the lead
         self.cursor: LokiCursor | None = None
@@ -229,8 +231,11 @@ class HealthController:
         cursor: LokiCursor | None = None
         kernel: list[Signal] = []
         if poll:
+            dcgm = self._dcgm_signals(now)
+            for found in dcgm:
+                self.xid_confirmations.record(found.finding)
             kernel, cursor = self._kernel_log_signals()
-            signals += kernel + self._dcgm_signals(now)
+            signals += kernel + dcgm
             results = self.requalifier.results(states)
         fresh = [s for s in signals if self.duplicates.admit(s.finding)]
         for found in fresh:
@@ -314,7 +319,7 @@ class HealthController:
         for line in lines:
             report = parse_line(line.line)
             if report is not None:
-                finding = classify_report(report, line.node, self.settings)
+                finding = self.xid_confirmations.judge(classify_report(report, line.node, self.settings), self.settings)
                 signals.append(Signal(finding, line.timestamp_ns / 1e9, "kernel_log"))
         return signals, cursor
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from konduktor.burnin.manifests import NODE_ANNOTATION, make_run_id, node_job, scripts_configmap
 from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict, worst
-from konduktor.burnin.tiers import BurnInOptions, options_for_tier
+from konduktor.burnin.tiers import BurnInImages, BurnInOptions, options_for_tier
 from konduktor.burnin.verdict import NodeEvidence, judge_node
 from konduktor.controller.decide import QUARANTINED_AT, REQUALIFIED_AT, NodeState, parse_time
 from konduktor.controller.logs import log
@@ -121,7 +121,12 @@ class Requalifier:
         self._judged: set[str] = set()
 
     def options(self, tier: str | None = None) -> BurnInOptions:
-        return options_for_tier(tier or self.settings.tier, priority_class=self.settings.priority_class)
+        images = self.settings.images
+        return options_for_tier(
+            tier or self.settings.tier,
+            priority_class=self.settings.priority_class,
+            images=replace(BurnInImages(), dcgm=images.dcgm, pytorch=images.pytorch, nccl_tests=images.nccl_tests),
+        )
 
     def refresh(self) -> None:
         """Read the requalification Jobs (once per poll; Jobs started since are added by `start`)."""

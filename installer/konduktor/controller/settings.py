@@ -7,7 +7,9 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 
+from konduktor.burnin.tiers import BurnInImages
 from konduktor.config.load import read_text, read_yaml, validate_model
+from konduktor.config.model import BURNIN_NAMESPACE
 
 
 class _Section(BaseModel):
@@ -74,6 +76,18 @@ class GpuTypeSettings(_Section):
     gpus_per_node: int = Field(ge=1)
 
 
+_BURNIN_IMAGES = BurnInImages()
+
+
+class BurnInImageSettings(_Section):
+    """The images of the controller's burn-in Jobs. konduktor-core fills them from its burnin.images, the only
+    images its admission policy lets the controller's Jobs run."""
+
+    dcgm: str = Field(default=_BURNIN_IMAGES.dcgm, min_length=1)
+    pytorch: str = Field(default=_BURNIN_IMAGES.pytorch, min_length=1)
+    nccl_tests: str = Field(default=_BURNIN_IMAGES.nccl_tests, min_length=1)
+
+
 class RequalificationSettings(_Section):
     # standard: DCGM diag level 2, a matmul soak and one-node NCCL (konduktor.burnin.tiers).
     tier: Literal["quick", "standard", "full"] = "standard"
@@ -81,8 +95,9 @@ class RequalificationSettings(_Section):
     priority_class: str | None = None
     # Where the burn-in Jobs run, and under which account: the admission policy lets only this account's pods
     # tolerate the quarantine taint (policies/gpu-health-toleration.yaml).
-    namespace: str = Field(default="konduktor-system", min_length=1)
+    namespace: str = Field(default=BURNIN_NAMESPACE, min_length=1)
     service_account: str = Field(default="konduktor-burnin", min_length=1)
+    images: BurnInImageSettings = Field(default_factory=BurnInImageSettings)
 
 
 class NodeConditionRule(_Section):
@@ -127,6 +142,11 @@ class HealthSettings(_Section):
     # Expected GPUs per node by GPU type; nodes of other types fall back to their nvidia.com/gpu.count label.
     gpu_types: dict[str, GpuTypeSettings] = Field(default_factory=dict)
     requalification: RequalificationSettings = Field(default_factory=RequalificationSettings)
+    # With Prometheus set, a kernel-log Xid that would quarantine must be confirmed by the DCGM exporter's
+    # DCGM_FI_DEV_XID_ERRORS for the same node and code within `xid_confirmation_seconds`; a log line alone (which
+    # anyone able to push to Loki could forge) is only reported. Off only where DCGM does not see the GPUs' Xids.
+    kernel_xids_need_dcgm: StrictBool = True
+    xid_confirmation_seconds: float = Field(default=600, gt=0)
     # GPU conditions set by other tools; an empty list ignores them all.
     node_conditions: list[NodeConditionRule] = Field(default_factory=lambda: list(DEFAULT_NODE_CONDITIONS))
     # How often Loki and Prometheus are queried; Node changes are watched and act at once.

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from konduktor.config.findings import ConfigError, error, with_lines
 from konduktor.config.load import LoadedConfig
-from konduktor.config.model import Config
+from konduktor.config.model import Config, ssh_host_problem
+from konduktor.errors import UsageError
 from konduktor.preflight.cluster import ClusterFacts, NodeFacts, nodes_of
 from konduktor.preflight.node import NodeExpectations
 from konduktor.preflight.results import Check, Status, check
@@ -38,9 +39,24 @@ class SshHosts:
     port: int | None = None
 
     def targets(self, config: Config, nodes: Sequence[NodeFacts]) -> list[HostTarget]:
+        """UsageError (exit 2), before any host is contacted, when a host is not an address or a hostname."""
         if self.hosts is not None:
+            for host in self.hosts:
+                refuse_bad_host(host, "SSH host")
             return [HostTarget(host, ssh_url(host, self.user, self.port)) for host in self.hosts]
-        return [HostTarget(name, ssh_url(address, self.user, self.port)) for name, address in gpu_hosts(config, nodes)]
+        found = gpu_hosts(config, nodes)
+        for name, address in found:
+            refuse_bad_host(address, f"node {name}'s address")
+        return [HostTarget(name, ssh_url(address, self.user, self.port)) for name, address in found]
+
+
+def refuse_bad_host(host: str, what: str) -> None:
+    problem = ssh_host_problem(host)
+    if problem is not None:
+        raise UsageError(
+            f"{what} {problem}",
+            hint="nothing was contacted; list the hosts to check with --ssh or preflight.nodes.ssh.hosts",
+        )
 
 
 def config_inventory(loaded: LoadedConfig) -> SshHosts | None:

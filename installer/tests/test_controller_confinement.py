@@ -1,0 +1,296 @@
+"""The health controller holds no more power than it uses, enforced by the simulated cluster's real API server.
+
+konduktor-core is installed on the sim with its RBAC and admission policies; every request below is made as the
+controller's service account (with a token the API server issued for it), through the controller's own code where
+it has one. What the controller does must pass; anything else a compromised controller might try must be refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from conftest import Sim
+from identities import service_account_kubeconfig
+from ruamel.yaml import YAML
+from test_charts import render
+
+from konduktor.burnin.tiers import BurnInImages
+from konduktor.config.model import BURNIN_NAMESPACE
+from konduktor.controller.decide import (
+    CONDITION_TYPE,
+    QUARANTINE_REASON,
+    QUARANTINED_AT,
+    REQUALIFICATION_RESULT,
+    REQUALIFIED_AT,
+    TAINT_KEY,
+    TAINT_VALUE,
+    NodeState,
+    SetCondition,
+    Taint,
+    UpdateNode,
+)
+from konduktor.controller.leader import LEASE_NAME, LeaderLease
+from konduktor.controller.node_writes import FIELD_MANAGER, condition_status, update_node
+from konduktor.controller.requalification import PodLogs, Requalifier
+from konduktor.controller.settings import HealthSettings, RequalificationSettings
+from konduktor.controller.telemetry import HealthMetrics
+from konduktor.errors import KonduktorError
+from konduktor.helm.release import CHARTS, install_or_upgrade
+from konduktor.kube.client import MERGE_PATCH, ApiError, Kube
+from konduktor.kube.documents import load_documents
+from konduktor.sim.testing import release_nodes
+from konduktor.waiting import wait_until
+
+CORE = CHARTS / "konduktor-core"
+RELEASE_NAMESPACE = "konduktor-system"
+SERVICE_ACCOUNT = "konduktor-konduktor-core-health"  # the chart's name for it with release "konduktor"
+NODE = "gpu-h100-0002"
+HEALTH_TAINT = Taint(TAINT_KEY, "NoSchedule", TAINT_VALUE)
+
+
+def refusal(attempt: Callable[[], object]) -> ApiError:
+    with pytest.raises(ApiError) as raised:
+        attempt()
+    assert raised.value.status == 403, raised.value.message
+    return raised.value
+
+
+def by_policy(attempt: Callable[[], object], policy: str, says: str) -> None:
+    """Refused by the named admission policy (RBAC allowed the request), with its message."""
+    problem = refusal(attempt)
+    assert f"ValidatingAdmissionPolicy 'konduktor-konduktor-core-{policy}'" in problem.message, problem.message
+    assert says in problem.message, problem.message
+
+
+@pytest.fixture(scope="module")
+def controller(sim: Sim, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
+    """A client that authenticates as the controller's service account, with a token from the API server."""
+    values = YAML(typ="safe").load((CORE / "ci" / "sim-values.yaml").read_text())
+    install_or_upgrade(sim.kubeconfig, CORE, "konduktor", RELEASE_NAMESPACE, values)
+    path = tmp_path_factory.mktemp("controller") / "kubeconfig.yaml"
+    kube = Kube(service_account_kubeconfig(sim.kube, sim.kubeconfig, RELEASE_NAMESPACE, SERVICE_ACCOUNT, path))
+    node_path = kube.resource("v1", "Node").path(None, NODE)
+    label = {"metadata": {"labels": {"konduktor.ai/probe": "x"}}}
+    outcome: list[str] = []
+
+    def label_refused() -> bool:
+        try:
+            kube.send("PATCH", node_path, query={"dryRun": "All"}, body=label, content_type=MERGE_PATCH)
+        except ApiError as problem:
+            outcome[:] = [problem.message]
+            return problem.status == 403
+        outcome[:] = ["admitted"]
+        return False
+
+    def not_enforced() -> KonduktorError:
+        name = "konduktor-konduktor-core-health-node-writes"
+        found = sim.kube.get("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", name) or {}
+        return KonduktorError(f"{name} not enforced: last try {outcome}; policy status {found.get('status')}")
+
+    # The API server's policy informers pick new bindings up asynchronously.
+    wait_until("the controller's node policy to be enforced", label_refused, timeout=60, on_timeout=not_enforced)
+    try:
+        yield kube
+    finally:
+        kube.close()
+        release_nodes(sim.kube, [NODE])
+        sim.kube.delete("coordination.k8s.io/v1", "Lease", LEASE_NAME, RELEASE_NAMESPACE)
+
+
+def fresh(sim: Sim) -> dict[str, Any]:
+    node = sim.kube.get("v1", "Node", NODE)
+    assert node is not None
+    return node
+
+
+def conditional(sim: Sim, change: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch made conditional on the Node as it is now, as the controller's own writes are."""
+    return {
+        **change,
+        "metadata": {**change.get("metadata", {}), "resourceVersion": fresh(sim)["metadata"]["resourceVersion"]},
+    }
+
+
+@pytest.mark.sim
+def test_the_controller_writes_its_taint_annotations_and_condition(sim: Sim, controller: Kube) -> None:
+    quarantine = UpdateNode(
+        NODE,
+        add_taints=(HEALTH_TAINT,),
+        annotations={QUARANTINED_AT: "2026-01-01T00:00:00Z", QUARANTINE_REASON: "Xid79 test"},
+    )
+    written = update_node(controller, quarantine)
+    assert written is not None and any(t["key"] == TAINT_KEY for t in written["spec"]["taints"])
+    controller.apply_status(
+        condition_status(SetCondition(NODE, False, "Xid79", "test"), 0), field_manager=FIELD_MANAGER
+    )
+    conditions = {c["type"]: c["status"] for c in fresh(sim)["status"]["conditions"]}
+    assert conditions[CONDITION_TYPE] == "False"
+    release = UpdateNode(
+        NODE,
+        remove_taints=(HEALTH_TAINT,),
+        annotations={QUARANTINED_AT: None, QUARANTINE_REASON: None, REQUALIFIED_AT: "2026-01-01T01:00:00Z"},
+    )
+    assert update_node(controller, release) is not None
+    assert not any(t["key"] == TAINT_KEY for t in fresh(sim)["spec"].get("taints", []))
+
+
+@pytest.mark.sim
+def test_the_controller_cannot_change_anything_else_on_a_node(sim: Sim, controller: Kube) -> None:
+    # Someone else's taint on the node, which the controller must leave alone.
+    before = fresh(sim)["spec"].get("taints", [])
+    maintenance = {"key": "ops/maintenance", "effect": "NoSchedule"}
+    sim.kube.patch("v1", "Node", NODE, conditional(sim, {"spec": {"taints": [*before, maintenance]}}))
+    try:
+        policy, node = (
+            "health-node-writes",
+            lambda change: controller.patch("v1", "Node", NODE, conditional(sim, change)),
+        )
+        by_policy(lambda: node({"metadata": {"labels": {"nvidia.com/gpu.product": "fake"}}}), policy, "labels")
+        by_policy(lambda: node({"metadata": {"annotations": {"team.example/owner": "x"}}}), policy, "annotations")
+        by_policy(lambda: node({"spec": {"unschedulable": True}}), policy, "no cordon")
+        by_policy(lambda: node({"spec": {"taints": []}}), policy, "only its own taint")
+        other = [*before, maintenance, {"key": "evil", "effect": "NoExecute"}]
+        by_policy(lambda: node({"spec": {"taints": other}}), policy, "only its own taint")
+        ready = {"type": "Ready", "status": "False", "reason": "Forged", "message": "forged"}
+        forged = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}, "status": {"conditions": [ready]}}
+        by_policy(lambda: controller.apply_status(forged, field_manager="forger"), policy, "only the GPUHealthy")
+        capacity = {"status": {"capacity": {"nvidia.com/gpu": "0"}}}
+        by_policy(lambda: controller.patch("v1", "Node", NODE, capacity, subresource="status"), policy, "capacity")
+        # Its own keys through the status subresource are still its own; another's label is not.
+        by_policy(
+            lambda: controller.patch("v1", "Node", NODE, {"metadata": {"labels": {"x": "y"}}}, subresource="status"),
+            policy,
+            "labels",
+        )
+        # RBAC: no other verb on Nodes.
+        refusal(lambda: controller.delete("v1", "Node", NODE))
+    finally:
+        sim.kube.patch("v1", "Node", NODE, conditional(sim, {"spec": {"taints": before or None}}))
+
+
+@pytest.mark.sim
+def test_in_its_namespace_the_controller_writes_only_its_own_lease(sim: Sim, controller: Kube) -> None:
+    lease = LeaderLease(controller, RELEASE_NAMESPACE, "confinement-test", 15, HealthMetrics())
+    assert lease.acquire_or_renew({"konduktor.ai/loki-cursor": "test"})
+    lease.release()
+    other = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "c1f6bfd2.kueue.x-k8s.io", "namespace": RELEASE_NAMESPACE},
+        "spec": {"holderIdentity": "forged"},
+    }
+    by_policy(lambda: controller.create(other), "health-objects", "only its own Lease")
+    sim.kube.apply(other)
+    try:
+        patch = {"spec": {"holderIdentity": "forged-again"}}
+        refusal(
+            lambda: controller.patch(
+                "coordination.k8s.io/v1", "Lease", other["metadata"]["name"], patch, RELEASE_NAMESPACE
+            )
+        )
+    finally:
+        sim.kube.delete("coordination.k8s.io/v1", "Lease", other["metadata"]["name"], RELEASE_NAMESPACE)
+    # The admission policies' parameters, and ConfigMaps in general: neither read nor written.
+    refusal(lambda: controller.get("v1", "ConfigMap", "konduktor-admission", RELEASE_NAMESPACE))
+    change = {"data": {"priorityClasses": "system-cluster-critical"}}
+    refusal(lambda: controller.patch("v1", "ConfigMap", "konduktor-admission", change, RELEASE_NAMESPACE))
+    planted = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "planted", "namespace": RELEASE_NAMESPACE}}
+    refusal(lambda: controller.create(planted))
+    by_policy(
+        lambda: controller.create({**planted, "metadata": {"name": "planted", "namespace": BURNIN_NAMESPACE}}),
+        "health-objects",
+        "only burn-in scripts ConfigMaps",
+    )
+
+
+def requalification_job(controller: Kube, node: str) -> tuple[Requalifier, dict[str, Any]]:
+    """The Job the controller's requalifier builds, created through its own code."""
+    settings = RequalificationSettings(tier="quick")
+    requalifier = Requalifier(controller, settings, HealthMetrics(), PodLogs(controller, HealthMetrics()))
+    requalifier.start(NodeState(node, gpu_expected=10, labels={"kubernetes.io/hostname": node}), 1.8e9)
+    [run] = requalifier.runs
+    job = controller.get("batch/v1", "Job", run.job, BURNIN_NAMESPACE)
+    assert job is not None
+    return requalifier, job
+
+
+@pytest.mark.sim
+def test_the_controller_creates_only_pinned_burnin_jobs_in_the_burnin_namespace(sim: Sim, controller: Kube) -> None:
+    _, job = requalification_job(controller, NODE)
+    try:
+        template = job["spec"]["template"]["spec"]
+        assert template["serviceAccountName"] == "konduktor-burnin"
+        name = job["metadata"]["name"]
+
+        def variant(change: Callable[[dict[str, Any]], None], namespace: str = BURNIN_NAMESPACE) -> dict[str, Any]:
+            spec = {k: v for k, v in job["spec"].items() if k not in ("selector",)}
+            template = {"metadata": {"labels": {}}, "spec": {**job["spec"]["template"]["spec"]}}
+            copy = {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": f"{name[:40]}-x", "namespace": namespace},
+                "spec": {**spec, "template": template},
+            }
+            change(copy["spec"]["template"]["spec"])
+            return copy
+
+        def other_image(pod: dict[str, Any]) -> None:
+            pod["containers"] = [{**pod["containers"][0], "image": "docker.io/library/busybox:1.37"}]
+
+        def other_init_image(pod: dict[str, Any]) -> None:
+            pod["initContainers"] = [{"name": "x", "image": "docker.io/library/busybox:1.37", "command": ["true"]}]
+
+        def other_account(pod: dict[str, Any]) -> None:
+            pod["serviceAccountName"] = "default"
+
+        policy = "health-jobs"
+        by_policy(lambda: controller.create(variant(other_image)), policy, "only the pinned burn-in images")
+        by_policy(lambda: controller.create(variant(other_init_image)), policy, "only the pinned burn-in images")
+        by_policy(lambda: controller.create(variant(other_account)), policy, "konduktor-burnin service account")
+        refusal(lambda: controller.create(variant(lambda pod: None, namespace=RELEASE_NAMESPACE)))
+        refusal(lambda: controller.create(variant(lambda pod: None, namespace="default")))
+        refusal(lambda: controller.delete("batch/v1", "Job", name, BURNIN_NAMESPACE))
+    finally:
+        sim.kube.delete("batch/v1", "Job", job["metadata"]["name"], BURNIN_NAMESPACE)
+
+
+def test_the_policies_name_what_the_controller_writes() -> None:
+    """The chart's lists are the code's: the node annotations, the Lease, the burn-in images."""
+    confinement = (CORE / "templates" / "health-confinement.yaml").read_text()
+    for key in (QUARANTINED_AT, QUARANTINE_REASON, REQUALIFIED_AT, REQUALIFICATION_RESULT, TAINT_KEY, CONDITION_TYPE):
+        assert f'"{key}"' in confinement or f"'{key}'" in confinement, key
+    assert "\nkonduktor-health\n" in (CORE / "templates" / "_helpers.tpl").read_text()
+    assert LEASE_NAME == "konduktor-health"
+    values = load_documents(CORE / "values.yaml")[0]
+    assert values["burnin"]["namespace"] == BURNIN_NAMESPACE == RequalificationSettings().namespace
+    defaults = BurnInImages()
+    chosen = values["burnin"]["images"]
+    assert (chosen["dcgm"], chosen["pytorch"], chosen["ncclTests"]) == (
+        defaults.dcgm,
+        defaults.pytorch,
+        defaults.nccl_tests,
+    )
+
+
+def test_the_controller_runs_its_jobs_where_the_chart_gives_it_rights() -> None:
+    """burnin.namespace and burnin.images move the controller's settings, its Role and its policies together."""
+    mirrored = "registry.local/nvidia/dcgm:4.6.0-1-ubuntu24.04"
+    objects = render(None, "--set", "burnin.namespace=gpu-burnin", "--set", f"burnin.images.dcgm={mirrored}")
+    settings = next(o for o in objects if o["kind"] == "ConfigMap" and "health.yaml" in o.get("data", {}))
+    health = HealthSettings.model_validate(YAML(typ="safe").load(settings["data"]["health.yaml"]))
+    assert health.requalification.namespace == "gpu-burnin"
+    assert health.requalification.images.dcgm == mirrored
+    assert health.requalification.images.pytorch == BurnInImages().pytorch
+    role = next(o for o in objects if o["kind"] == "Role" and o["metadata"]["name"].endswith("-requalify"))
+    assert role["metadata"]["namespace"] == "gpu-burnin"
+    jobs = next(
+        o for o in objects if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"].endswith("-jobs")
+    )
+    assert 'request.namespace == "gpu-burnin"' in jobs["spec"]["validations"][0]["expression"]
+    [allowed] = [v["expression"] for v in jobs["spec"]["variables"] if v["name"] == "images"]
+    assert mirrored in allowed and BurnInImages().dcgm not in allowed
+    [namespace] = [o for o in objects if o["kind"] == "Namespace"]
+    assert namespace["metadata"]["name"] == "gpu-burnin"
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
