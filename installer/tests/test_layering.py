@@ -43,7 +43,6 @@ ALLOWED: dict[str, frozenset[str]] = {
 # Imports that break the layering today, (importing module, imported module): remove lines, never add them.
 KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset(
     {
-        ("konduktor.burnin.manifests", "konduktor.controller.decide"),
         ("konduktor.burnin.parsers", "konduktor.controller.catalog"),
         ("konduktor.burnin.parsers", "konduktor.controller.kernel_log"),
         ("konduktor.burnin.verdict", "konduktor.controller.catalog"),
@@ -51,9 +50,7 @@ KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset(
         ("konduktor.controller.main", "konduktor.cli.app"),
         ("konduktor.helm.release", "konduktor.sim.tools"),
         ("konduktor.observability.metrics", "konduktor.controller.classify"),
-        ("konduktor.preflight.cluster", "konduktor.controller.decide"),
         ("konduktor.sim.testing", "konduktor.cli.sim"),
-        ("konduktor.sim.testing", "konduktor.controller.decide"),
     }
 )
 

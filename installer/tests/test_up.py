@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from conftest import EXAMPLE, Sim
 
-from konduktor.burnin.manifests import HEALTH_TAINT_KEY
 from konduktor.cli.main import main
 from konduktor.helm.release import NAMESPACE, RELEASE, current
 from konduktor.kube.client import ApiError, Kube
@@ -20,6 +19,7 @@ from konduktor.quotas.render import KUEUE_API
 from konduktor.sim.gpus import FAULTS_ANNOTATION
 from konduktor.sim.testing import release_nodes
 from konduktor.sim.workloads import gpu_job
+from konduktor.vocabulary import HEALTH_TAINT_KEY
 from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim

@@ -26,8 +26,6 @@ from konduktor.controller.classify import (
     condition_finding,
 )
 from konduktor.controller.decide import (
-    QUARANTINE_REASON,
-    REQUALIFIED_AT,
     BreakerState,
     NodeState,
     Plan,
@@ -59,6 +57,7 @@ from konduktor.controller.sources import SourceError
 from konduktor.controller.telemetry import HealthMetrics
 from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
+from konduktor.vocabulary import QUARANTINE_REASON, REQUALIFIED_AT
 
 CURSOR_ANNOTATION = "konduktor.ai/loki-cursor"
 # A cursor that moved past nothing is saved at most this often: a quiet cluster need not write the Lease on every
