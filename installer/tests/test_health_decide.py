@@ -28,8 +28,8 @@ from konduktor.controller.decide import (
     quarantined_by_us,
     restore_breaker,
 )
-from konduktor.controller.kernel_log import parse_line
 from konduktor.controller.settings import BreakerSettings, HealthSettings
+from konduktor.gpu.kernel_log import parse_line
 from konduktor.vocabulary import (
     HEALTH_TAINT_KEY,
     QUARANTINE_REASON,

@@ -13,7 +13,6 @@ from prometheus_client import generate_latest
 
 from konduktor.controller.classify import DcgmSample, DuplicateFilter, Finding, LostGpuWatch, classify_report
 from konduktor.controller.decide import CONDITION_TYPE, Taint, UpdateNode
-from konduktor.controller.kernel_log import parse_line
 from konduktor.controller.logs import JsonFormatter
 from konduktor.controller.loki import LokiCursor, cursor_after, entries, line_key, unseen
 from konduktor.controller.node_writes import node_patch
@@ -22,6 +21,7 @@ from konduktor.controller.prometheus import DcgmSeries, DcgmSignal, Novelty, sha
 from konduktor.controller.requalification import Run, acted_on, run_id_for, run_of
 from konduktor.controller.settings import GpuTypeSettings, HealthSettings, load_settings
 from konduktor.controller.telemetry import HealthMetrics
+from konduktor.gpu.kernel_log import parse_line
 from konduktor.observability.metrics import HEALTH_CONTROLLER_METRICS
 from konduktor.vocabulary import HEALTH_TAINT_KEY, QUARANTINED_AT, REQUALIFIED_AT
 

@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from konduktor.burnin.results import NodeVerdict, Verdict
-from konduktor.controller.catalog import Severity
 from konduktor.controller.classify import Finding, ForeignCondition, burnin_finding, verdict_detail
 from konduktor.controller.settings import BreakerSettings, HealthSettings
+from konduktor.gpu.catalog import Severity
 from konduktor.vocabulary import (
     HEALTH_TAINT_KEY,
     QUARANTINE_REASON,

@@ -36,7 +36,6 @@ from konduktor.controller.decide import (
     quarantined_by_us,
     restore_breaker,
 )
-from konduktor.controller.kernel_log import parse_line
 from konduktor.controller.leader import LeaderLease
 from konduktor.controller.logs import log
 from konduktor.controller.loki import LokiCursor, LokiSource
@@ -56,6 +55,7 @@ from konduktor.controller.settings import HealthSettings
 from konduktor.controller.sources import SourceError
 from konduktor.controller.telemetry import HealthMetrics
 from konduktor.errors import KonduktorError
+from konduktor.gpu.kernel_log import parse_line
 from konduktor.kube.client import Kube
 from konduktor.vocabulary import QUARANTINE_REASON, REQUALIFIED_AT
 

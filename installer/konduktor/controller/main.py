@@ -25,10 +25,10 @@ from konduktor.controller import logs
 from konduktor.controller.actuator import action_name
 from konduktor.controller.classify import classify_report
 from konduktor.controller.decide import Action, Plan, RecordEvent, SetCondition, UpdateNode
-from konduktor.controller.kernel_log import parse_line
 from konduktor.controller.loop import HealthController
 from konduktor.controller.server import HealthServer
 from konduktor.controller.settings import HealthSettings, load_settings
+from konduktor.gpu.kernel_log import parse_line
 from konduktor.kube.client import Kube
 from konduktor.vocabulary import SYSTEM_NAMESPACE
 
