@@ -43,10 +43,8 @@ ALLOWED: dict[str, frozenset[str]] = {
 # Imports that break the layering today, (importing module, imported module): remove lines, never add them.
 KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset(
     {
-        ("konduktor.config.pools", "konduktor.sim.nodes"),
         ("konduktor.controller.main", "konduktor.cli.app"),
         ("konduktor.helm.release", "konduktor.sim.tools"),
-        ("konduktor.sim.testing", "konduktor.cli.sim"),
     }
 )
 

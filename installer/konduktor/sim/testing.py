@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from konduktor.cli.sim import spec_from
 from konduktor.kube.client import ApiError, Kube
 from konduktor.paths import product_dir
 from konduktor.sim.cluster import SimCluster
 from konduktor.sim.gpus import FAULTS_ANNOTATION, LOGS_ANNOTATION
+from konduktor.sim.pools import spec_from
 from konduktor.vocabulary import (
     HEALTH_TAINT_KEY,
     QUARANTINE_REASON,
