@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import EXAMPLE, Sim
+from sim_fixture import installer_events, release_nodes
 
 from konduktor.burnin.manifests import RUN_LABEL, node_job_name, scripts_configmap_name, taint_tolerations
 from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, Verdict
@@ -47,7 +48,6 @@ from konduktor.controller.node_writes import node_patch
 from konduktor.errors import UsageError
 from konduktor.kube.client import Kube
 from konduktor.sim.gpus import FAULTS_ANNOTATION, LOGS_ANNOTATION
-from konduktor.sim.testing import installer_events, release_nodes
 from konduktor.vocabulary import HEALTH_TAINT_KEY, QUARANTINE_REASON, QUARANTINED_AT, REQUALIFICATION_RESULT
 from konduktor.waiting import wait_until
 

@@ -14,6 +14,7 @@ import pytest
 from conftest import Sim
 from identities import service_account_kubeconfig
 from ruamel.yaml import YAML
+from sim_fixture import release_nodes
 from test_charts import render
 
 from konduktor.burnin.tiers import BurnInImages
@@ -27,7 +28,6 @@ from konduktor.errors import KonduktorError
 from konduktor.helm.release import CHARTS, install_or_upgrade
 from konduktor.kube.client import MERGE_PATCH, ApiError, Kube
 from konduktor.kube.documents import load_documents
-from konduktor.sim.testing import release_nodes
 from konduktor.vocabulary import (
     BURNIN_NAMESPACE,
     HEALTH_TAINT_KEY,

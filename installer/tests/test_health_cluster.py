@@ -24,6 +24,7 @@ from conftest import Sim
 from garbage_api import serving
 from loki_api import LokiApi
 from ruamel.yaml import YAML
+from sim_fixture import patch_node
 
 from konduktor.burnin.manifests import NODE_ANNOTATION, node_job
 from konduktor.burnin.tiers import options_for_tier
@@ -44,7 +45,6 @@ from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
 from konduktor.sim.cluster import free_port
 from konduktor.sim.gpus import FAULTS_ANNOTATION
-from konduktor.sim.testing import patch_node
 from konduktor.sim.tools import Toolbox
 from konduktor.vocabulary import (
     HEALTH_TAINT_KEY,

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from conftest import EXAMPLE, Sim
+from sim_fixture import release_nodes
 
 from konduktor.cli.main import main
 from konduktor.helm.release import NAMESPACE, RELEASE, current
@@ -17,7 +18,6 @@ from konduktor.kube.client import ApiError, Kube
 from konduktor.paths import state_dir
 from konduktor.quotas.render import KUEUE_API
 from konduktor.sim.gpus import FAULTS_ANNOTATION
-from konduktor.sim.testing import release_nodes
 from konduktor.sim.workloads import gpu_job
 from konduktor.vocabulary import HEALTH_TAINT_KEY
 from konduktor.waiting import wait_until

@@ -1,4 +1,5 @@
-"""The `sim` pytest fixture: one running simulated cluster per test session, for every suite that needs one.
+"""The `sim` pytest fixture: one running simulated cluster per test session, for every suite that needs one
+(installer/tests and e2e: pyproject's pytest `pythonpath` makes this module importable from both).
 
 Clusters started by tests live in their own state directory, apart from the user's (`konduktor-install sim
 up`); tool builds are shared through the cache. The fixture is never skipped: when the cluster cannot start,
