@@ -210,7 +210,7 @@ def write_config(path: Path, health: HealthSettings) -> Path:
 def run_once_cli(sim: Sim, config: Path) -> dict[str, Any]:
     """`konduktor-health run --once` as a new process."""
     done = subprocess.run(
-        [sys.executable, "-m", "konduktor.controller.main", "run", "--once", "--kubeconfig", str(sim.kubeconfig),
+        [sys.executable, "-m", "konduktor.cli.health", "run", "--once", "--kubeconfig", str(sim.kubeconfig),
          "--config", str(config), "--lease-namespace", NAMESPACE],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
@@ -590,7 +590,7 @@ def test_a_lost_gpu_is_tainted_while_loki_answers_garbage(sim: Sim, kube: Kube, 
         port = free_port()
         log = (tmp_path / "controller.log").open("wb")
         process = subprocess.Popen(
-            [sys.executable, "-m", "konduktor.controller.main", "run", "--kubeconfig", str(sim.kubeconfig),
+            [sys.executable, "-m", "konduktor.cli.health", "run", "--kubeconfig", str(sim.kubeconfig),
              "--config", str(config), "--lease-namespace", NAMESPACE, "--port", str(port)],
             env={**os.environ, "POD_NAME": "garbage-test"}, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
@@ -648,7 +648,7 @@ def test_killing_the_leader_hands_over_to_the_standby(sim: Sim, kube: Kube, tmp_
     config = write_config(tmp_path / "health.yaml", settings(lease_seconds=2))
     log = (tmp_path / "leader.log").open("wb")
     leader = subprocess.Popen(
-        [sys.executable, "-m", "konduktor.controller.main", "run", "--kubeconfig", str(sim.kubeconfig),
+        [sys.executable, "-m", "konduktor.cli.health", "run", "--kubeconfig", str(sim.kubeconfig),
          "--config", str(config), "--lease-namespace", NAMESPACE, "--port", "0"],
         env={**os.environ, "POD_NAME": "replica-a"}, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
@@ -687,7 +687,7 @@ def test_an_api_server_restart_loses_no_fault(sim: Sim, kube: Kube, loki: tuple[
     config = write_config(tmp_path / "health.yaml", settings(loki=loki_settings(url)))
     log = (tmp_path / "controller.log").open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "konduktor.controller.main", "run", "--kubeconfig", str(sim.kubeconfig),
+        [sys.executable, "-m", "konduktor.cli.health", "run", "--kubeconfig", str(sim.kubeconfig),
          "--config", str(config), "--lease-namespace", NAMESPACE, "--port", "0"],
         env={**os.environ, "POD_NAME": "survivor"}, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip

@@ -43,7 +43,6 @@ ALLOWED: dict[str, frozenset[str]] = {
 # Imports that break the layering today, (importing module, imported module): remove lines, never add them.
 KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset(
     {
-        ("konduktor.controller.main", "konduktor.cli.app"),
         ("konduktor.helm.release", "konduktor.sim.tools"),
     }
 )
@@ -127,9 +126,9 @@ def test_known_violations_are_still_there() -> None:
 def test_the_checker_sees_an_upward_import() -> None:
     """The checker itself can fail: upward imports are judged wrong, downward ones right."""
     assert not is_allowed("konduktor.burnin.verdict", "konduktor.controller.decide")
-    assert not is_allowed("konduktor.controller.main", "konduktor.cli.app")
+    assert not is_allowed("konduktor.controller.loop", "konduktor.cli.app")
     assert not is_allowed("konduktor.errors", "konduktor.config.model")
     assert is_allowed("konduktor.waiting", "konduktor.errors")
     assert is_allowed("konduktor.cli.up", "konduktor.sim.cluster")
-    assert ("konduktor.controller.main", "konduktor.cli.app") in import_edges()
+    assert ("konduktor.cli.health", "konduktor.cli.app") in import_edges()
     assert ("konduktor.cli.tools", "konduktor.sim.tools") in import_edges()
