@@ -45,7 +45,7 @@ from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
 from konduktor.sim.cluster import free_port
 from konduktor.sim.gpus import FAULTS_ANNOTATION
-from konduktor.sim.tools import Toolbox
+from konduktor.tools.pinned import Toolbox
 from konduktor.vocabulary import (
     HEALTH_TAINT_KEY,
     QUARANTINE_REASON,

@@ -61,7 +61,7 @@ from konduktor.quotas.render import KUEUE_API, MANAGED_BY, MANAGED_BY_LABEL
 from konduktor.quotas.usage import team_usage
 from konduktor.sim.cluster import DEFAULT_NAME, SimCluster
 from konduktor.sim.pools import spec_from
-from konduktor.sim.tools import Toolbox
+from konduktor.tools.pinned import Toolbox
 from konduktor.waiting import wait_until
 
 # What the umbrella installs that the simulated cluster cannot run: its fake nodes run no containers, and

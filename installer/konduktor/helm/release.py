@@ -20,7 +20,7 @@ from pyhelm3.errors import ReleaseNotFoundError
 
 from konduktor.errors import ClusterUnreachable, KonduktorError, PartialApply
 from konduktor.paths import product_dir
-from konduktor.sim.tools import Toolbox
+from konduktor.tools.pinned import Toolbox
 from konduktor.vocabulary import SYSTEM_NAMESPACE
 
 CHARTS = product_dir("charts")

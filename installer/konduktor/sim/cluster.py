@@ -32,7 +32,7 @@ from konduktor.paths import state_dir
 from konduktor.sim import kueue
 from konduktor.sim.nodes import DEFAULT_TOPOLOGY, NodePool, node_manifests, system_node
 from konduktor.sim.pki import write_serving_pki
-from konduktor.sim.tools import Toolbox, module_dir
+from konduktor.tools.pinned import Toolbox, module_dir
 from konduktor.vocabulary import GPU_RESOURCE
 from konduktor.waiting import wait_until
 
