@@ -63,7 +63,7 @@ class InstallerCommands(LazyGroup):
         LazyCommand(
             "tools",
             "konduktor.cli.tools:app",
-            "Build and list the pinned tools (helm, kubectl, kwok, etcd, Kubernetes, Kueue).",
+            "Build, lock and list the pinned tools (helm, kubectl, kwok, etcd, Kubernetes, Kueue).",
         ),
         LazyCommand(
             "sim",

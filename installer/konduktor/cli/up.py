@@ -38,7 +38,7 @@ from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.sim import spec_from
 from konduktor.cli.target import KubeconfigOption, connect, explicit_kubeconfig
 from konduktor.config.load import LoadedConfig
-from konduktor.config.model import Config
+from konduktor.config.model import BURNIN_NAMESPACE, Config
 from konduktor.errors import ExitCode, KonduktorError, PartialApply, PreflightFailed, UsageError
 from konduktor.helm.release import (
     CHARTS,
@@ -286,7 +286,7 @@ def run_up(
                 loaded.config,
                 (),
                 options_for_tier(Tier(loaded.config.burnin.level)),
-                NAMESPACE,
+                BURNIN_NAMESPACE,
                 make_run_id(datetime.now(UTC)),
                 None,
                 loaded.config.burnin.quarantine,
