@@ -114,6 +114,7 @@ def enforcing(sim: Any) -> Iterator[Kube]:
     # An earlier module's teardown may still be deleting them; nothing can be created in them meanwhile.
     for name in namespaces:
         wait_for(lambda n=name: not terminating(n), f"namespace {name} to be gone", timeout=120)
+
     def ref(obj: dict[str, Any]) -> tuple[str, str, str, str | None]:
         meta = obj["metadata"]
         return obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace")
