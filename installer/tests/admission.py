@@ -114,7 +114,14 @@ def enforcing(sim: Any) -> Iterator[Kube]:
     # An earlier module's teardown may still be deleting them; nothing can be created in them meanwhile.
     for name in namespaces:
         wait_for(lambda n=name: not terminating(n), f"namespace {name} to be gone", timeout=120)
-    created = [name for name in namespaces if kube.get("v1", "Namespace", name) is None]
+
+    def ref(obj: dict[str, Any]) -> tuple[str, str, str, str | None]:
+        meta = obj["metadata"]
+        return obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace")
+
+    # What the cases' set-up adds is removed again, so that a later install (the chart's service accounts in the
+    # burn-in namespace, say) never meets an object it does not own.
+    created = [ref(obj) for obj in setup if kube.get(*ref(obj)) is None]
     params = (PARAMS["metadata"]["name"], PARAMS["metadata"]["namespace"])
     before = [stored(kube, "v1", "ConfigMap", *params)] + [
         stored(kube, ADMISSION, kind, name)
@@ -156,8 +163,5 @@ def enforcing(sim: Any) -> Iterator[Kube]:
         for obj in before:
             if obj is not None:
                 kube.create(obj)
-        for name in created:
-            kube.delete("v1", "Namespace", name)
-        for obj in setup:
-            if obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
-                kube.delete(obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
+        for api_version, kind, name, namespace in reversed(created):
+            kube.delete(api_version, kind, name, namespace)

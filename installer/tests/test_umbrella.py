@@ -412,9 +412,13 @@ def test_umbrella_templates_render_under_its_schema(tmp_path: Path, values_file:
     result = render_umbrella(tmp_path, *(["--values", str(values_file)] if values_file else []))
     assert result.returncode == 0, result.stderr
     objects = load_documents(result.stdout)
-    # No Namespace: the subcharts' pre-install hooks run before any template, so the only namespace they can
-    # use is the release namespace, which helm, `up` and Argo CD create first (test_umbrella_install.py).
-    assert not [o for o in objects if o["kind"] == "Namespace"]
+    # The subcharts' pre-install hooks run before any template, so the only namespace they can use is the release
+    # namespace, which helm, `up` and Argo CD create first (test_umbrella_install.py). The one Namespace the chart
+    # renders is konduktor-core's burn-in namespace, which no hook uses.
+    namespaces = [o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"]
+    assert namespaces == ["konduktor-burnin"]
+    hooks = [o for o in objects if "helm.sh/hook" in o["metadata"].get("annotations", {})]
+    assert not [o for o in hooks if o["metadata"].get("namespace") in namespaces]
     assert any(o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-health") for o in objects)
 
 

@@ -19,7 +19,7 @@ from konduktor.paths import state_dir
 from konduktor.quotas.render import KUEUE_API
 from konduktor.sim.gpus import FAULTS_ANNOTATION
 from konduktor.sim.workloads import gpu_job
-from konduktor.vocabulary import HEALTH_TAINT_KEY
+from konduktor.vocabulary import BURNIN_NAMESPACE, HEALTH_TAINT_KEY
 from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim
@@ -147,8 +147,8 @@ def test_ups_burn_in_reports_a_node_it_cannot_schedule_on_after_the_configured_b
     monkeypatch.delenv("KUBECONFIG", raising=False)
     config = tmp_path / "config.yaml"
     config.write_text(EXAMPLE.read_text().replace("unschedulableSeconds: 60", "unschedulableSeconds: 2"))
-    busy, blockers = "gpu-h100-0001", "up-blocker"
-    sim.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": blockers}})
+    # A GPU pod outside the teams' queues: only the policies' GPU system namespaces may run one.
+    busy, blockers = "gpu-h100-0001", "kube-system"
     gpu = {"nvidia.com/gpu": "1"}
     sim.kube.apply(
         {
@@ -168,7 +168,7 @@ def test_ups_burn_in_reports_a_node_it_cannot_schedule_on_after_the_configured_b
         (line,) = [x for x in err.splitlines() if x.startswith(f"burn-in: {busy} ERROR: ")]
         assert "the pod could not be scheduled: 0/" in line and "Insufficient nvidia.com/gpu" in line
     finally:
-        sim.kube.delete("v1", "Namespace", blockers)
+        sim.kube.delete("v1", "Pod", "holds-one-gpu", blockers)
         wait_until("the blocker to be gone", lambda: sim.kube.get("v1", "Pod", "holds-one-gpu", blockers) is None, 60)
 
 
@@ -240,7 +240,7 @@ def test_preflight_pods_without_a_result_stop_up_before_any_change(
     config = tmp_path / "config.yaml"
     # The chart's burn-in namespace: once its policies enforce, only the preflight service account there may
     # tolerate the health taint, as these pods do.
-    namespace = "konduktor-system"
+    namespace = BURNIN_NAMESPACE
     preflight_jobs = "app.kubernetes.io/component=node-preflight"
     text = EXAMPLE.read_text().replace("name: gpu-lab", "name: pod-lab")
     config.write_text(text + f"preflight:\n  nodes:\n    pod: {{namespace: {namespace}}}\n")

@@ -20,7 +20,7 @@ import testinfra
 import typer
 
 from konduktor.cli.console import err, progress
-from konduktor.cli.preflight_pods import pod_checks
+from konduktor.cli.preflight_pods import may, pod_checks
 from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.target import KubeconfigOption, connect
 from konduktor.config.load import LoadedConfig
@@ -33,7 +33,6 @@ from konduktor.preflight.cluster import (
     ClusterFacts,
     CrdFacts,
     NodeFacts,
-    Permission,
     crd_facts,
     judge_cluster,
     node_facts,
@@ -136,14 +135,6 @@ def read_cluster(kube: Kube) -> ClusterFacts:
     except ApiError as problem:
         problems["crds"] = problem.message
     return ClusterFacts(kube.server, version, None, nodes, crds, problems, denied)
-
-
-def may(kube: Kube, permission: Permission) -> bool:
-    """One SelfSubjectAccessReview; a review the server does not answer proves no right."""
-    try:
-        return kube.allowed(permission.verb, permission.resource, permission.group)
-    except ApiError:
-        return False
 
 
 def require_reachable(facts: ClusterFacts) -> None:

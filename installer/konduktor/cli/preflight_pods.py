@@ -18,7 +18,7 @@ from konduktor.cli.burnin_run import JobPhase, JobState, job_state, pod_problem
 from konduktor.cli.jobs import pods_by_job, read_log, wait_for_jobs
 from konduktor.config.model import Config, NodeCheckPods
 from konduktor.kube.client import ApiError, Kube
-from konduktor.preflight.cluster import ClusterFacts
+from konduktor.preflight.cluster import ClusterFacts, Permission
 from konduktor.preflight.inventory import expectations_of, gpu_nodes, no_hosts
 from konduktor.preflight.pods import (
     CONTAINER,
@@ -33,10 +33,42 @@ from konduktor.preflight.pods import (
     node_check_job,
     read_node_report,
 )
-from konduktor.preflight.results import Check
+from konduktor.preflight.results import Check, Status, check
 from konduktor.vocabulary import HOSTNAME_LABEL
 
 WAIT_SLACK_S = 60  # after the Jobs' deadline: time for the Job controller to mark them Failed
+# What running the node checks from pods takes in their namespace: start the Jobs, clear earlier runs' Jobs,
+# find each Job's pod and read its report.
+POD_PERMISSIONS = (
+    Permission("create", "jobs", "batch"),
+    Permission("list", "jobs", "batch"),
+    Permission("delete", "jobs", "batch"),
+    Permission("list", "pods"),
+    Permission("get", "pods", subresource="log"),
+)
+
+
+def may(kube: Kube, permission: Permission, namespace: str | None = None) -> bool:
+    """One SelfSubjectAccessReview; a review the server does not answer proves no right."""
+    try:
+        return kube.allowed(permission.verb, permission.resource, permission.group, namespace, permission.subresource)
+    except ApiError:
+        return False
+
+
+def missing_pod_rights(kube: Kube, namespace: str) -> Check | None:
+    """A FAIL naming the rights the preflight pods need in `namespace` and this identity lacks, before any Job."""
+    missing = [p for p in POD_PERMISSIONS if not may(kube, p, namespace)]
+    if not missing:
+        return None
+    return check(
+        "preflight-pods",
+        Status.FAIL,
+        f"no right to {', '.join(map(str, missing))} in namespace {namespace}",
+        evidence=[f"SelfSubjectAccessReview: {p} in {namespace} is not allowed" for p in missing],
+        hint=f"grant this identity {', '.join(map(str, missing))} in {namespace}; "
+        f"`kubectl auth can-i {missing[0].verb} {missing[0].qualified_resource} -n {namespace}` shows whether it may",
+    )
 
 
 def pod_checks(
@@ -49,6 +81,8 @@ def pod_checks(
     targets = [PodTarget(n.name, n.labels.get(HOSTNAME_LABEL), n.taints, expectations_of(config, n)) for n in nodes]
     run_id = f"{make_run_id(datetime.now(UTC))}-{secrets.token_hex(2)}"
     namespace = settings.namespace
+    if (no_rights := missing_pod_rights(kube, namespace)) is not None:
+        return [no_rights]
     names = {t.node: job_name(run_id, t.node) for t in targets}
     try:
         service_account = prepare(kube, namespace)

@@ -62,6 +62,7 @@ from konduktor.quotas.usage import team_usage
 from konduktor.sim.cluster import DEFAULT_NAME, SimCluster
 from konduktor.sim.pools import spec_from
 from konduktor.tools.pinned import Toolbox
+from konduktor.vocabulary import BURNIN_NAMESPACE
 from konduktor.waiting import wait_until
 
 # What the umbrella installs that the simulated cluster cannot run: its fake nodes run no containers, and
@@ -286,7 +287,7 @@ def run_up(
                 loaded.config,
                 (),
                 options_for_tier(Tier(loaded.config.burnin.level)),
-                NAMESPACE,
+                BURNIN_NAMESPACE,
                 make_run_id(datetime.now(UTC)),
                 None,
                 loaded.config.burnin.quarantine,

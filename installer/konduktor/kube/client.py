@@ -329,12 +329,16 @@ class Kube:
             raise
         return True
 
-    def allowed(self, verb: str, resource: str, group: str = "", namespace: str | None = None) -> bool:
+    def allowed(
+        self, verb: str, resource: str, group: str = "", namespace: str | None = None, subresource: str = ""
+    ) -> bool:
         """Whether this identity may `verb` the `resource`, as the API server's authorizer answers a
         SelfSubjectAccessReview (which every authenticated identity may create)."""
         attributes = {"verb": verb, "resource": resource, "group": group}
         if namespace is not None:
             attributes["namespace"] = namespace
+        if subresource:
+            attributes["subresource"] = subresource
         review = {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SelfSubjectAccessReview",

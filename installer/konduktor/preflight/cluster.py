@@ -82,11 +82,13 @@ class Permission:
     verb: str
     resource: str
     group: str = ""
+    subresource: str = ""
 
     @property
     def qualified_resource(self) -> str:
-        """As kubectl names it: nodes, customresourcedefinitions.apiextensions.k8s.io."""
-        return f"{self.resource}.{self.group}" if self.group else self.resource
+        """As kubectl names it: nodes, customresourcedefinitions.apiextensions.k8s.io, pods/log."""
+        resource = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+        return f"{resource}.{self.group}" if self.group else resource
 
     def __str__(self) -> str:
         return f"{self.verb} {self.qualified_resource}"
