@@ -37,6 +37,8 @@ NODE_LABEL = "konduktor.ai/node"
 PAIR_LABEL = "konduktor.ai/burnin-pair"
 NODE_ANNOTATION = "konduktor.ai/node"  # the full name, when the label had to be shortened
 PRIVILEGES_ANNOTATION = "konduktor.ai/privileges"
+APP_LABEL = "app.kubernetes.io/name"
+BURNIN_APP = "konduktor-burnin"  # every burn-in pod carries it; the simulated cluster's agent selects on it
 SCRIPTS_DIR = "/opt/konduktor"
 SCRIPT_FILES = ("matmul.py", "allreduce.py")
 RENDEZVOUS_PORT = 29500
@@ -86,7 +88,7 @@ def pair_name(run_id: str, nodes: tuple[str, str]) -> str:
 def _labels(run_id: str, **extra: str) -> dict[str, str]:
     return {
         MANAGED_BY_LABEL: "konduktor",
-        "app.kubernetes.io/name": "konduktor-burnin",
+        APP_LABEL: BURNIN_APP,
         RUN_LABEL: run_id,
         **extra,
     }
