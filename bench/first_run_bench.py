@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from konduktor.sim.tools import installed, load_tools
+from konduktor.tools.pinned import installed, load_tools
 
 ROOT = Path(__file__).resolve().parents[1]
 

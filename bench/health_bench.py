@@ -41,11 +41,12 @@ import requests
 from loki_api import LokiApi
 from ruamel.yaml import YAML
 
-from konduktor.controller.decide import TAINT_KEY, TAINT_VALUE
+from konduktor.controller.decide import TAINT_VALUE
 from konduktor.controller.settings import BreakerSettings, GpuTypeSettings, HealthSettings, LokiSettings
 from konduktor.kube.client import ApiError, Kube
 from konduktor.sim.cluster import SimCluster, SimSpec, free_port, tail
 from konduktor.sim.nodes import PRODUCTS, node_name, parse_nodes_spec
+from konduktor.vocabulary import HEALTH_TAINT_KEY
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE = Path(os.environ["KONDUKTOR_STATE"])
@@ -113,7 +114,7 @@ class TaintWatch:
 
     def _note(self, node: dict[str, Any], at: float) -> None:
         taints = node.get("spec", {}).get("taints") or []
-        if any(t.get("key") == TAINT_KEY and t.get("value") == TAINT_VALUE for t in taints):
+        if any(t.get("key") == HEALTH_TAINT_KEY and t.get("value") == TAINT_VALUE for t in taints):
             with self.changed:
                 self.seen.setdefault(node["metadata"]["name"], at)
                 self.changed.notify_all()

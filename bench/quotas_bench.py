@@ -82,10 +82,10 @@ def reclaim_figures(rounds: int) -> None:
     from pathlib import Path
 
     from konduktor.cli.cluster_quotas import sync_quotas
-    from konduktor.cli.sim import spec_from
     from konduktor.config.load import load_config
     from konduktor.kube.client import Kube
     from konduktor.sim.cluster import SimCluster
+    from konduktor.sim.pools import spec_from
     from konduktor.sim.workloads import admitted_gpus, gpu_job
     from konduktor.waiting import wait_until
 

@@ -20,7 +20,7 @@ os.environ["KONDUKTOR_STATE"] = tempfile.mkdtemp(prefix="konduktor-bench-")
 from konduktor.kube.client import Kube
 from konduktor.sim.cluster import SimCluster, SimSpec
 from konduktor.sim.nodes import parse_nodes_spec
-from konduktor.sim.tools import installed, load_tools
+from konduktor.tools.pinned import installed, load_tools
 
 
 def timed(action: Callable[[], object]) -> float:

@@ -1,4 +1,4 @@
-"""Shared fixtures: `sim`, one running simulated cluster per session (see konduktor.sim.testing)."""
+"""Shared fixtures: `sim`, one running simulated cluster per session (see sim_fixture.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import tempfile
 os.environ.setdefault("KONDUKTOR_STATE", tempfile.mkdtemp(prefix="konduktor-test-state-"))
 
 from admission import enforcing
-
-from konduktor.sim.testing import EXAMPLE, Sim, sim
+from sim_fixture import EXAMPLE, Sim, sim
 
 # Test modules import only these from `conftest`: pytest loads e2e/conftest.py under the same module name.
 __all__ = ["EXAMPLE", "Sim", "enforcing", "sim"]

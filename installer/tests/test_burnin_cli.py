@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import EXAMPLE, Sim
+from sim_fixture import installer_events, release_nodes
 
 from konduktor.burnin.manifests import RUN_LABEL, node_job_name, scripts_configmap_name, taint_tolerations
 from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, Verdict
@@ -42,22 +43,12 @@ from konduktor.cli.burnin_run import (
 )
 from konduktor.cli.main import main
 from konduktor.config.load import load_config
-from konduktor.controller.decide import (
-    CONDITION_TYPE,
-    QUARANTINE_REASON,
-    QUARANTINED_AT,
-    REQUALIFICATION_RESULT,
-    TAINT_KEY,
-    RecordEvent,
-    SetCondition,
-    Taint,
-    UpdateNode,
-)
+from konduktor.controller.decide import CONDITION_TYPE, RecordEvent, SetCondition, Taint, UpdateNode
 from konduktor.controller.node_writes import node_patch
 from konduktor.errors import UsageError
 from konduktor.kube.client import Kube
 from konduktor.sim.gpus import FAULTS_ANNOTATION, LOGS_ANNOTATION
-from konduktor.sim.testing import installer_events, release_nodes
+from konduktor.vocabulary import HEALTH_TAINT_KEY, QUARANTINE_REASON, QUARANTINED_AT, REQUALIFICATION_RESULT
 from konduktor.waiting import wait_until
 
 DATA = Path(__file__).parent / "data" / "burnin"
@@ -137,7 +128,7 @@ def test_unknown_or_missing_nodes_are_usage_errors() -> None:
 def test_jobs_tolerate_the_nodes_own_taints_once() -> None:
     taints = [
         {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
-        {"key": TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"},
+        {"key": HEALTH_TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"},
         {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
         {"key": "vendor.example.com/repair", "value": "x", "effect": "NoExecute"},
         {"key": "vendor.example.com/repair", "value": "y", "effect": "NoExecute"},
@@ -266,7 +257,7 @@ def test_quarantine_plans_the_health_controllers_writes_for_fail_nodes_only() ->
     updates = [a for a in plan.actions if isinstance(a, UpdateNode)]
     # Both FAIL nodes: the operator asked, so the fleet breaker's one-in-ten limit does not hold them back.
     assert [u.node for u in updates] == ["a", "b"]
-    assert updates[0].add_taints == (Taint(TAINT_KEY, "NoSchedule", "unhealthy"),)
+    assert updates[0].add_taints == (Taint(HEALTH_TAINT_KEY, "NoSchedule", "unhealthy"),)
     assert updates[0].annotations[QUARANTINED_AT] == "2023-11-14T22:13:20Z"
     assert (updates[0].annotations[QUARANTINE_REASON] or "").startswith("BurnInFailed")
     assert {a.node for a in plan.actions if isinstance(a, SetCondition) and not a.healthy} == {"a", "b"}
@@ -275,7 +266,7 @@ def test_quarantine_plans_the_health_controllers_writes_for_fail_nodes_only() ->
 
 
 def test_quarantine_taints_once_and_respects_opt_out_and_foreign_taints() -> None:
-    taint = {"key": TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}
+    taint = {"key": HEALTH_TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}
     ours = node("ours", taints=(taint,))
     ours["metadata"]["annotations"] = {QUARANTINED_AT: "2026-01-01T00:00:00Z", QUARANTINE_REASON: "BurnInFailed x"}
     foreign = node("foreign", taints=(taint,))  # our key, but not our annotation: someone else's
@@ -292,17 +283,17 @@ def test_quarantine_taints_once_and_respects_opt_out_and_foreign_taints() -> Non
 
 def test_node_patch_is_conditional_and_empty_when_nothing_changes() -> None:
     target = node("a", taints=({"key": "nvidia.com/gpu", "effect": "NoSchedule"},))
-    update = UpdateNode("a", add_taints=(Taint(TAINT_KEY, "NoSchedule", "unhealthy"),), annotations={"k": "v"})
+    update = UpdateNode("a", add_taints=(Taint(HEALTH_TAINT_KEY, "NoSchedule", "unhealthy"),), annotations={"k": "v"})
     assert node_patch(target, update) == {
         "metadata": {"resourceVersion": "7", "annotations": {"k": "v"}},
         "spec": {
             "taints": [
                 {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
-                {"key": TAINT_KEY, "effect": "NoSchedule", "value": "unhealthy"},
+                {"key": HEALTH_TAINT_KEY, "effect": "NoSchedule", "value": "unhealthy"},
             ]
         },
     }
-    done = node("a", taints=({"key": TAINT_KEY, "effect": "NoSchedule", "value": "unhealthy"},))
+    done = node("a", taints=({"key": HEALTH_TAINT_KEY, "effect": "NoSchedule", "value": "unhealthy"},))
     done["metadata"]["annotations"] = {"k": "v"}
     assert node_patch(done, update) is None
 
@@ -361,7 +352,7 @@ def test_quick_burnin_on_two_nodes(capsys: pytest.CaptureFixture[str], cluster: 
         for container in pod_spec.get("initContainers", []) + pod_spec["containers"]:
             assert container["resources"]["requests"]["nvidia.com/gpu"] == "10"
             assert container["resources"]["limits"]["nvidia.com/gpu"] == "10"
-        assert {t["key"] for t in pod_spec["tolerations"]} >= {"nvidia.com/gpu", TAINT_KEY}
+        assert {t["key"] for t in pod_spec["tolerations"]} >= {"nvidia.com/gpu", HEALTH_TAINT_KEY}
         assert any(c["type"] == "Complete" and c["status"] == "True" for c in job["status"]["conditions"])
         (pod,) = kube.list(
             "v1", "Pod", NAMESPACE, label_selector=f"batch.kubernetes.io/job-name={job['metadata']['name']}"
@@ -479,7 +470,7 @@ def test_quarantine_flag_taints_no_node_that_did_not_fail(capsys: pytest.Capture
     assert "quarantine: no node FAILed" in err
     for name in NODES:
         found = cluster.kube.get("v1", "Node", name)
-        assert found is not None and not [t for t in found["spec"].get("taints", []) if t["key"] == TAINT_KEY]
+        assert found is not None and not [t for t in found["spec"].get("taints", []) if t["key"] == HEALTH_TAINT_KEY]
 
 
 @pytest.mark.sim
@@ -502,7 +493,7 @@ def test_standard_burnin_end_to_end_finds_the_corrupting_gpu_and_quarantines_its
         assert checks["matmul_sdc"]["reasons"] == ["GPU7: product differs from the fleet (silent data corruption)"]
         assert (checks["matmul_tflops"]["verdict"], checks["nccl_allreduce"]["verdict"]) == ("PASS", "PASS")
         assert report[bad]["quarantine"] is True and report[good]["quarantine"] is False
-        assert f"quarantine: {bad}: tainted {TAINT_KEY}=unhealthy:NoSchedule" in err
+        assert f"quarantine: {bad}: tainted {HEALTH_TAINT_KEY}=unhealthy:NoSchedule" in err
 
         code, out, err = burnin(capsys, cluster, *args, "--run-id", "test-e2e-again", "-o", "junit")
         assert code == 1
@@ -514,13 +505,15 @@ def test_standard_burnin_end_to_end_finds_the_corrupting_gpu_and_quarantines_its
 
         node = kube.get("v1", "Node", bad)
         assert node is not None
-        assert [t for t in node["spec"]["taints"] if t["key"] == TAINT_KEY] == [
-            {"key": TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}
+        assert [t for t in node["spec"]["taints"] if t["key"] == HEALTH_TAINT_KEY] == [
+            {"key": HEALTH_TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}
         ]
         events = [e for e in installer_events(kube) if e["involvedObject"]["name"] == bad]
         assert [e["reason"] for e in events].count("BurnInFailed") == 1
         healthy = kube.get("v1", "Node", good)
-        assert healthy is not None and not [t for t in healthy["spec"].get("taints", []) if t["key"] == TAINT_KEY]
+        assert healthy is not None and not [
+            t for t in healthy["spec"].get("taints", []) if t["key"] == HEALTH_TAINT_KEY
+        ]
     finally:
         release_nodes(kube, NODES)
 
@@ -534,8 +527,8 @@ def test_quarantine_taints_a_fail_node_exactly_once(cluster: Sim) -> None:
         quarantine_failed(kube, verdicts)  # a second FAIL is a failed re-test of a quarantined node: no new taint
         failed = kube.get("v1", "Node", NODES[1])
         assert failed is not None
-        ours = [t for t in failed["spec"]["taints"] if t["key"] == TAINT_KEY]
-        assert ours == [{"key": TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}]
+        ours = [t for t in failed["spec"]["taints"] if t["key"] == HEALTH_TAINT_KEY]
+        assert ours == [{"key": HEALTH_TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}]
         assert QUARANTINED_AT in failed["metadata"]["annotations"]
         assert failed["metadata"]["annotations"][QUARANTINE_REASON].startswith("BurnInFailed")
         condition = next(c for c in failed["status"]["conditions"] if c["type"] == CONDITION_TYPE)
@@ -545,7 +538,7 @@ def test_quarantine_taints_a_fail_node_exactly_once(cluster: Sim) -> None:
         assert reasons == [("Warning", "BurnInFailed"), ("Warning", "RequalificationFailed")]
         assert failed["metadata"]["annotations"][REQUALIFICATION_RESULT].startswith("FAIL")
         passed = kube.get("v1", "Node", NODES[0])
-        assert passed is not None and not [t for t in passed["spec"]["taints"] if t["key"] == TAINT_KEY]
+        assert passed is not None and not [t for t in passed["spec"]["taints"] if t["key"] == HEALTH_TAINT_KEY]
     finally:
         release_nodes(kube, NODES)
 

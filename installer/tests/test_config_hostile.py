@@ -259,7 +259,7 @@ def test_hostile_oversized_file_is_not_read(tmp_path: Path) -> None:
 # A process that reads a hostile file must stay within this address space (or die with a MemoryError, exit 101).
 MEMORY_LIMIT = 2**30
 INSTALLER = "from konduktor.cli.main import run; run()"
-HEALTH = "from konduktor.controller.main import run; run()"
+HEALTH = "from konduktor.cli.health import run; run()"
 
 
 @pytest.mark.parametrize("name", list(WORST))

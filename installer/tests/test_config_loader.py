@@ -17,13 +17,13 @@ from konduktor.config import ConfigError, load_config, parse_config
 from konduktor.config.capacity import pool_share, share_for
 from konduktor.config.load import read_yaml
 from konduktor.config.model import Config
-from konduktor.config.pools import node_pools, topology_levels
 from konduktor.config.quantity import format_cpu, format_memory, parse_quantity
 from konduktor.config.schema import SCHEMA_FILE, config_schema, config_schema_text
 from konduktor.errors import UsageError
 from konduktor.helm.release import CHARTS
 from konduktor.quotas.manifests import to_yaml
 from konduktor.sim.nodes import node_manifests
+from konduktor.sim.pools import node_pools, topology_levels
 
 VALID = textwrap.dedent("""\
     version: 1

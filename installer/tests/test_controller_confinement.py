@@ -14,23 +14,11 @@ import pytest
 from conftest import Sim
 from identities import service_account_kubeconfig
 from ruamel.yaml import YAML
+from sim_fixture import release_nodes
 from test_charts import render
 
 from konduktor.burnin.tiers import BurnInImages
-from konduktor.config.model import BURNIN_NAMESPACE
-from konduktor.controller.decide import (
-    CONDITION_TYPE,
-    QUARANTINE_REASON,
-    QUARANTINED_AT,
-    REQUALIFICATION_RESULT,
-    REQUALIFIED_AT,
-    TAINT_KEY,
-    TAINT_VALUE,
-    NodeState,
-    SetCondition,
-    Taint,
-    UpdateNode,
-)
+from konduktor.controller.decide import CONDITION_TYPE, TAINT_VALUE, NodeState, SetCondition, Taint, UpdateNode
 from konduktor.controller.leader import LEASE_NAME, LeaderLease
 from konduktor.controller.node_writes import FIELD_MANAGER, condition_status, update_node
 from konduktor.controller.requalification import PodLogs, Requalifier
@@ -40,14 +28,21 @@ from konduktor.errors import KonduktorError
 from konduktor.helm.release import CHARTS, install_or_upgrade, uninstall
 from konduktor.kube.client import MERGE_PATCH, ApiError, Kube
 from konduktor.kube.documents import load_documents
-from konduktor.sim.testing import release_nodes
+from konduktor.vocabulary import (
+    BURNIN_NAMESPACE,
+    HEALTH_TAINT_KEY,
+    QUARANTINE_REASON,
+    QUARANTINED_AT,
+    REQUALIFICATION_RESULT,
+    REQUALIFIED_AT,
+)
 from konduktor.waiting import wait_until
 
 CORE = CHARTS / "konduktor-core"
 RELEASE_NAMESPACE = "konduktor-system"
 SERVICE_ACCOUNT = "konduktor-konduktor-core-health"  # the chart's name for it with release "konduktor"
 NODE = "gpu-h100-0002"
-HEALTH_TAINT = Taint(TAINT_KEY, "NoSchedule", TAINT_VALUE)
+HEALTH_TAINT = Taint(HEALTH_TAINT_KEY, "NoSchedule", TAINT_VALUE)
 
 
 def refusal(attempt: Callable[[], object]) -> ApiError:
@@ -125,7 +120,7 @@ def test_the_controller_writes_its_taint_annotations_and_condition(sim: Sim, con
         annotations={QUARANTINED_AT: "2026-01-01T00:00:00Z", QUARANTINE_REASON: "Xid79 test"},
     )
     written = update_node(controller, quarantine)
-    assert written is not None and any(t["key"] == TAINT_KEY for t in written["spec"]["taints"])
+    assert written is not None and any(t["key"] == HEALTH_TAINT_KEY for t in written["spec"]["taints"])
     controller.apply_status(
         condition_status(SetCondition(NODE, False, "Xid79", "test"), 0), field_manager=FIELD_MANAGER
     )
@@ -137,7 +132,7 @@ def test_the_controller_writes_its_taint_annotations_and_condition(sim: Sim, con
         annotations={QUARANTINED_AT: None, QUARANTINE_REASON: None, REQUALIFIED_AT: "2026-01-01T01:00:00Z"},
     )
     assert update_node(controller, release) is not None
-    assert not any(t["key"] == TAINT_KEY for t in fresh(sim)["spec"].get("taints", []))
+    assert not any(t["key"] == HEALTH_TAINT_KEY for t in fresh(sim)["spec"].get("taints", []))
 
 
 @pytest.mark.sim
@@ -269,7 +264,14 @@ def test_the_controller_creates_only_pinned_burnin_jobs_in_the_burnin_namespace(
 def test_the_policies_name_what_the_controller_writes() -> None:
     """The chart's lists are the code's: the node annotations, the Lease, the burn-in images."""
     confinement = (CORE / "templates" / "health-confinement.yaml").read_text()
-    for key in (QUARANTINED_AT, QUARANTINE_REASON, REQUALIFIED_AT, REQUALIFICATION_RESULT, TAINT_KEY, CONDITION_TYPE):
+    for key in (
+        QUARANTINED_AT,
+        QUARANTINE_REASON,
+        REQUALIFIED_AT,
+        REQUALIFICATION_RESULT,
+        HEALTH_TAINT_KEY,
+        CONDITION_TYPE,
+    ):
         assert f'"{key}"' in confinement or f"'{key}'" in confinement, key
     assert "\nkonduktor-health\n" in (CORE / "templates" / "_helpers.tpl").read_text()
     assert LEASE_NAME == "konduktor-health"

@@ -11,8 +11,8 @@ import pytest
 from conftest import EXAMPLE, Sim
 from identities import service_account_kubeconfig, unreachable_kubeconfig
 
+from konduktor.cli.health import main as health_main
 from konduktor.cli.main import main
-from konduktor.controller.main import main as health_main
 from konduktor.errors import ExitCode
 
 README = Path(__file__).resolve().parents[2] / "README.md"

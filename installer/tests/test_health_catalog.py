@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from konduktor.controller.catalog import (
+from konduktor.gpu.catalog import (
     APPLICATION_XIDS,
     CATALOG,
     DCGM_RULES,

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 import pytest
 
 from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict
-from konduktor.controller.catalog import RecommendedAction, Severity
 from konduktor.controller.classify import (
     DcgmSample,
     DuplicateFilter,
@@ -23,8 +22,9 @@ from konduktor.controller.classify import (
     verdict_detail,
 )
 from konduktor.controller.decide import BreakerState, NodeState, UpdateNode, decide
-from konduktor.controller.kernel_log import parse_line
 from konduktor.controller.settings import HealthSettings, NodeConditionRule, PrometheusSettings
+from konduktor.gpu.catalog import RecommendedAction, Severity
+from konduktor.gpu.kernel_log import parse_line
 
 DEFAULTS = HealthSettings()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from konduktor.controller.main import main
+from konduktor.cli.health import main
 
 LINES = [
     "[12345.678901] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
@@ -23,7 +23,7 @@ LINES = [
 
 def classify(stdin: bytes, *args: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "konduktor.controller.main", "classify", *args],
+        [sys.executable, "-m", "konduktor.cli.health", "classify", *args],
         input=stdin,
         capture_output=True,
         timeout=60,

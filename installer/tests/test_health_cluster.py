@@ -24,19 +24,11 @@ from conftest import Sim
 from garbage_api import serving
 from loki_api import LokiApi
 from ruamel.yaml import YAML
+from sim_fixture import patch_node
 
 from konduktor.burnin.manifests import NODE_ANNOTATION, node_job
 from konduktor.burnin.tiers import options_for_tier
-from konduktor.controller.decide import (
-    CONDITION_TYPE,
-    QUARANTINE_REASON,
-    QUARANTINED_AT,
-    REQUALIFICATION_RESULT,
-    REQUALIFIED_AT,
-    TAINT_KEY,
-    Taint,
-    UpdateNode,
-)
+from konduktor.controller.decide import CONDITION_TYPE, Taint, UpdateNode
 from konduktor.controller.leader import LEASE_API, LEASE_NAME
 from konduktor.controller.loop import BREAKER_ANNOTATION, CURSOR_ANNOTATION, HealthController
 from konduktor.controller.nodes import NodeEvent, list_nodes
@@ -53,8 +45,14 @@ from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
 from konduktor.sim.cluster import free_port
 from konduktor.sim.gpus import FAULTS_ANNOTATION
-from konduktor.sim.testing import patch_node
-from konduktor.sim.tools import Toolbox
+from konduktor.tools.pinned import Toolbox
+from konduktor.vocabulary import (
+    HEALTH_TAINT_KEY,
+    QUARANTINE_REASON,
+    QUARANTINED_AT,
+    REQUALIFICATION_RESULT,
+    REQUALIFIED_AT,
+)
 from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim
@@ -88,7 +86,7 @@ def node(kube: Kube, name: str) -> dict[str, Any]:
 
 
 def health_taints(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    return [t for t in obj["spec"].get("taints", []) if t["key"] == TAINT_KEY]
+    return [t for t in obj["spec"].get("taints", []) if t["key"] == HEALTH_TAINT_KEY]
 
 
 def gpu_condition(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -125,7 +123,9 @@ def reset_node(kube: Kube, name: str) -> None:
         name,
         lambda n: {
             "metadata": {"annotations": dict.fromkeys(OUR_ANNOTATIONS)},
-            "spec": {"taints": [t for t in n["spec"].get("taints", []) if t["key"] not in (TAINT_KEY, FOREIGN_TAINT)]},
+            "spec": {
+                "taints": [t for t in n["spec"].get("taints", []) if t["key"] not in (HEALTH_TAINT_KEY, FOREIGN_TAINT)]
+            },
         },
     )
     # An apply that no longer names the condition removes it: the controller's manager owns nothing else there.
@@ -210,7 +210,7 @@ def write_config(path: Path, health: HealthSettings) -> Path:
 def run_once_cli(sim: Sim, config: Path) -> dict[str, Any]:
     """`konduktor-health run --once` as a new process."""
     done = subprocess.run(
-        [sys.executable, "-m", "konduktor.controller.main", "run", "--once", "--kubeconfig", str(sim.kubeconfig),
+        [sys.executable, "-m", "konduktor.cli.health", "run", "--once", "--kubeconfig", str(sim.kubeconfig),
          "--config", str(config), "--lease-namespace", NAMESPACE],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
@@ -248,7 +248,7 @@ def test_a_lost_gpu_is_quarantined_and_a_passing_requalification_releases_it(kub
     set_allocatable(kube, victim, 8)
     plan = controller(kube, settings()).reconcile_once()
     quarantined = node(kube, victim)
-    assert health_taints(quarantined) == [{"key": TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}]
+    assert health_taints(quarantined) == [{"key": HEALTH_TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}]
     condition = gpu_condition(quarantined)
     assert condition is not None and (condition["status"], condition["reason"]) == ("False", "GPULost")
     assert quarantined["metadata"]["annotations"][QUARANTINE_REASON].startswith("GPULost")
@@ -273,7 +273,7 @@ def test_a_lost_gpu_is_quarantined_and_a_passing_requalification_releases_it(kub
     (job,) = kube.list("batch/v1", "Job", NAMESPACE, label_selector=f"{REQUALIFICATION_LABEL}=true")
     pod = job["spec"]["template"]["spec"]
     assert job["metadata"]["annotations"][NODE_ANNOTATION] == victim
-    assert {"key": TAINT_KEY, "operator": "Exists"} in pod["tolerations"]
+    assert {"key": HEALTH_TAINT_KEY, "operator": "Exists"} in pod["tolerations"]
     assert pod["serviceAccountName"] == "konduktor-burnin"
     wait_for_job(kube, job["metadata"]["name"])
 
@@ -318,7 +318,7 @@ def test_xid_79_quarantines_xid_13_does_not_and_repeats_cost_no_writes(kube: Kub
     plan = health.reconcile_once()
 
     quarantined = node(kube, faulty)
-    assert health_taints(quarantined) == [{"key": TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}]
+    assert health_taints(quarantined) == [{"key": HEALTH_TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}]
     condition = gpu_condition(quarantined)
     assert condition is not None and (condition["status"], condition["reason"]) == ("False", "Xid79")
     (evidence,) = our_events(kube, faulty)
@@ -351,7 +351,7 @@ def test_xid_48_quarantines_and_application_xids_31_and_43_do_not(kube: Kube, lo
     health.reconcile_once()
 
     quarantined = node(kube, broken)
-    assert health_taints(quarantined) == [{"key": TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}]
+    assert health_taints(quarantined) == [{"key": HEALTH_TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}]
     condition = gpu_condition(quarantined)
     assert condition is not None and (condition["status"], condition["reason"]) == ("False", "Xid48")
     (evidence,) = our_events(kube, broken)
@@ -413,7 +413,9 @@ def test_a_health_taint_placed_by_someone_else_is_never_removed(kube: Kube) -> N
         kube,
         manual,
         lambda n: {
-            "spec": {"taints": [*n["spec"]["taints"], {"key": TAINT_KEY, "value": "manual", "effect": "NoSchedule"}]}
+            "spec": {
+                "taints": [*n["spec"]["taints"], {"key": HEALTH_TAINT_KEY, "value": "manual", "effect": "NoSchedule"}]
+            }
         },
     )
     # A burn-in of that node passes (an operator ran it); the controller clears nothing it did not place.
@@ -424,7 +426,7 @@ def test_a_health_taint_placed_by_someone_else_is_never_removed(kube: Kube) -> N
     wait_for_job(kube, job["metadata"]["name"])
     plan = controller(kube, settings()).reconcile_once()
     assert any("not placed by this controller" in n.message for n in plan.notices)
-    assert health_taints(node(kube, manual)) == [{"key": TAINT_KEY, "value": "manual", "effect": "NoSchedule"}]
+    assert health_taints(node(kube, manual)) == [{"key": HEALTH_TAINT_KEY, "value": "manual", "effect": "NoSchedule"}]
     assert [a for a in plan.actions if a.node == manual] == []
 
 
@@ -588,7 +590,7 @@ def test_a_lost_gpu_is_tainted_while_loki_answers_garbage(sim: Sim, kube: Kube, 
         port = free_port()
         log = (tmp_path / "controller.log").open("wb")
         process = subprocess.Popen(
-            [sys.executable, "-m", "konduktor.controller.main", "run", "--kubeconfig", str(sim.kubeconfig),
+            [sys.executable, "-m", "konduktor.cli.health", "run", "--kubeconfig", str(sim.kubeconfig),
              "--config", str(config), "--lease-namespace", NAMESPACE, "--port", str(port)],
             env={**os.environ, "POD_NAME": "garbage-test"}, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
@@ -632,17 +634,21 @@ def test_a_write_computed_from_a_stale_node_is_redone_and_keeps_the_other_writer
         victim,
         lambda n: {"spec": {"taints": [*n["spec"]["taints"], {"key": FOREIGN_TAINT, "effect": "NoSchedule"}]}},
     )
-    ours = Taint(TAINT_KEY, "NoSchedule", "unhealthy")
+    ours = Taint(HEALTH_TAINT_KEY, "NoSchedule", "unhealthy")
     outcome = health.actuator.execute([UpdateNode(victim, add_taints=(ours,), annotations={QUARANTINED_AT: "x"})], {})
     assert not outcome.failed
-    assert {t["key"] for t in node(kube, victim)["spec"]["taints"]} == {"nvidia.com/gpu", FOREIGN_TAINT, TAINT_KEY}
+    assert {t["key"] for t in node(kube, victim)["spec"]["taints"]} == {
+        "nvidia.com/gpu",
+        FOREIGN_TAINT,
+        HEALTH_TAINT_KEY,
+    }
 
 
 def test_killing_the_leader_hands_over_to_the_standby(sim: Sim, kube: Kube, tmp_path: Path) -> None:
     config = write_config(tmp_path / "health.yaml", settings(lease_seconds=2))
     log = (tmp_path / "leader.log").open("wb")
     leader = subprocess.Popen(
-        [sys.executable, "-m", "konduktor.controller.main", "run", "--kubeconfig", str(sim.kubeconfig),
+        [sys.executable, "-m", "konduktor.cli.health", "run", "--kubeconfig", str(sim.kubeconfig),
          "--config", str(config), "--lease-namespace", NAMESPACE, "--port", "0"],
         env={**os.environ, "POD_NAME": "replica-a"}, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
@@ -681,7 +687,7 @@ def test_an_api_server_restart_loses_no_fault(sim: Sim, kube: Kube, loki: tuple[
     config = write_config(tmp_path / "health.yaml", settings(loki=loki_settings(url)))
     log = (tmp_path / "controller.log").open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "konduktor.controller.main", "run", "--kubeconfig", str(sim.kubeconfig),
+        [sys.executable, "-m", "konduktor.cli.health", "run", "--kubeconfig", str(sim.kubeconfig),
          "--config", str(config), "--lease-namespace", NAMESPACE, "--port", "0"],
         env={**os.environ, "POD_NAME": "survivor"}, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
@@ -737,7 +743,7 @@ def test_a_gpu_condition_set_by_another_tool_quarantines_once(kube: Kube) -> Non
         health = controller(kube, settings())
         health.reconcile_once()
         quarantined = node(kube, victim)
-        assert health_taints(quarantined) == [{"key": TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}]
+        assert health_taints(quarantined) == [{"key": HEALTH_TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}]
         ours = gpu_condition(quarantined)
         assert ours is not None and (ours["status"], ours["reason"]) == ("False", "GpuMemWatch")
         (event,) = our_events(kube, victim)

@@ -14,11 +14,6 @@ from hypothesis import strategies as st
 from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict
 from konduktor.controller.classify import Finding, LostGpuWatch, classify_report
 from konduktor.controller.decide import (
-    QUARANTINE_REASON,
-    QUARANTINED_AT,
-    REQUALIFICATION_RESULT,
-    REQUALIFIED_AT,
-    TAINT_KEY,
     Action,
     BreakerState,
     NodeState,
@@ -33,8 +28,15 @@ from konduktor.controller.decide import (
     quarantined_by_us,
     restore_breaker,
 )
-from konduktor.controller.kernel_log import parse_line
 from konduktor.controller.settings import BreakerSettings, HealthSettings
+from konduktor.gpu.kernel_log import parse_line
+from konduktor.vocabulary import (
+    HEALTH_TAINT_KEY,
+    QUARANTINE_REASON,
+    QUARANTINED_AT,
+    REQUALIFICATION_RESULT,
+    REQUALIFIED_AT,
+)
 
 NOW = 1_750_000_000.0  # 2025-06-15T15:06:40Z
 DEFAULTS = HealthSettings()
@@ -65,7 +67,7 @@ def quarantined(name: str, at: float = NOW - 3600, reason: str = "Xid79 GPU_HAS_
     return NodeState(
         name,
         annotations={QUARANTINED_AT: stamp(at), QUARANTINE_REASON: reason},
-        taints=(GPU_OPERATOR_TAINT, Taint(TAINT_KEY, "NoSchedule", "unhealthy")),
+        taints=(GPU_OPERATOR_TAINT, Taint(HEALTH_TAINT_KEY, "NoSchedule", "unhealthy")),
         gpu_healthy=False,
     )
 
@@ -106,7 +108,7 @@ def test_a_hardware_fault_quarantines_with_two_node_writes_and_one_event() -> No
     update, condition, event = plan.actions
     assert update == UpdateNode(
         "gpu-1",
-        add_taints=(Taint(TAINT_KEY, "NoSchedule", "unhealthy"),),
+        add_taints=(Taint(HEALTH_TAINT_KEY, "NoSchedule", "unhealthy"),),
         annotations={QUARANTINED_AT: "2025-06-15T15:06:40Z", QUARANTINE_REASON: "Xid48 GPU_ECC_DBE on 0000:3b:00"},
     )
     assert condition == SetCondition(
@@ -161,7 +163,7 @@ def test_unusable_fault_on_a_quarantined_node_escalates_to_noexecute_when_allowe
     nodes = {"gpu-1": quarantined("gpu-1", reason="Xid48 GPU_ECC_DBE")}
     plan = decide([xid("gpu-1", 79)], nodes, BreakerState(), HealthSettings(allow_noexecute=True), NOW)
     (update,) = of_type(plan.actions, UpdateNode)
-    assert update.add_taints == (Taint(TAINT_KEY, "NoExecute", "unhealthy"),)
+    assert update.add_taints == (Taint(HEALTH_TAINT_KEY, "NoExecute", "unhealthy"),)
     assert plan.breaker.recent == ()  # not a new quarantine
     assert not of_type(decide([xid("gpu-1", 79)], nodes, BreakerState(), DEFAULTS, NOW).actions, UpdateNode)
 
@@ -229,7 +231,7 @@ def test_releases_continue_while_the_breaker_is_open() -> None:
         results=[verdict("gpu-1", "PASS", "all tiers passed")],
     )
     (update,) = of_type(plan.actions, UpdateNode)
-    assert update.remove_taints == (Taint(TAINT_KEY, "NoSchedule", "unhealthy"),)
+    assert update.remove_taints == (Taint(HEALTH_TAINT_KEY, "NoSchedule", "unhealthy"),)
 
 
 def test_breaker_restored_from_annotations_after_a_restart() -> None:
@@ -330,7 +332,7 @@ def test_pass_removes_only_our_taint_and_leaves_a_cordon_and_other_taints() -> N
         [], {"gpu-1": node}, BreakerState(), DEFAULTS, NOW, results=[verdict("gpu-1", "PASS", "all tiers passed")]
     )
     (update,) = of_type(plan.actions, UpdateNode)
-    assert update.remove_taints == (Taint(TAINT_KEY, "NoSchedule", "unhealthy"),)
+    assert update.remove_taints == (Taint(HEALTH_TAINT_KEY, "NoSchedule", "unhealthy"),)
     assert update.annotations[QUARANTINED_AT] is None and update.annotations[QUARANTINE_REASON] is None
     assert update.annotations[REQUALIFICATION_RESULT] == "PASS: dcgm_diag: all tiers passed"
     assert of_type(plan.actions, SetCondition) == [
@@ -341,7 +343,7 @@ def test_pass_removes_only_our_taint_and_leaves_a_cordon_and_other_taints() -> N
 
 
 def test_our_taint_key_placed_by_someone_else_is_never_removed_or_claimed() -> None:
-    foreign = NodeState("gpu-1", taints=(Taint(TAINT_KEY, "NoSchedule", "unhealthy"),), gpu_healthy=False)
+    foreign = NodeState("gpu-1", taints=(Taint(HEALTH_TAINT_KEY, "NoSchedule", "unhealthy"),), gpu_healthy=False)
     assert not quarantined_by_us(foreign)
     plan = decide([], {"gpu-1": foreign}, BreakerState(), DEFAULTS, NOW, results=[verdict("gpu-1", "PASS", "ok")])
     assert not of_type(plan.actions, UpdateNode)
@@ -448,4 +450,4 @@ def test_lost_gpu_to_release_round_trip() -> None:
         "gpu-1"
     ]
     assert not quarantined_by_us(released) and released.gpu_healthy
-    assert all(t.key != TAINT_KEY for t in released.taints)
+    assert all(t.key != HEALTH_TAINT_KEY for t in released.taints)

@@ -12,15 +12,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from konduktor.controller.classify import DcgmSample, DuplicateFilter, Finding, LostGpuWatch, classify_report
-from konduktor.controller.decide import (
-    CONDITION_TYPE,
-    QUARANTINED_AT,
-    REQUALIFIED_AT,
-    TAINT_KEY,
-    Taint,
-    UpdateNode,
-)
-from konduktor.controller.kernel_log import parse_line
+from konduktor.controller.decide import CONDITION_TYPE, Taint, UpdateNode
 from konduktor.controller.logs import JsonFormatter
 from konduktor.controller.loki import LokiCursor, cursor_after, entries, line_key, unseen
 from konduktor.controller.node_writes import node_patch
@@ -29,9 +21,11 @@ from konduktor.controller.prometheus import DcgmSeries, DcgmSignal, Novelty, sha
 from konduktor.controller.requalification import Run, acted_on, run_id_for, run_of
 from konduktor.controller.settings import GpuTypeSettings, HealthSettings, load_settings
 from konduktor.controller.telemetry import HealthMetrics
+from konduktor.gpu.kernel_log import parse_line
 from konduktor.observability.metrics import HEALTH_CONTROLLER_METRICS
+from konduktor.vocabulary import HEALTH_TAINT_KEY, QUARANTINED_AT, REQUALIFIED_AT
 
-OURS = {"key": TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}
+OURS = {"key": HEALTH_TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}
 GPU_POOL = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
 
 
@@ -89,7 +83,10 @@ def test_node_state_reads_taints_condition_and_gpus() -> None:
         conditions=[{"type": "Ready", "status": "True"}, {"type": CONDITION_TYPE, "status": "False"}],
     )
     state = node_state(node, 8, requalification_running=True)
-    assert state.taints == (Taint(TAINT_KEY, "NoSchedule", "unhealthy"), Taint("nvidia.com/gpu", "NoSchedule", ""))
+    assert state.taints == (
+        Taint(HEALTH_TAINT_KEY, "NoSchedule", "unhealthy"),
+        Taint("nvidia.com/gpu", "NoSchedule", ""),
+    )
     assert (state.gpu_healthy, state.gpu_allocatable, state.gpu_expected) == (False, 6, 8)
     assert state.requalification_running and state.annotations[QUARANTINED_AT]
     assert node_state(a_node(allocatable=None), 8, False).gpu_allocatable is None
@@ -110,7 +107,7 @@ def test_the_cache_keeps_its_own_newer_write_over_an_older_watch_event() -> None
 
 def quarantine(node: str = "gpu-1") -> UpdateNode:
     return UpdateNode(
-        node, add_taints=(Taint(TAINT_KEY, "NoSchedule", "unhealthy"),), annotations={QUARANTINED_AT: "t"}
+        node, add_taints=(Taint(HEALTH_TAINT_KEY, "NoSchedule", "unhealthy"),), annotations={QUARANTINED_AT: "t"}
     )
 
 
@@ -127,7 +124,7 @@ def test_nothing_to_write_when_the_node_already_shows_the_change() -> None:
 
 
 def test_release_removes_only_our_taint_and_deletes_annotations() -> None:
-    ours = Taint(TAINT_KEY, "NoSchedule", "unhealthy")
+    ours = Taint(HEALTH_TAINT_KEY, "NoSchedule", "unhealthy")
     release = UpdateNode("gpu-1", remove_taints=(ours,), annotations={QUARANTINED_AT: None, REQUALIFIED_AT: "t2"})
     node = a_node(taints=[GPU_POOL, OURS, {"key": "other", "effect": "NoExecute"}], annotations={QUARANTINED_AT: "t"})
     patch = node_patch(node, release)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from konduktor.controller.kernel_log import parse_line
+from konduktor.gpu.kernel_log import parse_line
 
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
 

@@ -12,8 +12,8 @@ from konduktor.config.findings import ConfigError, Finding
 from konduktor.config.lint import check_nodes, check_pod_request, lint
 from konduktor.config.load import parse_config
 from konduktor.config.model import Config
-from konduktor.config.pools import node_pools, topology_levels
 from konduktor.sim.nodes import node_manifests
+from konduktor.sim.pools import node_pools, topology_levels
 
 
 def findings(rule: str, changes: dict[str, Any] | None = None, base: dict[str, Any] | None = None) -> list[Finding]:

@@ -13,7 +13,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from konduktor.errors import KonduktorError
-from konduktor.sim.tools import CHECKSUM_EXEMPTIONS, go_environment, load_tools, lock_problems
+from konduktor.tools.pinned import CHECKSUM_EXEMPTIONS, go_environment, load_tools, lock_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -74,7 +74,7 @@ def test_a_module_at_another_version_is_reported(tmp_path: Path) -> None:
     tools = load_tools()
     folder = tmp_path / "kueue"
     folder.mkdir()
-    source = Path(__file__).resolve().parents[1] / "konduktor" / "sim" / "modules" / "kueue"
+    source = Path(__file__).resolve().parents[1] / "konduktor" / "tools" / "modules" / "kueue"
     (folder / "go.mod").write_text(
         (source / "go.mod").read_text().replace("sigs.k8s.io/kueue v0.19.2", "sigs.k8s.io/kueue v0.19.1")
     )

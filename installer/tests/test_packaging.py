@@ -117,7 +117,7 @@ def test_the_wheel_carries_the_product_folders(installed: Installed) -> None:
         }
         assert shipped == source, folder
         assert not (product / folder).is_symlink(), "the wheel holds files, not links into a checkout"
-    assert (installed.site / "konduktor" / "sim" / "modules" / "helm" / "go.sum").is_file()
+    assert (installed.site / "konduktor" / "tools" / "modules" / "helm" / "go.sum").is_file()
 
 
 def test_both_commands_run_from_a_plain_install(installed: Installed) -> None:

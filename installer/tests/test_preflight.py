@@ -29,7 +29,6 @@ from konduktor.cli.preflight_pods import node_result, pod_checks
 from konduktor.config.findings import ConfigError
 from konduktor.config.load import LoadedConfig, load_config, parse_config
 from konduktor.config.model import NodeCheckPods, ssh_host_problem
-from konduktor.controller.decide import QUARANTINED_AT, TAINT_KEY
 from konduktor.errors import UsageError
 from konduktor.kube.client import ApiError, Kube
 from konduktor.preflight.cluster import (
@@ -61,6 +60,7 @@ from konduktor.preflight.pods import (
 from konduktor.preflight.results import Check, PreflightReport, Status, render_json, render_table
 from konduktor.preflight.ssh import ssh_host
 from konduktor.sim.agent import cri_log, logs_object
+from konduktor.vocabulary import HEALTH_TAINT_KEY, QUARANTINED_AT
 
 RELEASE = ("konduktor-system", "konduktor")
 PINNED = {"kueue": "0.19.2", "gpu-operator": "v26.7.0", "kube-prometheus-stack": "88.5.3"}
@@ -202,14 +202,14 @@ def test_taints_on_gpu_nodes_are_named_and_warn() -> None:
 
     ours = gpu_node(
         "b",
-        taints=({"key": TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"},),
+        taints=({"key": HEALTH_TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"},),
         annotations={QUARANTINED_AT: "2026-01-01T00:00:00Z"},
     )
     foreign = gpu_node("c", taints=({"key": "ops.example.com/maintenance", "effect": "NoExecute"},))
     mixed = judge_taints(config, [ours, foreign])
     assert mixed.status is Status.WARN
-    assert any(f"{TAINT_KEY}=unhealthy:NoSchedule on 1 node(s) (not tolerated" in e for e in mixed.evidence)
-    assert f"b: {TAINT_KEY} quarantined by the health controller at 2026-01-01T00:00:00Z" in mixed.evidence
+    assert any(f"{HEALTH_TAINT_KEY}=unhealthy:NoSchedule on 1 node(s) (not tolerated" in e for e in mixed.evidence)
+    assert f"b: {HEALTH_TAINT_KEY} quarantined by the health controller at 2026-01-01T00:00:00Z" in mixed.evidence
     assert mixed.hint and "gpuTypes.<type>.tolerations" in mixed.hint
 
 
@@ -237,13 +237,13 @@ def test_quotas_against_the_usable_gpus() -> None:
     smaller = parse_config(EXAMPLE.read_text().replace("quota: 20, borrowLimit: 10, lendLimit: 16", "quota: 10")).config
     quarantined = (
         *FLEET[:3],
-        gpu_node("gpu-h100-0003", taints=({"key": TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"},)),
+        gpu_node("gpu-h100-0003", taints=({"key": HEALTH_TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"},)),
     )
     warned = judge_capacity(smaller, quarantined)[0]
     assert (
         warned.status is Status.WARN and warned.summary == "quotas 20 of 30 usable nvidia.com/gpu; the config counts 40"
     )
-    assert f"{TAINT_KEY}=unhealthy:NoSchedule" in warned.evidence[0]
+    assert f"{HEALTH_TAINT_KEY}=unhealthy:NoSchedule" in warned.evidence[0]
 
 
 def crd(
@@ -770,7 +770,7 @@ KONDUKTOR_INSTALL = (sys.executable, "-c", "from konduktor.cli.main import run; 
 def pod_target(**extra: Any) -> PodTarget:
     taints = (
         {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
-        {"key": TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"},
+        {"key": HEALTH_TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"},
         {"key": "vendor.example.com/repair", "value": "x", "effect": "NoExecute"},
     )
     return PodTarget(**{"node": "gpu-h100-0001", "hostname": "gpu-h100-0001.lab", "taints": taints, **extra})
@@ -791,7 +791,7 @@ def test_the_preflight_job_is_privileged_pinned_and_asks_for_no_gpu() -> None:
     ]
     assert pod["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists"},
-        {"key": TAINT_KEY, "operator": "Exists"},
+        {"key": HEALTH_TAINT_KEY, "operator": "Exists"},
         {"key": "vendor.example.com/repair", "operator": "Exists", "effect": "NoExecute"},
     ]
     (container,) = pod["containers"]

@@ -13,7 +13,7 @@ from konduktor.config.load import load_config
 from konduktor.kube.client import Kube
 from konduktor.quotas.render import BATCH_USER_ROLE, RBAC_API, role_bindings
 from konduktor.sim.kueue import user_roles
-from konduktor.sim.tools import Toolbox, module_dir
+from konduktor.tools.pinned import Toolbox, module_dir
 from konduktor.waiting import wait_until
 
 MEMBER = "ada@example.org"  # a person in team-a's group, as the team's RoleBinding subjects say

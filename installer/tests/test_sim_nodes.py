@@ -10,14 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from konduktor.errors import UsageError
-from konduktor.sim.nodes import (
-    DEFAULT_TOPOLOGY,
-    HOSTNAME,
-    node_address,
-    node_manifests,
-    parse_nodes_spec,
-    system_node,
-)
+from konduktor.sim.nodes import DEFAULT_TOPOLOGY, node_address, node_manifests, parse_nodes_spec, system_node
+from konduktor.vocabulary import HOSTNAME_LABEL
 
 
 def test_nodes_spec() -> None:
@@ -43,7 +37,7 @@ def test_node_objects_carry_gpu_capacity_and_labels() -> None:
     assert first["status"]["capacity"] == first["status"]["allocatable"]
     labels = first["metadata"]["labels"]
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
-    assert labels[HOSTNAME] == "gpu-h100-0000"
+    assert labels[HOSTNAME_LABEL] == "gpu-h100-0000"
     # 2 nodes per rack, 2 racks per block
     racks = [n["metadata"]["labels"]["konduktor.ai/topology-rack"] for n in nodes]
     blocks = [n["metadata"]["labels"]["konduktor.ai/topology-block"] for n in nodes]

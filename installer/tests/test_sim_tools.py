@@ -14,8 +14,8 @@ import pytest
 from konduktor.cli.console import DETAIL, progress
 from konduktor.cli.main import main
 from konduktor.errors import KonduktorError, UsageError
-from konduktor.sim.host_tools import ENV_VARS, reported_version, unfit
-from konduktor.sim.tools import (
+from konduktor.tools.host_tools import ENV_VARS, reported_version, unfit
+from konduktor.tools.pinned import (
     LOCKED_MODULES,
     GoBuild,
     Tool,

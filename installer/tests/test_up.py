@@ -10,17 +10,16 @@ from typing import Any
 
 import pytest
 from conftest import EXAMPLE, Sim
+from sim_fixture import release_nodes
 
-from konduktor.burnin.manifests import HEALTH_TAINT_KEY
 from konduktor.cli.main import main
-from konduktor.config.model import BURNIN_NAMESPACE
 from konduktor.helm.release import NAMESPACE, RELEASE, current
 from konduktor.kube.client import ApiError, Kube
 from konduktor.paths import state_dir
 from konduktor.quotas.render import KUEUE_API
 from konduktor.sim.gpus import FAULTS_ANNOTATION
-from konduktor.sim.testing import release_nodes
 from konduktor.sim.workloads import gpu_job
+from konduktor.vocabulary import BURNIN_NAMESPACE, HEALTH_TAINT_KEY
 from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim

@@ -26,8 +26,8 @@ from typing import Any
 from konduktor.burnin.parsers import SECTION_MARKER, STEP_END_MARKER
 from konduktor.burnin.thresholds import NcclAlgorithm
 from konduktor.burnin.tiers import PAIR_STEP, BurnInOptions, Step
-from konduktor.controller.decide import TAINT_KEY
 from konduktor.errors import UsageError
+from konduktor.vocabulary import BURNIN_TIER_ANNOTATION, GPU_RESOURCE, HEALTH_TAINT_KEY, HOSTNAME_LABEL
 
 Manifest = dict[str, Any]
 
@@ -37,9 +37,8 @@ NODE_LABEL = "konduktor.ai/node"
 PAIR_LABEL = "konduktor.ai/burnin-pair"
 NODE_ANNOTATION = "konduktor.ai/node"  # the full name, when the label had to be shortened
 PRIVILEGES_ANNOTATION = "konduktor.ai/privileges"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
-GPU_RESOURCE = "nvidia.com/gpu"
-HEALTH_TAINT_KEY = TAINT_KEY  # the health controller's quarantine taint
+APP_LABEL = "app.kubernetes.io/name"
+BURNIN_APP = "konduktor-burnin"  # every burn-in pod carries it; the simulated cluster's agent selects on it
 SCRIPTS_DIR = "/opt/konduktor"
 SCRIPT_FILES = ("matmul.py", "allreduce.py")
 RENDEZVOUS_PORT = 29500
@@ -89,7 +88,7 @@ def pair_name(run_id: str, nodes: tuple[str, str]) -> str:
 def _labels(run_id: str, **extra: str) -> dict[str, str]:
     return {
         MANAGED_BY_LABEL: "konduktor",
-        "app.kubernetes.io/name": "konduktor-burnin",
+        APP_LABEL: BURNIN_APP,
         RUN_LABEL: run_id,
         **extra,
     }
@@ -417,7 +416,7 @@ def node_job(
             "name": node_job_name(run_id, node),
             "namespace": namespace,
             "labels": labels,
-            "annotations": {NODE_ANNOTATION: node, "konduktor.ai/burnin-tier": options.tier.value},
+            "annotations": {NODE_ANNOTATION: node, BURNIN_TIER_ANNOTATION: options.tier.value},
         },
         "spec": {
             "backoffLimit": 0,  # a burn-in that failed once has answered; a retry would hide flakiness

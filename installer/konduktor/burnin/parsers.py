@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from konduktor.controller.catalog import ReportKind
-from konduktor.controller.kernel_log import parse_line
+from konduktor.gpu.catalog import ReportKind
+from konduktor.gpu.kernel_log import parse_line
 
 STEP_END_MARKER = "KONDUKTOR-STEP-END"
 SECTION_MARKER = "### konduktor:"

@@ -199,7 +199,7 @@ class PassiveLimits:
     sram_corrected_max: int = 10_000
     # Xids count as current for the last 2 h (Azure, burnin.md §2 T2); older ones only warn,
     # because dmesg keeps lines since boot and a repaired GPU may not have been rebooted. Which
-    # codes are hardware faults is the health controller's catalogue (konduktor.controller.catalog).
+    # codes are hardware faults is the health controller's catalogue (konduktor.gpu.catalog).
     recent_kernel_log_s: float = 2 * 3600
     # Clock-event bits that are not throttling: GPU idle 0x1 and SW power cap 0x4 (Azure,
     # burnin.md §5 pitfall 5).

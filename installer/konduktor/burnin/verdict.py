@@ -41,7 +41,7 @@ from konduktor.burnin.thresholds import (
     gpu_model_for,
 )
 from konduktor.burnin.tiers import PAIR_STEP, BurnInOptions, Step
-from konduktor.controller.catalog import CATALOG, Catalog
+from konduktor.gpu.catalog import CATALOG, Catalog
 
 # Check names: one JUnit testcase each.
 INVENTORY = "inventory"

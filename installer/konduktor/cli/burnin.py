@@ -55,12 +55,13 @@ from konduktor.cli.console import err, progress
 from konduktor.cli.jobs import pods_by_job, read_log, wait_for_jobs
 from konduktor.cli.quotas import load_checked
 from konduktor.cli.target import KubeconfigOption, connect
-from konduktor.config.model import BURNIN_NAMESPACE, UNSCHEDULABLE_SECONDS, Config, duration_seconds
+from konduktor.config.model import UNSCHEDULABLE_SECONDS, Config, duration_seconds
 from konduktor.controller.decide import RecordEvent, SetCondition, UpdateNode
 from konduktor.controller.node_writes import FIELD_MANAGER, condition_status, event, update_node
 from konduktor.errors import PartialApply, UsageError
 from konduktor.kube.client import Kube
 from konduktor.quotas.manifests import to_yaml
+from konduktor.vocabulary import BURNIN_NAMESPACE, BURNIN_TIER_ANNOTATION, GPU_RESOURCE
 
 ReportFormat = Literal["table", "json", "junit"]
 DEFAULT_NAMESPACE = BURNIN_NAMESPACE
@@ -435,10 +436,10 @@ def _same_test(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     def key(job: Mapping[str, Any]) -> tuple[Any, ...]:
         meta, spec = job["metadata"], job["spec"]
         containers = spec["template"]["spec"].get("containers", [])
-        gpus = [c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu") for c in containers]
+        gpus = [c.get("resources", {}).get("limits", {}).get(GPU_RESOURCE) for c in containers]
         return (
             meta.get("labels", {}).get(NODE_LABEL),
-            meta.get("annotations", {}).get("konduktor.ai/burnin-tier"),
+            meta.get("annotations", {}).get(BURNIN_TIER_ANNOTATION),
             [str(g) for g in gpus],
             [c.get("image") for c in containers],
         )

@@ -14,12 +14,12 @@ from enum import StrEnum
 from typing import Any, cast
 
 from konduktor.burnin.isolation import IsolationPlan
-from konduktor.burnin.manifests import GPU_RESOURCE, Manifest, node_job, taint_tolerations
+from konduktor.burnin.manifests import Manifest, node_job, taint_tolerations
 from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, PairVerdict, Verdict, worst
 from konduktor.burnin.tiers import PAIR_STEP, BurnInOptions
 from konduktor.burnin.verdict import NCCL_PAIR, apply_isolation
 from konduktor.config.findings import did_you_mean
-from konduktor.config.model import PRODUCT_LABEL, Config
+from konduktor.config.model import Config
 from konduktor.config.quantity import parse_quantity
 from konduktor.controller.decide import (
     CONDITION_TYPE,
@@ -37,8 +37,8 @@ from konduktor.controller.decide import (
 )
 from konduktor.controller.settings import BreakerSettings, HealthSettings
 from konduktor.errors import ExitCode, UsageError
+from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL, PRODUCT_LABEL
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 JOB_CHECK = "burnin_job"  # the check that carries what the Job and its pod said (as in requalification)
 
 

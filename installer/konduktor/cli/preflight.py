@@ -24,7 +24,6 @@ from konduktor.cli.preflight_pods import may, pod_checks
 from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.target import KubeconfigOption, connect
 from konduktor.config.load import LoadedConfig
-from konduktor.config.model import HOSTNAME_LABEL
 from konduktor.errors import ClusterUnreachable, PreflightFailed, UsageError
 from konduktor.helm.release import CHARTS, NAMESPACE, RELEASE
 from konduktor.kube.client import ApiError, Kube
@@ -50,7 +49,8 @@ from konduktor.preflight.results import (
     summary_line,
 )
 from konduktor.preflight.ssh import ssh_host
-from konduktor.sim.tools import load_tools
+from konduktor.tools.pinned import load_tools
+from konduktor.vocabulary import HOSTNAME_LABEL
 
 ReportFormat = Literal["table", "json", "yaml"]
 SSH_OPTIONS = "-o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=15 -o ServerAliveCountMax=2"

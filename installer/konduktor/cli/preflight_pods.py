@@ -16,7 +16,7 @@ from typing import Any
 from konduktor.burnin.manifests import make_run_id
 from konduktor.cli.burnin_run import JobPhase, JobState, job_state, pod_problem
 from konduktor.cli.jobs import pods_by_job, read_log, wait_for_jobs
-from konduktor.config.model import HOSTNAME_LABEL, Config, NodeCheckPods
+from konduktor.config.model import Config, NodeCheckPods
 from konduktor.kube.client import ApiError, Kube
 from konduktor.preflight.cluster import ClusterFacts, Permission
 from konduktor.preflight.inventory import expectations_of, gpu_nodes, no_hosts
@@ -34,6 +34,7 @@ from konduktor.preflight.pods import (
     read_node_report,
 )
 from konduktor.preflight.results import Check, Status, check
+from konduktor.vocabulary import HOSTNAME_LABEL
 
 WAIT_SLACK_S = 60  # after the Jobs' deadline: time for the Job controller to mark them Failed
 # What running the node checks from pods takes in their namespace: start the Jobs, clear earlier runs' Jobs,

@@ -8,30 +8,13 @@ from typing import Annotated
 import typer
 
 from konduktor.cli.console import OutputFormat, err, print_rows, progress
-from konduktor.config.load import load_config
-from konduktor.config.pools import node_pools, topology_levels
 from konduktor.errors import ExitCode, UsageError
-from konduktor.quotas.render import kueue_manager_settings
-from konduktor.sim.cluster import DEFAULT_NAME, SimCluster, SimSpec
-from konduktor.sim.nodes import parse_nodes_spec
+from konduktor.sim.cluster import DEFAULT_NAME, SimCluster
+from konduktor.sim.pools import spec_from
 
 app = typer.Typer(help="Run a local simulated GPU cluster: etcd, kube-apiserver, scheduler, Kueue, kwok GPU nodes.")
 
 NameOption = Annotated[str, typer.Option("--name", help="Cluster name (several can run side by side).")]
-
-
-def spec_from(config: Path | None, nodes: str | None, job_seconds: float) -> SimSpec:
-    if config is not None and nodes is not None:
-        raise UsageError("give --config or --nodes, not both")
-    if config is not None:
-        loaded = load_config(config).config
-        return SimSpec(
-            pools=node_pools(loaded),
-            levels=topology_levels(loaded),
-            job_seconds=job_seconds,
-            kueue_settings=kueue_manager_settings(loaded),
-        )
-    return SimSpec(pools=parse_nodes_spec(nodes or "4x10:H100"), job_seconds=job_seconds)
 
 
 @app.command("up")

@@ -8,8 +8,8 @@ import typer
 
 from konduktor.cli.console import OutputFormat, err, print_rows, progress
 from konduktor.errors import UsageError
-from konduktor.sim import host_tools
-from konduktor.sim.tools import (
+from konduktor.tools import host_tools
+from konduktor.tools.pinned import (
     Installed,
     Toolbox,
     duration,
@@ -67,7 +67,7 @@ def lock_modules(
     check: Annotated[bool, typer.Option("--check", help="Only say whether the committed modules agree.")] = False,
 ) -> None:
     """Resolve each tool's build module at its pinned version and write its go.mod and go.sum into the package
-    (installer/konduktor/sim/modules/<tool>/), verified by the checksum database: commit them. Run it after
+    (installer/konduktor/tools/modules/<tool>/), verified by the checksum database: commit them. Run it after
     changing a version in versions.toml."""
     tools = load_tools()
     if check:

@@ -35,10 +35,9 @@ from konduktor.cli.cluster_quotas import (
 from konduktor.cli.console import OutputFormat, err, print_rows, progress
 from konduktor.cli.preflight import cluster_checks, node_checks, read_cluster, require_reachable
 from konduktor.cli.quotas import ConfigArgument, load_checked
-from konduktor.cli.sim import spec_from
 from konduktor.cli.target import KubeconfigOption, connect, explicit_kubeconfig
 from konduktor.config.load import LoadedConfig
-from konduktor.config.model import BURNIN_NAMESPACE, Config
+from konduktor.config.model import Config
 from konduktor.errors import ExitCode, KonduktorError, PartialApply, PreflightFailed, UsageError
 from konduktor.helm.release import (
     CHARTS,
@@ -61,7 +60,9 @@ from konduktor.quotas.removal import DrainPolicy
 from konduktor.quotas.render import KUEUE_API, MANAGED_BY, MANAGED_BY_LABEL
 from konduktor.quotas.usage import team_usage
 from konduktor.sim.cluster import DEFAULT_NAME, SimCluster
-from konduktor.sim.tools import Toolbox
+from konduktor.sim.pools import spec_from
+from konduktor.tools.pinned import Toolbox
+from konduktor.vocabulary import BURNIN_NAMESPACE
 from konduktor.waiting import wait_until
 
 # What the umbrella installs that the simulated cluster cannot run: its fake nodes run no containers, and

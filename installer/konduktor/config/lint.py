@@ -13,8 +13,9 @@ from typing import Any
 
 from konduktor.config.capacity import share_for, usable_per_node
 from konduktor.config.findings import Finding, did_you_mean, error, warning
-from konduktor.config.model import GPU_RESOURCE, HOSTNAME_LABEL, PRODUCT_LABEL, Config, GpuQuota
+from konduktor.config.model import Config, GpuQuota
 from konduktor.config.quantity import cpu_millicores, parse_quantity
+from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL, PRODUCT_LABEL
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -23,17 +23,11 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from konduktor.config.quantity import parse_quantity
+from konduktor.vocabulary import BURNIN_NAMESPACE, PRODUCT_LABEL
 
-GPU_RESOURCE = "nvidia.com/gpu"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 # What charts/konduktor-core runs (controller.image, tagged with the chart's appVersion); it holds
 # konduktor-install too, so the per-node preflight pods run it.
 KONDUKTOR_IMAGE = "ghcr.io/konduktor/konduktor:0.1.0"
-# Where burn-in, requalification and preflight pods run (charts/konduktor-core burnin.namespace): a namespace of
-# their own, with privileged Pod Security, holding only their service accounts, so that the right to run
-# privileged pods there gives nothing in konduktor-system, home of the operators' service accounts.
-BURNIN_NAMESPACE = "konduktor-burnin"
 
 Sharing = Literal["fair", "classic", "none"]
 # Pod Security Standards levels (pod-security.kubernetes.io/enforce), strictest first.

@@ -15,22 +15,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from konduktor.controller.decide import (
-    QUARANTINE_REASON,
-    QUARANTINED_AT,
-    Action,
-    NodeState,
-    RecordEvent,
-    SetCondition,
-    StartRequalification,
-    UpdateNode,
-)
+from konduktor.controller.decide import Action, NodeState, RecordEvent, SetCondition, StartRequalification, UpdateNode
 from konduktor.controller.logs import log
 from konduktor.controller.node_writes import FIELD_MANAGER, condition_status, event, update_node
 from konduktor.controller.nodes import NodeCache
 from konduktor.controller.requalification import Requalifier
 from konduktor.controller.telemetry import HealthMetrics
 from konduktor.kube.client import ApiError, Kube
+from konduktor.vocabulary import QUARANTINE_REASON, QUARANTINED_AT
 
 COMPONENT = "konduktor-health"
 

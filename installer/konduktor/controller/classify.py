@@ -10,23 +10,22 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
 
 from konduktor.burnin.results import NodeVerdict, Verdict
-from konduktor.controller.catalog import (
+from konduktor.controller.settings import HealthSettings, NodeConditionRule
+from konduktor.gpu.catalog import (
     CATALOG,
     DCGM_RULES,
     DCGM_XID_FIELD,
     Catalog,
     CatalogEntry,
+    FindingKind,
     RecommendedAction,
     ReportKind,
     Severity,
 )
-from konduktor.controller.kernel_log import KernelReport
-from konduktor.controller.settings import HealthSettings, NodeConditionRule
+from konduktor.gpu.kernel_log import KernelReport
 
-FindingKind = Literal["xid", "sxid", "peermem", "gpu_lost", "dcgm", "burnin", "condition"]
 DedupKey = tuple[str, str, str | None, RecommendedAction]
 
 

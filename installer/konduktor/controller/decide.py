@@ -21,17 +21,19 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from konduktor.burnin.results import NodeVerdict, Verdict
-from konduktor.controller.catalog import Severity
 from konduktor.controller.classify import Finding, ForeignCondition, burnin_finding, verdict_detail
 from konduktor.controller.settings import BreakerSettings, HealthSettings
+from konduktor.gpu.catalog import Severity
+from konduktor.vocabulary import (
+    HEALTH_TAINT_KEY,
+    QUARANTINE_REASON,
+    QUARANTINED_AT,
+    REQUALIFICATION_RESULT,
+    REQUALIFIED_AT,
+)
 
-TAINT_KEY = "konduktor.ai/gpu-health"
 TAINT_VALUE = "unhealthy"
 CONDITION_TYPE = "GPUHealthy"
-QUARANTINED_AT = "konduktor.ai/quarantined-at"
-QUARANTINE_REASON = "konduktor.ai/quarantine-reason"
-REQUALIFIED_AT = "konduktor.ai/requalified-at"
-REQUALIFICATION_RESULT = "konduktor.ai/requalification-result"
 # Kubernetes truncates longer Event notes; cut them ourselves so the evidence keeps its start.
 MESSAGE_LIMIT = 1024
 
@@ -148,7 +150,7 @@ def quarantined_by_us(node: NodeState) -> bool:
 
 
 def _carries_taint_key(node: NodeState) -> bool:
-    return any(t.key == TAINT_KEY for t in node.taints)
+    return any(t.key == HEALTH_TAINT_KEY for t in node.taints)
 
 
 def restore_breaker(nodes: Mapping[str, NodeState], settings: BreakerSettings, now: float) -> BreakerState:
@@ -293,7 +295,7 @@ class _Planner:
         return True
 
     def _quarantine(self, node: NodeState, finding: Finding) -> None:
-        taint = Taint(TAINT_KEY, self._effect(finding), TAINT_VALUE)
+        taint = Taint(HEALTH_TAINT_KEY, self._effect(finding), TAINT_VALUE)
         reason = f"{finding.reason} {finding.name}" + (f" on {finding.gpu}" if finding.gpu else "")
         annotations = {QUARANTINED_AT: self.stamp, QUARANTINE_REASON: reason}
         self.writes.append(UpdateNode(node.name, add_taints=(taint,), annotations=annotations))
@@ -304,11 +306,11 @@ class _Planner:
 
     def _already_quarantined(self, node: NodeState, finding: Finding) -> None:
         self.fresh.add(node.name)
-        ours = {t.effect for t in node.taints if t.key == TAINT_KEY}
+        ours = {t.effect for t in node.taints if t.key == HEALTH_TAINT_KEY}
         effect = self._effect(finding)
         if effect not in ours and effect == "NoExecute":
             # Not a new quarantine (the node is already out of scheduling), so the breaker is not asked.
-            taint = Taint(TAINT_KEY, effect, TAINT_VALUE)
+            taint = Taint(HEALTH_TAINT_KEY, effect, TAINT_VALUE)
             self.writes.append(UpdateNode(node.name, add_taints=(taint,)))
             self._store(replace(node, taints=(*node.taints, taint)))
             self._event(
@@ -319,7 +321,7 @@ class _Planner:
             self._event(node.name, "Warning", finding.reason, f"also: {_describe(finding)}")
 
     def _release(self, node: NodeState, detail: str) -> None:
-        ours = tuple(t for t in node.taints if t.key == TAINT_KEY)
+        ours = tuple(t for t in node.taints if t.key == HEALTH_TAINT_KEY)
         annotations: dict[str, str | None] = {
             QUARANTINED_AT: None,
             QUARANTINE_REASON: None,

@@ -26,8 +26,6 @@ from konduktor.controller.classify import (
     condition_finding,
 )
 from konduktor.controller.decide import (
-    QUARANTINE_REASON,
-    REQUALIFIED_AT,
     BreakerState,
     NodeState,
     Plan,
@@ -38,7 +36,6 @@ from konduktor.controller.decide import (
     quarantined_by_us,
     restore_breaker,
 )
-from konduktor.controller.kernel_log import parse_line
 from konduktor.controller.leader import LeaderLease
 from konduktor.controller.logs import log
 from konduktor.controller.loki import LokiCursor, LokiSource
@@ -58,7 +55,9 @@ from konduktor.controller.settings import HealthSettings
 from konduktor.controller.sources import SourceError
 from konduktor.controller.telemetry import HealthMetrics
 from konduktor.errors import KonduktorError
+from konduktor.gpu.kernel_log import parse_line
 from konduktor.kube.client import Kube
+from konduktor.vocabulary import QUARANTINE_REASON, REQUALIFIED_AT
 
 CURSOR_ANNOTATION = "konduktor.ai/loki-cursor"
 # A cursor that moved past nothing is saved at most this often: a quiet cluster need not write the Lease on every

@@ -16,11 +16,10 @@ from konduktor.controller.logs import log
 from konduktor.controller.settings import HealthSettings
 from konduktor.controller.telemetry import HealthMetrics
 from konduktor.kube.client import ApiError, Kube
+from konduktor.vocabulary import GPU_RESOURCE, PRODUCT_LABEL
 
-GPU_RESOURCE = "nvidia.com/gpu"
 # Published by GPU Feature Discovery.
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
 _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 Node = dict[str, Any]

@@ -19,11 +19,11 @@ from typing import Literal
 
 import requests
 
-from konduktor.controller.catalog import DCGM_RULES, DCGM_XID_FIELD
 from konduktor.controller.classify import DcgmSample
 from konduktor.controller.settings import PrometheusSettings
 from konduktor.controller.sources import SourceError, array, finite_number, labels, mapping, success_data
 from konduktor.controller.telemetry import HealthMetrics
+from konduktor.gpu.catalog import DCGM_RULES, DCGM_XID_FIELD
 from konduktor.observability.metrics import MetricType, lookup
 
 HEALTH_FIELDS = (DCGM_XID_FIELD, *DCGM_RULES)

@@ -23,18 +23,16 @@ from konduktor.burnin.manifests import NODE_ANNOTATION, make_run_id, node_job, s
 from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict, worst
 from konduktor.burnin.tiers import BurnInImages, BurnInOptions, options_for_tier
 from konduktor.burnin.verdict import NodeEvidence, judge_node
-from konduktor.controller.decide import QUARANTINED_AT, REQUALIFIED_AT, NodeState, parse_time
+from konduktor.controller.decide import NodeState, parse_time
 from konduktor.controller.logs import log
-from konduktor.controller.nodes import PRODUCT_LABEL
 from konduktor.controller.settings import RequalificationSettings
 from konduktor.controller.telemetry import HealthMetrics
 from konduktor.kube.client import ApiError, Kube
+from konduktor.vocabulary import BURNIN_TIER_ANNOTATION, HOSTNAME_LABEL, PRODUCT_LABEL, QUARANTINED_AT, REQUALIFIED_AT
 
 FIELD_MANAGER = "konduktor-health"
 REQUALIFICATION_LABEL = "konduktor.ai/requalification"
-TIER_ANNOTATION = "konduktor.ai/burnin-tier"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 class StepLogs(Protocol):
@@ -88,7 +86,7 @@ def run_of(job: Mapping[str, Any]) -> Run | None:
         elif condition.get("type") == "Failed":
             finished_at = parse_time(condition.get("lastTransitionTime"))
             failure = f"{condition.get('reason', 'Failed')}: {condition.get('message', '')}".rstrip(": ")
-    return Run(meta["name"], node, meta.get("annotations", {}).get(TIER_ANNOTATION, ""), finished_at, failure)
+    return Run(meta["name"], node, meta.get("annotations", {}).get(BURNIN_TIER_ANNOTATION, ""), finished_at, failure)
 
 
 def acted_on(run: Run, node: NodeState) -> bool:

@@ -9,7 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 
 from konduktor.burnin.tiers import BurnInImages
 from konduktor.config.load import read_text, read_yaml, validate_model
-from konduktor.config.model import BURNIN_NAMESPACE
+from konduktor.vocabulary import BURNIN_NAMESPACE
 
 
 class _Section(BaseModel):

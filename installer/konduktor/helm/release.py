@@ -20,7 +20,8 @@ from pyhelm3.errors import ReleaseNotFoundError
 
 from konduktor.errors import ClusterUnreachable, KonduktorError, PartialApply
 from konduktor.paths import product_dir
-from konduktor.sim.tools import Toolbox
+from konduktor.tools.pinned import Toolbox
+from konduktor.vocabulary import SYSTEM_NAMESPACE
 
 CHARTS = product_dir("charts")
 # pyhelm3 logs each helm command that exits non-zero as a warning, even the status probe that finds no release
@@ -28,7 +29,7 @@ CHARTS = product_dir("charts")
 logging.getLogger("pyhelm3").addHandler(logging.NullHandler())
 logging.getLogger("pyhelm3").propagate = False
 # Konduktor's Helm release: where `up` installs it and what preflight recognises as ours.
-NAMESPACE = "konduktor-system"
+NAMESPACE = SYSTEM_NAMESPACE
 RELEASE = "konduktor"
 
 

@@ -18,7 +18,7 @@ from enum import StrEnum
 from typing import get_args
 
 from konduktor.burnin.results import Verdict
-from konduktor.controller.classify import FindingKind
+from konduktor.gpu.catalog import FindingKind
 
 
 class Exporter(StrEnum):

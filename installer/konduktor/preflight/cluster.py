@@ -15,11 +15,11 @@ from typing import Any
 
 from konduktor.config.findings import Finding, YamlPath, with_lines
 from konduktor.config.lint import check_nodes
-from konduktor.config.model import GPU_RESOURCE, Config, GpuType, Toleration
+from konduktor.config.model import Config, GpuType, Toleration
 from konduktor.config.quantity import parse_quantity
-from konduktor.controller.decide import QUARANTINED_AT, TAINT_KEY
 from konduktor.preflight.results import Check, Status, check
 from konduktor.quotas.render import KUEUE_API
+from konduktor.vocabulary import GPU_RESOURCE, HEALTH_TAINT_KEY, QUARANTINED_AT
 
 # Kueue 0.19 requires Kubernetes 1.29 or newer (its README); it and the simulated cluster are built against
 # 1.36, the newest release this stack has been run on (../reference/sim.md).
@@ -379,10 +379,10 @@ def judge_taints(config: Config, nodes: Sequence[NodeFacts]) -> Check:
     for text, names in sorted(seen.items()):
         coverage = "not tolerated by the GPU type" if text in untolerated else "tolerated by the GPU type"
         evidence.append(f"{text} on {len(names)} node(s) ({coverage}): {', '.join(names)}")
-    for name in sorted(n for n in gpu_nodes if any(t.get("key") == TAINT_KEY for t in by_name[n].taints)):
+    for name in sorted(n for n in gpu_nodes if any(t.get("key") == HEALTH_TAINT_KEY for t in by_name[n].taints)):
         since = by_name[name].annotations.get(QUARANTINED_AT)
         owner = f"quarantined by the health controller at {since}" if since else "not placed by the health controller"
-        evidence.append(f"{name}: {TAINT_KEY} {owner}")
+        evidence.append(f"{name}: {HEALTH_TAINT_KEY} {owner}")
     hint = (
         "team jobs do not land on nodes with a taint their GPU type does not tolerate: add it to "
         "gpuTypes.<type>.tolerations, or remove the taint (kubectl taint node NODE KEY-)"

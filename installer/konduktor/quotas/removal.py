@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from konduktor.config.model import GPU_RESOURCE
 from konduktor.config.quantity import parse_quantity
 from konduktor.kube.sync import Change
+from konduktor.vocabulary import GPU_RESOURCE
 
 CLUSTER_QUEUE = "ClusterQueue"
 

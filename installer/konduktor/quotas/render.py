@@ -12,7 +12,8 @@ from decimal import Decimal
 from typing import Any
 
 from konduktor.config.capacity import share_for
-from konduktor.config.model import GPU_RESOURCE, Config, GpuQuota, GpuType, Team
+from konduktor.config.model import Config, GpuQuota, GpuType, Team
+from konduktor.vocabulary import GPU_RESOURCE, TEAM_LABEL
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 KUEUE_CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
@@ -20,7 +21,6 @@ RBAC_API = "rbac.authorization.k8s.io/v1"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "konduktor"
 CONFIG_LABEL = "konduktor.ai/config"
-TEAM_LABEL = "konduktor.ai/team"
 DEFAULT_LOCAL_QUEUE = "default"  # Kueue puts unlabelled Jobs and Pods of the namespace in a LocalQueue so named
 BATCH_USER_ROLE = "kueue-batch-user-role"
 EDIT_ROLE = "edit"  # users create Jobs and Pods; they get no write access to queues

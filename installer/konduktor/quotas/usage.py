@@ -12,9 +12,7 @@ from fractions import Fraction
 from typing import Any
 
 from konduktor.config.quantity import parse_quantity
-
-GPU = "nvidia.com/gpu"
-TEAM_LABEL = "konduktor.ai/team"
+from konduktor.vocabulary import GPU_RESOURCE, TEAM_LABEL
 
 
 @dataclass(frozen=True)
@@ -48,7 +46,7 @@ def _quantity(value: Any) -> Fraction | None:
     return None if value is None else parse_quantity(str(value))
 
 
-def team_usage(cluster_queues: list[dict[str, Any]], resource: str = GPU) -> list[TeamUsage]:
+def team_usage(cluster_queues: list[dict[str, Any]], resource: str = GPU_RESOURCE) -> list[TeamUsage]:
     """One row per ClusterQueue and flavor that covers `resource`."""
     base = []
     for queue in cluster_queues:

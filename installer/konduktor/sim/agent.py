@@ -21,13 +21,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from konduktor.burnin.manifests import GPU_RESOURCE
-from konduktor.config.model import PRODUCT_LABEL
+from konduktor.burnin.manifests import APP_LABEL, BURNIN_APP
 from konduktor.kube.client import ApiError, Kube
 from konduktor.sim.gpus import FAULTS_ANNOTATION, LOGS_ANNOTATION, FakeNode, FaultSpecError, parse_faults, step_log
+from konduktor.vocabulary import GPU_RESOURCE, PRODUCT_LABEL
 
 LOGS_API = "kwok.x-k8s.io/v1alpha1"
-BURNIN_SELECTOR = ("app.kubernetes.io/name", "konduktor-burnin")
+BURNIN_SELECTOR = (APP_LABEL, BURNIN_APP)
 
 logger = logging.getLogger("konduktor.sim.agent")
 

@@ -32,7 +32,8 @@ from konduktor.paths import state_dir
 from konduktor.sim import kueue
 from konduktor.sim.nodes import DEFAULT_TOPOLOGY, NodePool, node_manifests, system_node
 from konduktor.sim.pki import write_serving_pki
-from konduktor.sim.tools import Toolbox, module_dir
+from konduktor.tools.pinned import Toolbox, module_dir
+from konduktor.vocabulary import GPU_RESOURCE
 from konduktor.waiting import wait_until
 
 DEFAULT_NAME = "konduktor"
@@ -572,7 +573,7 @@ class SimCluster:
             for n in nodes
             if any(c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", []))
         )
-        report["gpus"] = sum(int(n.get("status", {}).get("allocatable", {}).get("nvidia.com/gpu", 0)) for n in nodes)
+        report["gpus"] = sum(int(n.get("status", {}).get("allocatable", {}).get(GPU_RESOURCE, 0)) for n in nodes)
         return report
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from konduktor.errors import UsageError
+from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL
 
 # nvidia.com/gpu.product values as GPU Feature Discovery publishes them, keyed by the short names users type.
 PRODUCTS = {
@@ -19,10 +20,9 @@ PRODUCTS = {
     "L40S": "NVIDIA-L40S",
 }
 
-HOSTNAME = "kubernetes.io/hostname"
 # Topology labels of the default simulated datacenter: 2 nodes per rack, 2 racks per block, so TAS has
 # more than one domain to choose from at every level.
-DEFAULT_TOPOLOGY = ("konduktor.ai/topology-block", "konduktor.ai/topology-rack", HOSTNAME)
+DEFAULT_TOPOLOGY = ("konduktor.ai/topology-block", "konduktor.ai/topology-rack", HOSTNAME_LABEL)
 NODES_PER_RACK = 2
 RACKS_PER_BLOCK = 2
 
@@ -75,7 +75,7 @@ def topology_values(levels: tuple[str, ...], position: int) -> dict[str, str]:
     The widest level changes slowest; each narrower level holds NODES_PER_RACK or RACKS_PER_BLOCK children.
     """
     labels = {}
-    upper = [level for level in levels if level != HOSTNAME]
+    upper = [level for level in levels if level != HOSTNAME_LABEL]
     for depth, level in enumerate(upper):
         narrower = len(upper) - depth - 1
         width = NODES_PER_RACK * (RACKS_PER_BLOCK ** max(narrower, 0))
@@ -121,7 +121,7 @@ def system_node() -> dict[str, Any]:
         "metadata": {
             "name": SYSTEM_NODE,
             "labels": {
-                HOSTNAME: SYSTEM_NODE,
+                HOSTNAME_LABEL: SYSTEM_NODE,
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",
                 "type": "kwok",
@@ -141,9 +141,9 @@ def node_manifests(pools: list[NodePool], levels: tuple[str, ...] = DEFAULT_TOPO
     for pool in pools:
         for index in range(pool.count):
             name = node_name(pool, index)
-            resources = {"cpu": pool.cpu, "memory": pool.memory, "pods": "110", "nvidia.com/gpu": str(pool.gpus)}
+            resources = {"cpu": pool.cpu, "memory": pool.memory, "pods": "110", GPU_RESOURCE: str(pool.gpus)}
             labels = {
-                HOSTNAME: name,
+                HOSTNAME_LABEL: name,
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64",
                 "type": "kwok",

@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 from konduktor.kube.client import Kube
+from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -35,7 +36,7 @@ def gpu_job(
     if priority:
         labels[PRIORITY_LABEL] = priority
     annotations = {RUN_FOR: run_for} if run_for else {}
-    resources = {"nvidia.com/gpu": str(gpus), "cpu": "1", "memory": "1Gi"}
+    resources = {GPU_RESOURCE: str(gpus), "cpu": "1", "memory": "1Gi"}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -48,7 +49,7 @@ def gpu_job(
                 "metadata": {"annotations": annotations},
                 "spec": {
                     "restartPolicy": "Never",
-                    **({"nodeSelector": {"kubernetes.io/hostname": node}} if node else {}),
+                    **({"nodeSelector": {HOSTNAME_LABEL: node}} if node else {}),
                     "securityContext": copy.deepcopy(RESTRICTED_POD),
                     "containers": [
                         {
@@ -105,7 +106,7 @@ def workload_gpus(workload: dict[str, Any]) -> int:
     total = 0
     for pod_set in workload.get("spec", {}).get("podSets", []):
         containers = pod_set["template"]["spec"].get("containers", [])
-        per_pod = sum(int(c.get("resources", {}).get("requests", {}).get("nvidia.com/gpu", 0)) for c in containers)
+        per_pod = sum(int(c.get("resources", {}).get("requests", {}).get(GPU_RESOURCE, 0)) for c in containers)
         total += per_pod * int(pod_set.get("count", 1))
     return total
 

@@ -25,11 +25,12 @@ from konduktor.controller import logs
 from konduktor.controller.actuator import action_name
 from konduktor.controller.classify import classify_report
 from konduktor.controller.decide import Action, Plan, RecordEvent, SetCondition, UpdateNode
-from konduktor.controller.kernel_log import parse_line
 from konduktor.controller.loop import HealthController
 from konduktor.controller.server import HealthServer
 from konduktor.controller.settings import HealthSettings, load_settings
+from konduktor.gpu.kernel_log import parse_line
 from konduktor.kube.client import Kube
+from konduktor.vocabulary import SYSTEM_NAMESPACE
 
 app = new_app("konduktor-health", "Detect faulty GPU nodes and keep work off them until they requalify.")
 
@@ -70,7 +71,7 @@ def run_controller(
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port of /healthz and /metrics.")] = 8080,
     lease_namespace: Annotated[
         str, typer.Option("--lease-namespace", help="Namespace of the leader Lease (which also keeps the Loki cursor).")
-    ] = "konduktor-system",
+    ] = SYSTEM_NAMESPACE,
 ) -> None:
     """Watch GPU nodes, quarantine faulty ones, requalify them by burn-in."""
     settings = load_settings(config) if config else HealthSettings()

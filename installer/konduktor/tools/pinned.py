@@ -27,7 +27,7 @@ from pathlib import Path
 
 from konduktor.errors import KonduktorError, UsageError
 from konduktor.paths import cache_dir
-from konduktor.sim import host_tools
+from konduktor.tools import host_tools
 
 VERSIONS_FILE = Path(__file__).with_name("versions.toml")
 LOCKED_MODULES = Path(__file__).with_name("modules")

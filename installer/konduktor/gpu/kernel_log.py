@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from konduktor.controller.catalog import ReportKind
+from konduktor.gpu.catalog import ReportKind
 
 # Codes are at most a few digits; the bound also keeps int() away from Python's digit limit on junk input.
 _CODE = r"(?P<code>\d{1,6})(?!\d)"

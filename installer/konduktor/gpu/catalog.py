@@ -15,6 +15,9 @@ from enum import StrEnum
 from typing import Literal
 
 ReportKind = Literal["xid", "sxid", "peermem"]
+# Where a finding about a GPU comes from: a kernel report above, a GPU gone from allocatable, a DCGM field, a
+# burn-in verdict or a node condition. The controller's metrics label faults with it.
+FindingKind = Literal["xid", "sxid", "peermem", "gpu_lost", "dcgm", "burnin", "condition"]
 
 
 class Severity(StrEnum):

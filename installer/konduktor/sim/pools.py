@@ -1,10 +1,30 @@
-"""The config's GPU types as fake-node pools for the simulated cluster."""
+"""The config's GPU types as fake-node pools for the simulated cluster, and the cluster a config describes."""
 
 from __future__ import annotations
 
-from konduktor.config.load import LoadedConfig
+from pathlib import Path
+
+from konduktor.config.load import LoadedConfig, load_config
 from konduktor.config.model import Config, Toleration
-from konduktor.sim.nodes import NodePool
+from konduktor.errors import UsageError
+from konduktor.quotas.render import kueue_manager_settings
+from konduktor.sim.cluster import SimSpec
+from konduktor.sim.nodes import NodePool, parse_nodes_spec
+
+
+def spec_from(config: Path | None, nodes: str | None, job_seconds: float) -> SimSpec:
+    """The cluster a config describes (its GPU types, topology and Kueue settings), or one of `--nodes` pools."""
+    if config is not None and nodes is not None:
+        raise UsageError("give --config or --nodes, not both")
+    if config is not None:
+        loaded = load_config(config).config
+        return SimSpec(
+            pools=node_pools(loaded),
+            levels=topology_levels(loaded),
+            job_seconds=job_seconds,
+            kueue_settings=kueue_manager_settings(loaded),
+        )
+    return SimSpec(pools=parse_nodes_spec(nodes or "4x10:H100"), job_seconds=job_seconds)
 
 
 def node_pools(source: Config | LoadedConfig) -> list[NodePool]:

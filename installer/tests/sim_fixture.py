@@ -1,4 +1,5 @@
-"""The `sim` pytest fixture: one running simulated cluster per test session, for every suite that needs one.
+"""The `sim` pytest fixture: one running simulated cluster per test session, for every suite that needs one
+(installer/tests and e2e: pyproject's pytest `pythonpath` makes this module importable from both).
 
 Clusters started by tests live in their own state directory, apart from the user's (`konduktor-install sim
 up`); tool builds are shared through the cache. The fixture is never skipped: when the cluster cannot start,
@@ -16,13 +17,18 @@ from typing import Any
 
 import pytest
 
-from konduktor.burnin.manifests import HEALTH_TAINT_KEY
-from konduktor.cli.sim import spec_from
-from konduktor.controller.decide import QUARANTINE_REASON, QUARANTINED_AT, REQUALIFICATION_RESULT, REQUALIFIED_AT
 from konduktor.kube.client import ApiError, Kube
 from konduktor.paths import product_dir
 from konduktor.sim.cluster import SimCluster
 from konduktor.sim.gpus import FAULTS_ANNOTATION, LOGS_ANNOTATION
+from konduktor.sim.pools import spec_from
+from konduktor.vocabulary import (
+    HEALTH_TAINT_KEY,
+    QUARANTINE_REASON,
+    QUARANTINED_AT,
+    REQUALIFICATION_RESULT,
+    REQUALIFIED_AT,
+)
 
 # The session's cluster is the one examples/config.yaml describes: 4 nodes x 10 H100, fair sharing.
 EXAMPLE = product_dir("examples") / "config.yaml"

@@ -1,0 +1,32 @@
+"""The names Konduktor shares with Kubernetes, NVIDIA's components and itself, spelt once.
+
+Resource names, label, taint and annotation keys, and namespaces that more than one package reads or writes.
+A name only one module uses stays in that module.
+"""
+
+# NVIDIA's device plugin advertises GPUs under this extended resource; GPU Feature Discovery labels the model.
+GPU_RESOURCE = "nvidia.com/gpu"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+# Set by the kubelet on every node; the lowest level of every topology Konduktor renders.
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+# Where the platform runs: the Helm release, the operators and the health controller.
+SYSTEM_NAMESPACE = "konduktor-system"
+# Where burn-in, requalification and preflight pods run (charts/konduktor-core burnin.namespace): a namespace of
+# their own, with privileged Pod Security, holding only their service accounts, so that the right to run
+# privileged pods there gives nothing in konduktor-system, home of the operators' service accounts.
+BURNIN_NAMESPACE = "konduktor-burnin"
+
+# The team a namespace or a Kueue object belongs to.
+TEAM_LABEL = "konduktor.ai/team"
+
+# The health controller's quarantine: the taint it puts on a node, and the annotations that say when and why,
+# and how the node's requalification ended. Burn-in tolerates the taint; preflight and the CLI read them.
+HEALTH_TAINT_KEY = "konduktor.ai/gpu-health"
+QUARANTINED_AT = "konduktor.ai/quarantined-at"
+QUARANTINE_REASON = "konduktor.ai/quarantine-reason"
+REQUALIFIED_AT = "konduktor.ai/requalified-at"
+REQUALIFICATION_RESULT = "konduktor.ai/requalification-result"
+
+# The burn-in tier a Job runs, on the Job.
+BURNIN_TIER_ANNOTATION = "konduktor.ai/burnin-tier"

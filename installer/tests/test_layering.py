@@ -1,0 +1,131 @@
+"""The packages of `konduktor` import each other only downwards (docs/architecture: layout).
+
+Every module's imports are read with `ast` (imports inside functions and under TYPE_CHECKING included), each
+one is mapped to its package, and the pair must be allowed by `ALLOWED`. Imports that run against the layering
+today are listed in `KNOWN_VIOLATIONS`: a shrinking list, one line per module-to-module import, that may only
+lose lines. A new violation fails the first test; a line whose import is gone fails the second, so the list
+never keeps a stale excuse.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import konduktor
+
+PACKAGE_ROOT = Path(konduktor.__file__).parent
+
+# The floor: modules everyone may use; they import nothing above the floor.
+FLOOR = frozenset({"vocabulary", "errors", "paths", "waiting"})
+
+# package -> the packages it may import (besides itself and the floor). Read bottom to top.
+ALLOWED: dict[str, frozenset[str]] = {
+    "vocabulary": frozenset(),
+    "errors": frozenset(),
+    "paths": frozenset(),
+    "waiting": frozenset({"errors"}),
+    "gpu": frozenset(),
+    "config": frozenset(),
+    "tools": frozenset(),
+    "kube": frozenset(),
+    "quotas": frozenset({"config", "kube"}),
+    "helm": frozenset({"config", "quotas", "tools"}),
+    "burnin": frozenset({"gpu", "config", "kube"}),
+    "observability": frozenset({"gpu", "burnin"}),
+    "preflight": frozenset({"gpu", "config", "quotas", "kube", "burnin"}),
+    "controller": frozenset({"gpu", "config", "kube", "burnin", "observability"}),
+    "sim": frozenset({"gpu", "config", "kube", "helm", "quotas", "burnin", "tools"}),
+    "cli": frozenset({"gpu", "config", "tools", "kube", "quotas", "helm", "burnin", "preflight", "controller", "sim"}),
+}
+
+# Imports that break the layering, (importing module, imported module): remove lines, never add them. Empty: every
+# import runs downwards.
+KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE_ROOT).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(("konduktor", *parts))
+
+
+def package_of(module: str) -> str:
+    """`konduktor.controller.decide` -> `controller`; `konduktor.errors` -> `errors`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def imported_modules(path: Path) -> Iterator[str]:
+    """The `konduktor` modules that a source file imports, relative imports resolved."""
+    here = module_name(path).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                names = [".".join([*base, *([node.module] if node.module else [])])]
+            else:
+                names = [node.module or ""]
+            # `from konduktor.tools import host_tools` imports the module `konduktor.tools.host_tools`.
+            names = [_submodule_or_self(names[0], alias.name) for alias in node.names]
+        else:
+            continue
+        yield from (name for name in names if name == "konduktor" or name.startswith("konduktor."))
+
+
+def _submodule_or_self(module: str, name: str) -> str:
+    candidate = PACKAGE_ROOT.joinpath(*module.split(".")[1:], name)
+    is_module = candidate.with_suffix(".py").is_file() or (candidate / "__init__.py").is_file()
+    return f"{module}.{name}" if is_module else module
+
+
+def import_edges() -> set[tuple[str, str]]:
+    edges: set[tuple[str, str]] = set()
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        source = module_name(path)
+        edges.update((source, target) for target in imported_modules(path))
+    return edges
+
+
+def is_allowed(source: str, target: str) -> bool:
+    source_package, target_package = package_of(source), package_of(target)
+    if target_package in (source_package, ""):
+        return True
+    if target_package in FLOOR and source_package not in FLOOR:
+        return True
+    return target_package in ALLOWED[source_package]
+
+
+def violations() -> set[tuple[str, str]]:
+    return {(source, target) for source, target in import_edges() if not is_allowed(source, target)}
+
+
+def test_every_package_has_a_place_in_the_layering() -> None:
+    packages = {package_of(module_name(path)) for path in PACKAGE_ROOT.rglob("*.py")} - {""}
+    assert packages <= ALLOWED.keys(), f"add these packages to ALLOWED: {sorted(packages - ALLOWED.keys())}"
+
+
+def test_no_import_runs_against_the_layering() -> None:
+    new = sorted(violations() - KNOWN_VIOLATIONS)
+    assert not new, "imports against the layering:\n" + "\n".join(f"  {s} -> {t}" for s, t in new)
+
+
+def test_known_violations_are_still_there() -> None:
+    gone = sorted(KNOWN_VIOLATIONS - violations())
+    assert not gone, "fixed, delete from KNOWN_VIOLATIONS:\n" + "\n".join(f"  {s} -> {t}" for s, t in gone)
+
+
+def test_the_checker_sees_an_upward_import() -> None:
+    """The checker itself can fail: upward imports are judged wrong, downward ones right."""
+    assert not is_allowed("konduktor.burnin.verdict", "konduktor.controller.decide")
+    assert not is_allowed("konduktor.controller.loop", "konduktor.cli.app")
+    assert not is_allowed("konduktor.errors", "konduktor.config.model")
+    assert is_allowed("konduktor.waiting", "konduktor.errors")
+    assert is_allowed("konduktor.cli.up", "konduktor.sim.cluster")
+    assert ("konduktor.cli.health", "konduktor.cli.app") in import_edges()
+    assert ("konduktor.cli.tools", "konduktor.tools.pinned") in import_edges()
