@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -80,6 +81,19 @@ DRAIN_TIMEOUT = 600.0
 CONFIRM_TIMEOUT = 60.0
 
 
+@dataclass(frozen=True)
+class Takeover:
+    """What a sync may do beyond its own objects: adopt the objects named (KIND/[NAMESPACE/]NAME), and remove a team
+    that still has work as `drain_policy` says, waiting up to `drain_timeout` seconds. The default does neither."""
+
+    adopt: Sequence[str] = ()
+    drain_policy: DrainPolicy | None = None
+    drain_timeout: float = DRAIN_TIMEOUT
+
+
+NO_TAKEOVER = Takeover()
+
+
 # The field manager of the stop: its own, so that applying a queue again (a team put back in the config after a
 # stop that did not finish) can release the stop without touching the queue's other fields.
 DRAIN_MANAGER = "konduktor-drain"
@@ -155,21 +169,14 @@ def confirm_removed(kube: Kube, teams: Sequence[str], timeout: float) -> None:
 
 
 def sync_quotas(
-    kube: Kube,
-    config: Config,
-    *,
-    prune: bool,
-    dry_run: bool,
-    adopt: Sequence[str] = (),
-    drain_policy: DrainPolicy | None = None,
-    drain_timeout: float = DRAIN_TIMEOUT,
+    kube: Kube, config: Config, *, prune: bool, dry_run: bool, takeover: Takeover = NO_TAKEOVER
 ) -> list[Change]:
     """Sync the config's quota objects. A team that left the config is removed only when it has no work (admitted
-    or pending workloads), or as `drain_policy` says; its ClusterQueue is confirmed gone."""
+    or pending workloads), or as `takeover.drain_policy` says; its ClusterQueue is confirmed gone."""
     require_kueue(kube)
 
     def review(changes: list[Change]) -> list[Change]:
-        return review_removals(changes, removed_team_work(kube, removed_teams(changes)), drain_policy)
+        return review_removals(changes, removed_team_work(kube, removed_teams(changes)), takeover.drain_policy)
 
     def run(dry: bool) -> list[Change]:
         return sync(
@@ -179,7 +186,7 @@ def sync_quotas(
             owner_labels(config),
             prune=prune,
             dry_run=dry,
-            adopt=adopt,
+            adopt=takeover.adopt,
             review=review,
             progress=lambda change: err.print(change.describe(), markup=False),
         )
@@ -187,41 +194,26 @@ def sync_quotas(
     if dry_run:
         return run(dry=True)
     restart_stopped(kube, config)
-    if drain_policy is not None:
+    if takeover.drain_policy is not None:
         planned = run(dry=True)
         removed = removed_teams(planned)
         busy = [team for team, work in removed_team_work(kube, removed).items() if work.busy]
         if busy and not any(c.action == "refuse" for c in planned):
-            drain(kube, busy, drain_policy, drain_timeout)
+            drain(kube, busy, takeover.drain_policy, takeover.drain_timeout)
     changes = run(dry=False)
     # Once drained, Kueue lets a ClusterQueue go within seconds; one still there is held by new work.
-    confirm_removed(kube, removed_teams(changes), min(drain_timeout, CONFIRM_TIMEOUT))
+    confirm_removed(kube, removed_teams(changes), min(takeover.drain_timeout, CONFIRM_TIMEOUT))
     return changes
 
 
 def sync_config(
-    config: Path,
-    kubeconfig: Path | None,
-    *,
-    prune: bool,
-    dry_run: bool,
-    adopt: Sequence[str] = (),
-    drain_policy: DrainPolicy | None = None,
-    drain_timeout: float = DRAIN_TIMEOUT,
+    config: Path, kubeconfig: Path | None, *, prune: bool, dry_run: bool, takeover: Takeover = NO_TAKEOVER
 ) -> list[Change]:
     """Validate the whole config, then sync its quotas with the target cluster."""
     loaded = load_checked(config)
     kube = connect(kubeconfig)
     try:
-        return sync_quotas(
-            kube,
-            loaded.config,
-            prune=prune,
-            dry_run=dry_run,
-            adopt=adopt,
-            drain_policy=drain_policy,
-            drain_timeout=drain_timeout,
-        )
+        return sync_quotas(kube, loaded.config, prune=prune, dry_run=dry_run, takeover=takeover)
     finally:
         kube.close()
 
@@ -256,15 +248,8 @@ def apply(
     Exit 3 (nothing changed) when an object of the config belongs to someone else (unless --adopt names it), or a
     team that left the config still has work (unless --drain-removed-teams says how to remove it); 4 when the
     drain or a ClusterQueue's deletion timed out."""
-    changes = sync_config(
-        config,
-        kubeconfig,
-        prune=prune,
-        dry_run=dry_run,
-        adopt=adopt or (),
-        drain_policy=drain_removed_teams,
-        drain_timeout=drain_timeout,
-    )
+    takeover = Takeover(adopt or (), drain_removed_teams, drain_timeout)
+    changes = sync_config(config, kubeconfig, prune=prune, dry_run=dry_run, takeover=takeover)
     report(changes, dry_run)
 
 
@@ -272,7 +257,7 @@ def apply(
 def diff(config: ConfigArgument, kubeconfig: KubeconfigOption = None, adopt: AdoptOption = None) -> None:
     """What `quotas apply` would change. Exit 0: nothing; 1: changes pending; 3: apply would refuse (an object
     belongs to someone else); 2 or 5: error."""
-    changes = sync_config(config, kubeconfig, prune=True, dry_run=True, adopt=adopt or ())
+    changes = sync_config(config, kubeconfig, prune=True, dry_run=True, takeover=Takeover(adopt or ()))
     for change in changes:
         if change.action != "unchanged":
             typer.echo(change.describe())

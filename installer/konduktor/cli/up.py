@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,10 +24,12 @@ from konduktor.burnin.tiers import Tier, options_for_tier
 from konduktor.cli.burnin import burn_in
 from konduktor.cli.cluster_quotas import (
     DRAIN_TIMEOUT,
+    NO_TAKEOVER,
     QUOTA_KINDS,
     AdoptOption,
     DrainOption,
     DrainTimeoutOption,
+    Takeover,
     pending_code,
     sync_quotas,
 )
@@ -56,7 +57,6 @@ from konduktor.kube.policy_audit import Violation, audit_workloads
 from konduktor.kube.sync import WRITES, Change, Ref, adoption_of, refuse_if_any
 from konduktor.preflight.inventory import SshHosts, config_inventory
 from konduktor.preflight.results import Status
-from konduktor.quotas.removal import DrainPolicy
 from konduktor.quotas.render import KUEUE_API, MANAGED_BY, MANAGED_BY_LABEL
 from konduktor.quotas.usage import team_usage
 from konduktor.sim.cluster import DEFAULT_NAME, SimCluster
@@ -227,9 +227,7 @@ def run_up(
     dry_run: bool = False,
     confirm: Any = None,
     report: Any = lambda _m: None,
-    adopt: Sequence[str] = (),
-    drain_policy: DrainPolicy | None = None,
-    drain_timeout: float = DRAIN_TIMEOUT,
+    takeover: Takeover = NO_TAKEOVER,
 ) -> UpReport:
     """Everything `up` does; with `dry_run` it stops after preflight and plans the quota changes."""
     loaded = load_checked(config_path)  # nothing below runs unless the whole config validates
@@ -245,11 +243,7 @@ def run_up(
         # The quota plan before anything changes: an object someone else owns, or a removed team with work,
         # stops `up` here, with nothing installed.
         served = kueue_served(kube)
-        planned = (
-            sync_quotas(kube, loaded.config, prune=True, dry_run=True, adopt=adopt, drain_policy=drain_policy)
-            if served
-            else []
-        )
+        planned = sync_quotas(kube, loaded.config, prune=True, dry_run=True, takeover=takeover) if served else []
     finally:
         kube.close()
     if dry_run:
@@ -266,15 +260,7 @@ def run_up(
     kube = Kube(target)
     try:
         clock.step("quotas", "applying")
-        changes = sync_quotas(
-            kube,
-            loaded.config,
-            prune=True,
-            dry_run=False,
-            adopt=adopt,
-            drain_policy=drain_policy,
-            drain_timeout=drain_timeout,
-        )
+        changes = sync_quotas(kube, loaded.config, prune=True, dry_run=False, takeover=takeover)
         clock.step("verify", "queues active, health controller available")
         verify(kube, loaded.config, report)
         clock.step("policies", "checking existing workloads")
@@ -421,9 +407,7 @@ def up(
             dry_run=dry_run,
             confirm=confirmation(yes),
             report=report,
-            adopt=adopt or (),
-            drain_policy=drain_removed_teams,
-            drain_timeout=drain_timeout,
+            takeover=Takeover(adopt or (), drain_removed_teams, drain_timeout),
         )
     print_report(result)
     err.print(f"next: konduktor-install quotas explain --kubeconfig {result.target}", markup=False)
@@ -457,7 +441,9 @@ def plan(
         installed = current(target, RELEASE, NAMESPACE, Toolbox(host=explicit is not None))
         chart, _ = chart_for(explicit is None, loaded.config, read_values(values))
         served = kueue_served(kube)
-        changes = sync_quotas(kube, loaded.config, prune=True, dry_run=True, adopt=adopt or ()) if served else []
+        changes = (
+            sync_quotas(kube, loaded.config, prune=True, dry_run=True, takeover=Takeover(adopt or ())) if served else []
+        )
     finally:
         kube.close()
     wanted = load_documents(chart / "Chart.yaml")[0]
