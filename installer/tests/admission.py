@@ -3,7 +3,6 @@ objects their cases assume: the `enforcing` fixture, shared by the policy cases 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 import yaml
 
 from konduktor.kube.client import ApiError, Identity, Kube
+from konduktor.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY_DIR = REPO / "policies"
@@ -81,14 +81,6 @@ def denial(kube: Kube, obj: dict[str, Any], sender: Identity | None = None) -> A
     return None
 
 
-def wait_for(condition: Any, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.5)
-
-
 def stored(kube: Kube, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
     """An object as it is now, without what the server writes, so it can be put back as it was."""
     obj = kube.get(api_version, kind, name, namespace)
@@ -113,7 +105,7 @@ def enforcing(sim: Any) -> Iterator[Kube]:
 
     # An earlier module's teardown may still be deleting them; nothing can be created in them meanwhile.
     for name in namespaces:
-        wait_for(lambda n=name: not terminating(n), f"namespace {name} to be gone", timeout=120)
+        wait_until(f"namespace {name} to be gone", lambda n=name: not terminating(n), timeout=120)
 
     def ref(obj: dict[str, Any]) -> tuple[str, str, str, str | None]:
         meta = obj["metadata"]
@@ -136,7 +128,7 @@ def enforcing(sim: Any) -> Iterator[Kube]:
         # every request it matches once its parameters are gone. So the parameters go last.
         for name in POLICIES:
             first_denied = next(case for case in CASES if case.policy == name and case.expect == "deny")
-            wait_for(lambda c=first_denied: denial(kube, c.object, c.sender) is None, f"{name} to be lifted")
+            wait_until(f"{name} to be lifted", lambda c=first_denied: denial(kube, c.object, c.sender) is None, 60)
             kube.delete(ADMISSION, "ValidatingAdmissionPolicy", name)
         kube.delete("v1", "ConfigMap", *params)
 
@@ -145,7 +137,7 @@ def enforcing(sim: Any) -> Iterator[Kube]:
             kube.apply(obj)
         # Pods without a service account get "default", which kube-controller-manager creates in new namespaces.
         for name in namespaces:
-            wait_for(lambda n=name: kube.get("v1", "ServiceAccount", "default", n) is not None, f"{name}/default")
+            wait_until(f"{name}/default", lambda n=name: kube.get("v1", "ServiceAccount", "default", n) is not None, 60)
         kube.apply(PARAMS)
         for name in POLICIES:  # a binding merged with the chart's would hold both Warn and Deny
             kube.delete(ADMISSION, "ValidatingAdmissionPolicyBinding", name)
@@ -156,7 +148,9 @@ def enforcing(sim: Any) -> Iterator[Kube]:
         # The apiserver's policy informers pick new bindings up asynchronously.
         for name in POLICIES:
             first_denied = next(case for case in CASES if case.policy == name and case.expect == "deny")
-            wait_for(lambda c=first_denied: denial(kube, c.object, c.sender) is not None, f"{name} to be enforced")
+            wait_until(
+                f"{name} to be enforced", lambda c=first_denied: denial(kube, c.object, c.sender) is not None, 60
+            )
         yield kube
     finally:
         remove_ours()

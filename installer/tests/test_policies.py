@@ -24,10 +24,10 @@ from admission import (
     Case,
     denial,
     documents,
-    wait_for,
 )
 
 from konduktor.kube.client import Kube
+from konduktor.waiting import wait_until
 
 # -- what ships ----------------------------------------------------------------------------------------------
 
@@ -132,10 +132,10 @@ def test_in_warn_mode_a_violation_is_admitted_with_a_warning(enforcing: Kube) ->
     violation = next(case for case in CASES if case.policy == name and case.expect == "deny")
     enforcing.apply(in_warn_mode(BINDINGS[name]))
     try:
-        wait_for(lambda: denial(enforcing, violation.object) is None, f"{name} in warn mode")
+        wait_until(f"{name} in warn mode", lambda: denial(enforcing, violation.object) is None, 60)
         warning = warnings_of_dry_run_create(enforcing, violation.object)
         assert f"Validation failed for ValidatingAdmissionPolicy '{name}'" in warning
         assert violation.message in warning
     finally:
         enforcing.apply(BINDINGS[name])
-        wait_for(lambda: denial(enforcing, violation.object) is not None, f"{name} enforced again")
+        wait_until(f"{name} enforced again", lambda: denial(enforcing, violation.object) is not None, 60)
