@@ -32,6 +32,7 @@ from konduktor.config.model import NodeCheckPods, ssh_host_problem
 from konduktor.errors import UsageError
 from konduktor.kube.client import ApiError, Kube
 from konduktor.preflight.cluster import (
+    MIN_KUBERNETES,
     ClusterFacts,
     CrdFacts,
     NodeFacts,
@@ -140,9 +141,9 @@ def test_unreachable_api_fails_and_skips_what_depends_on_it() -> None:
     ("version", "status"),
     [
         ({"gitVersion": "v1.36.3", "major": "1", "minor": "36"}, Status.PASS),
-        ({"gitVersion": "v1.29.0-eks-abc", "major": "1", "minor": "29+"}, Status.PASS),
-        ({"major": "1", "minor": "30+"}, Status.PASS),  # no gitVersion: the minor with its managed-cluster suffix
-        ({"gitVersion": "v1.28.9", "major": "1", "minor": "28"}, Status.FAIL),  # Kueue 0.19 needs 1.29
+        ({"gitVersion": "v1.30.0-eks-abc", "major": "1", "minor": "30+"}, Status.PASS),
+        ({"major": "1", "minor": "31+"}, Status.PASS),  # no gitVersion: the minor with its managed-cluster suffix
+        ({"gitVersion": "v1.29.9", "major": "1", "minor": "29"}, Status.FAIL),  # the policies need 1.30
         ({"gitVersion": "v1.37.0", "major": "1", "minor": "37"}, Status.WARN),  # newer than tested
         ({"gitVersion": "weird"}, Status.WARN),
     ],
@@ -151,7 +152,14 @@ def test_server_version_range(version: dict[str, str], status: Status) -> None:
     result = judge_server_version(version)
     assert result.status is status, result
     if status is not Status.PASS:
-        assert result.hint and "1.29-1.36" in result.hint
+        assert result.hint and "1.30-1.36" in result.hint
+
+
+@pytest.mark.parametrize("chart", ["konduktor", "konduktor-core"])
+def test_the_charts_accept_the_kubernetes_releases_preflight_accepts(chart: str) -> None:
+    """One supported range: helm refuses what preflight refuses, and installs what preflight passes."""
+    metadata = YAML(typ="safe").load((Path(__file__).parents[2] / "charts" / chart / "Chart.yaml").read_text())
+    assert metadata["kubeVersion"] == f">={MIN_KUBERNETES[0]}.{MIN_KUBERNETES[1]}.0-0"
 
 
 def test_gpu_nodes_found_with_their_labels_and_gpus() -> None:

@@ -21,9 +21,11 @@ from konduktor.preflight.results import Check, Status, check
 from konduktor.quotas.render import KUEUE_API
 from konduktor.vocabulary import GPU_RESOURCE, HEALTH_TAINT_KEY, QUARANTINED_AT
 
-# Kueue 0.19 requires Kubernetes 1.29 or newer (its README); it and the simulated cluster are built against
-# 1.36, the newest release this stack has been run on (../reference/sim.md).
-MIN_KUBERNETES = (1, 29)
+# The oldest release Konduktor installs on: konduktor-core's ValidatingAdmissionPolicies (tenancy and the health
+# controller's confinement) use admissionregistration.k8s.io/v1, served from 1.30 (Kueue 0.19 alone would take 1.29).
+# The charts' `kubeVersion` says the same (a test holds them together). Kueue and the simulated cluster are built
+# against 1.36, the newest release this stack has been run on.
+MIN_KUBERNETES = (1, 30)
 NEWEST_TESTED_KUBERNETES = (1, 36)
 
 KUEUE_GROUP, KUEUE_VERSION = KUEUE_API.split("/")
@@ -262,7 +264,7 @@ def judge_server_version(version: Mapping[str, Any] | None) -> Check:
             Status.FAIL,
             f"Kubernetes {text} is older than {MIN_KUBERNETES[0]}.{MIN_KUBERNETES[1]}",
             evidence=[f"gitVersion {shown}"],
-            hint=f"Kueue 0.19 needs Kubernetes 1.29 or newer; upgrade the control plane (supported: {supported})",
+            hint=f"upgrade the control plane: the admission policies need admissionregistration/v1 ({supported})",
         )
     if found > NEWEST_TESTED_KUBERNETES:
         return check(
