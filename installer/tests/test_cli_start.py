@@ -4,6 +4,7 @@ the burn-in, and the lazily loaded commands are the same commands, with the same
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import typer
 from quota_samples import EXAMPLES
 from typer import _click
 
+import konduktor
 from konduktor.cli.main import InstallerCommands, app, main
 
 # What only the cluster-facing commands need; each costs tens to hundreds of milliseconds to import.
@@ -137,3 +139,25 @@ def test_cli_start_order_stays_once_commands_are_loaded() -> None:
     before = group.list_commands(context)
     assert group.get_command(context, "sim") is not None
     assert group.list_commands(context) == before
+
+
+@pytest.mark.parametrize(
+    ("program", "typed", "completed"),
+    [("konduktor-install", "val", "validate"), ("konduktor-health", "cla", "classify")],
+)
+def test_version_short_help_and_completion(program: str, typed: str, completed: str) -> None:
+    """What every command line answers: `--version`, `-h` as `--help`, and shell completion of its commands."""
+    executable = str(Path(sys.executable).parent / program)
+
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([executable, *args], env=env, capture_output=True, text=True, timeout=60, check=False)
+
+    version = run("--version")
+    assert (version.returncode, version.stdout) == (0, f"{program} {konduktor.__version__}\n")
+    short, long = run("-h"), run("--help")
+    assert short.returncode == 0 and short.stdout == long.stdout and "Usage:" in short.stdout
+    variable = "_" + program.upper().replace("-", "_") + "_COMPLETE"
+    completion = run(
+        env={**os.environ, variable: "complete_bash", "COMP_WORDS": f"{program} {typed}", "COMP_CWORD": "1"}
+    )
+    assert (completion.returncode, completion.stdout.split()) == (0, [completed])

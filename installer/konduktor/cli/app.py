@@ -1,4 +1,5 @@
-"""What every Konduktor command line shares: the Typer app shape, `--debug`, and exit codes."""
+"""What every Konduktor command line shares: the Typer app shape, `--debug`, `--version`, `-h`, shell completion,
+and exit codes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperGroup
 
+from konduktor import __version__
 from konduktor.cli.console import err, report_error
 from konduktor.errors import ExitCode, KonduktorError
 
@@ -19,6 +21,12 @@ class Debug:
     enabled = False
 
 
+def show_version(context: typer.Context, wanted: bool) -> None:
+    if wanted:
+        sys.stdout.write(f"{context.find_root().info_name} {__version__}\n")
+        raise typer.Exit()
+
+
 def new_app(name: str, help_text: str, group: type[TyperGroup] = TyperGroup) -> typer.Typer:
     app = typer.Typer(
         name=name,
@@ -26,12 +34,18 @@ def new_app(name: str, help_text: str, group: type[TyperGroup] = TyperGroup) -> 
         cls=group,
         no_args_is_help=True,
         pretty_exceptions_enable=False,
-        add_completion=False,
+        # --install-completion / --show-completion: the shell completes commands, options and file names.
+        add_completion=True,
+        context_settings={"help_option_names": ["-h", "--help"]},
     )
 
     @app.callback()
     def options(
         debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+        version: Annotated[
+            bool,
+            typer.Option("--version", help="Print the version and exit.", callback=show_version, is_eager=True),
+        ] = False,
     ) -> None:
         Debug.enabled = debug
 
