@@ -65,7 +65,7 @@ def heavy(modules: set[str]) -> list[str]:
         ("validate", str(EXAMPLES / "config.yaml")),
         ("validate", "--help"),
         ("render", str(EXAMPLES / "config.yaml")),
-        ("render", str(EXAMPLES / "multi-department.yaml"), "--format", "json"),
+        ("render", str(EXAMPLES / "multi-department.yaml"), "-o", "json"),
         ("schema",),
     ],
     ids=["help", "no-args", "validate", "validate-help", "render", "render-json", "schema"],

@@ -95,7 +95,7 @@ def test_config_cli_render_to_stdout(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_config_cli_render_json(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "render", str(EXAMPLES / "gke-topology.yaml"), "--format", "json", "-o", "-")
+    code, out, _ = run(capsys, "render", str(EXAMPLES / "gke-topology.yaml"), "-o", "json")
     assert code == 0
     listing = json.loads(out)
     assert listing["kind"] == "List"
@@ -104,7 +104,7 @@ def test_config_cli_render_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_config_cli_render_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     target = tmp_path / "rendered"
-    code, out, err = run(capsys, "render", str(EXAMPLES / "config.yaml"), "-o", str(target))
+    code, out, err = run(capsys, "render", str(EXAMPLES / "config.yaml"), "--output-dir", str(target))
     assert (code, out) == (0, "")
     files = sorted(p.name for p in target.iterdir())
     assert len(files) == 16 and "wrote 16 files" in err
@@ -115,7 +115,7 @@ def test_config_cli_render_directory(capsys: pytest.CaptureFixture[str], tmp_pat
     data = seed()
     del data["teams"]["team-b"]
     data["teams"]["team-a"]["gpus"]["h100"] = {"quota": 40}
-    code, _, err = run(capsys, "render", str(write_config(tmp_path, data)), "-o", str(target))
+    code, _, err = run(capsys, "render", str(write_config(tmp_path, data)), "--output-dir", str(target))
     assert code == 0 and "removed" in err
     names = {p.name for p in target.iterdir()}
     assert "README.md" in names and not any("team-b" in name for name in names)
@@ -124,7 +124,7 @@ def test_config_cli_render_directory(capsys: pytest.CaptureFixture[str], tmp_pat
 def test_config_cli_render_refuses_a_file_as_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     existing = tmp_path / "out.yaml"
     existing.write_text("")
-    code, out, err = run(capsys, "render", str(EXAMPLES / "config.yaml"), "-o", str(existing))
+    code, out, err = run(capsys, "render", str(EXAMPLES / "config.yaml"), "--output-dir", str(existing))
     assert (code, out) == (2, "") and "not a directory" in err
 
 
@@ -135,9 +135,14 @@ def test_config_cli_render_invalid_config(capsys: pytest.CaptureFixture[str], tm
     assert "kueue.sharing: must be 'fair', 'classic' or 'none'" in err
 
 
-def test_config_cli_render_bad_format(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "render", str(EXAMPLES / "config.yaml"), "--format", "toml")
-    assert (code, out) == (2, "")
+@pytest.mark.parametrize("output", ["toml", "rendered/", "json/"])
+def test_config_cli_render_never_reads_a_format_as_a_path(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, output: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "render", str(EXAMPLES / "config.yaml"), "-o", output)
+    assert (code, out) == (2, "") and f"-o {output}: not an output format" in err and "--output-dir" in err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_config_cli_schema(capsys: pytest.CaptureFixture[str]) -> None:

@@ -130,7 +130,7 @@ def test_both_commands_run_from_a_plain_install(installed: Installed) -> None:
     validated = installed.run("konduktor-install", "validate", str(example))
     assert validated.returncode == 0, validated.stderr
 
-    rendered = installed.run("konduktor-install", "render", str(example), "--format", "json", "-o", "rendered")
+    rendered = installed.run("konduktor-install", "render", str(example), "-o", "json", "--output-dir", "rendered")
     assert rendered.returncode == 0, rendered.stderr
     kinds = {json.loads(p.read_text())["kind"] for p in (installed.workdir / "rendered").glob("*.json")}
     assert {"ClusterQueue", "LocalQueue", "ResourceFlavor", "Namespace"} <= kinds

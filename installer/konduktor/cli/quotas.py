@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast, get_args
 
 import typer
 from rich.markup import escape
@@ -15,8 +14,8 @@ from konduktor.config.findings import Finding
 from konduktor.config.load import LoadedConfig, load_config
 from konduktor.config.schema import config_schema_text
 from konduktor.errors import UsageError
-from konduktor.quotas.manifests import FILE_NAME, ManifestFormat, file_set, serialize
-from konduktor.quotas.render import CONFIG_LABEL, render
+from konduktor.quotas.manifests import ManifestFormat, serialize, write_directory
+from konduktor.quotas.render import render
 
 ConfigArgument = Annotated[Path, typer.Argument(help="The cluster's config.yaml.", show_default=False)]
 
@@ -46,33 +45,32 @@ def validate(config: ConfigArgument) -> None:
 def render_manifests(
     config: ConfigArgument,
     output: Annotated[
-        str, typer.Option("-o", "--output", help="A directory for one file per object, or - for stdout.")
-    ] = "-",
-    output_format: Annotated[ManifestFormat, typer.Option("--format", help="yaml or json.")] = "yaml",
+        str, typer.Option("-o", "--output", help="yaml (a stream of documents) or json (a v1 List).")
+    ] = "yaml",
+    output_dir: Annotated[
+        Path | None,
+        typer.Option("--output-dir", help="Write one file per object here instead (for GitOps)."),
+    ] = None,
 ) -> None:
     """Render the Kueue objects, namespaces and RBAC of a config (nothing touches the cluster)."""
+    if output not in get_args(ManifestFormat):
+        raise UsageError(
+            f"-o {output}: not an output format",
+            hint="-o yaml or -o json; to write one file per object: --output-dir DIR",
+        )
+    output_format = cast(ManifestFormat, output)
     loaded = load_checked(config)
     objects = render(loaded.config)
-    if output == "-":
+    if output_dir is None:
         sys.stdout.write(serialize(objects, output_format))
         return
-    directory = Path(output)
-    if directory.exists() and not directory.is_dir():
-        raise UsageError(f"{output}: not a directory", hint="give a directory, or - for stdout")
-    directory.mkdir(parents=True, exist_ok=True)
-    files = file_set(objects, output_format)
-    stale = [
-        path
-        for path in sorted(directory.iterdir())
-        if path.name not in files and _rendered_by_us(path, loaded.config.cluster.name)
-    ]
-    for path in stale:
-        path.unlink()  # an object the config no longer has must not stay in a GitOps directory
-    for name, text in files.items():
-        (directory / name).write_text(text, encoding="utf-8")
-    err.print(
-        f"wrote {len(files)} files to {directory}" + (f", removed {len(stale)} stale" if stale else ""), markup=False
-    )
+    if output_dir.exists() and not output_dir.is_dir():
+        raise UsageError(
+            f"{output_dir}: not a directory", hint="give a directory, or leave out --output-dir for stdout"
+        )
+    done = write_directory(objects, output_format, output_dir, loaded.config.cluster.name)
+    removed = f", removed {done.removed} stale" if done.removed else ""
+    err.print(f"wrote {done.written} files to {output_dir}{removed}", markup=False)
 
 
 def schema() -> None:
@@ -97,13 +95,3 @@ def _report_warning(finding: Finding, filename: str) -> None:
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
-
-
-def _rendered_by_us(path: Path, cluster: str) -> bool:
-    """A file this command wrote for the same cluster earlier (never a file the user put there)."""
-    if not path.is_file() or not FILE_NAME.match(path.name):
-        return False
-    text = path.read_text(encoding="utf-8", errors="replace")
-    # The ownership label with this cluster's name, as YAML (`key: value`) or JSON (`"key": "value"`).
-    label = rf'^\s*"?{re.escape(CONFIG_LABEL)}"?:\s*"?{re.escape(cluster)}"?,?\s*$'
-    return re.search(label, text, re.MULTILINE) is not None

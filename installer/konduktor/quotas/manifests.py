@@ -6,9 +6,13 @@ import io
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from ruamel.yaml import YAML
+
+from konduktor.quotas.render import CONFIG_LABEL
 
 ManifestFormat = Literal["yaml", "json"]
 # `NNN-kind-[namespace-]name.ext`: the number keeps apply order when a directory is applied as a whole.
@@ -64,3 +68,35 @@ def file_set(objects: Sequence[dict[str, Any]], output_format: ManifestFormat) -
         file_name(index, obj, output_format): serialize_one(obj, output_format)
         for index, obj in enumerate(objects, start=1)
     }
+
+
+@dataclass(frozen=True)
+class WrittenDirectory:
+    written: int
+    removed: int
+
+
+def write_directory(
+    objects: Sequence[dict[str, Any]], output_format: ManifestFormat, directory: Path, cluster: str
+) -> WrittenDirectory:
+    """One file per object in `directory`, and the files an earlier render for the same cluster wrote that the config
+    no longer has removed: an object dropped from the config must not stay in a GitOps directory. Files anyone else
+    put there stay."""
+    directory.mkdir(parents=True, exist_ok=True)
+    files = file_set(objects, output_format)
+    stale = [path for path in sorted(directory.iterdir()) if path.name not in files and _rendered_for(path, cluster)]
+    for path in stale:
+        path.unlink()
+    for name, text in files.items():
+        (directory / name).write_text(text, encoding="utf-8")
+    return WrittenDirectory(written=len(files), removed=len(stale))
+
+
+def _rendered_for(path: Path, cluster: str) -> bool:
+    """A file a render for `cluster` wrote (never a file the user put there)."""
+    if not path.is_file() or not FILE_NAME.match(path.name):
+        return False
+    text = path.read_text(encoding="utf-8", errors="replace")
+    # The ownership label with this cluster's name, as YAML (`key: value`) or JSON (`"key": "value"`).
+    label = rf'^\s*"?{re.escape(CONFIG_LABEL)}"?:\s*"?{re.escape(cluster)}"?,?\s*$'
+    return re.search(label, text, re.MULTILINE) is not None
