@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import EXAMPLE, Sim
+from ruamel.yaml import YAML
 from sim_fixture import installer_events, release_nodes
 
 from konduktor.burnin.manifests import RUN_LABEL, node_job_name, scripts_configmap_name, taint_tolerations
@@ -49,7 +50,13 @@ from konduktor.controller.quarantine import quarantine_failed, quarantine_plan
 from konduktor.errors import UsageError
 from konduktor.kube.client import Kube
 from konduktor.sim.gpus import FAULTS_ANNOTATION, LOGS_ANNOTATION
-from konduktor.vocabulary import HEALTH_TAINT_KEY, QUARANTINE_REASON, QUARANTINED_AT, REQUALIFICATION_RESULT
+from konduktor.vocabulary import (
+    BURNIN_TIER_ANNOTATION,
+    HEALTH_TAINT_KEY,
+    QUARANTINE_REASON,
+    QUARANTINED_AT,
+    REQUALIFICATION_RESULT,
+)
 from konduktor.waiting import wait_until
 
 DATA = Path(__file__).parent / "data" / "burnin"
@@ -555,6 +562,22 @@ def test_dry_run_prints_the_objects_and_creates_nothing(capsys: pytest.CaptureFi
     kinds = [line for line in out.splitlines() if line.startswith("kind: ")]
     assert kinds == ["kind: ConfigMap"] + ["kind: Job"] * 4
     assert not run_jobs(cluster.kube, "test-dry")
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize(
+    ("args", "tier"),
+    [((str(EXAMPLE),), "quick"), ((str(EXAMPLE), "--level", "full"), "full"), (("--nodes", NODES[0]), "standard")],
+    ids=["the-configs-level", "the-flag-wins", "no-config"],
+)
+def test_the_level_defaults_to_the_configs(
+    capsys: pytest.CaptureFixture[str], cluster: Sim, args: tuple[str, ...], tier: str
+) -> None:
+    """examples/config.yaml says `burnin.level: quick`: a burn-in of its nodes runs that level unless told."""
+    code, out, _ = burnin(capsys, cluster, *args, "--run-id", "test-level", "--dry-run")
+    assert code == 0
+    jobs = [o for o in YAML(typ="safe").load_all(out) if o and o["kind"] == "Job"]
+    assert jobs and {job["metadata"]["annotations"][BURNIN_TIER_ANNOTATION] for job in jobs} == {tier}
 
 
 @pytest.mark.sim

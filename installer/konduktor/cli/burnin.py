@@ -57,13 +57,14 @@ def burnin(
         str | None, typer.Option("--nodes", help="Test these nodes, N1,N2 (default: the config's, else all GPU nodes).")
     ] = None,
     level: Annotated[
-        Tier,
+        Tier | None,
         typer.Option(
             "--level",
             help="quick: GPU state (seconds); standard: + DCGM diag, matmul soak, one-node NCCL; "
-            "full: + DCGM level 4, longer soak, node pairs over the fabric.",
+            "full: + DCGM level 4, longer soak, node pairs over the fabric "
+            "(default: the config's burnin.level, else standard).",
         ),
-    ] = Tier.STANDARD,
+    ] = None,
     output: Annotated[
         ReportFormat, typer.Option("-o", "--output", help="table per node, JSON, or JUnit XML for CI.")
     ] = "table",
@@ -100,7 +101,9 @@ def burnin(
     Jobs still running (collect them later with --run-id); 2: bad input.
     """
     loaded = load_checked(config) if config is not None else None
-    options = options_for_tier(level, images=images_from(image or []))
+    options = options_for_tier(
+        level or configured_tier(loaded.config if loaded else None), images=images_from(image or [])
+    )
     run = run_id or make_run_id(datetime.now(UTC))
     wait_s = parse_timeout(timeout) if timeout else None
     names = [n.strip() for n in (nodes or "").split(",") if n.strip()]
@@ -148,6 +151,12 @@ def burn_in(
     counts = ", ".join(f"{sum(v.verdict is s for v in verdicts)} {s.value}" for s in Verdict)
     say(f"burn-in {run}: {counts}")
     return BurnInReport(run, options.tier.value, DEFAULT_THRESHOLDS.version, verdicts, runner.pairs), waited_out
+
+
+def configured_tier(config: Config | None) -> Tier:
+    """The config's burn-in level; `none` only turns off the burn-in `up` runs, so asking for one gets standard."""
+    level = config.burnin.level if config else "none"
+    return Tier.STANDARD if level == "none" else Tier(level)
 
 
 def images_from(overrides: Sequence[str]) -> BurnInImages:
