@@ -13,12 +13,12 @@ import pytest
 from conftest import EXAMPLE, Sim
 from ruamel.yaml import YAML
 
-from konduktor.cli.cluster_quotas import DRAIN_MANAGER, confirm_removed, stop_policy, sync_quotas
 from konduktor.cli.main import main
 from konduktor.config.load import load_config, parse_config
 from konduktor.errors import ExitCode, PartialApply
 from konduktor.kube.client import Kube
 from konduktor.quotas.render import KUEUE_API, render
+from konduktor.quotas.sync import DRAIN_MANAGER, confirm_removed, stop_policy, sync_quotas
 from konduktor.sim.workloads import admitted_gpus, gpu_job, is_true, was_evicted, workload_of
 from konduktor.waiting import wait_until
 
