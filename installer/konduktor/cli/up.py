@@ -60,6 +60,7 @@ from konduktor.quotas.sync import (
     purge_namespaces,
     remove_quota_objects,
     sync_quotas,
+    wait_queues_active,
 )
 from konduktor.quotas.usage import team_usage
 from konduktor.sim.cluster import DEFAULT_NAME, Progress, SimCluster
@@ -179,23 +180,8 @@ def chart_for(simulated: bool, config: Config, extra: dict[str, Any]) -> tuple[P
 
 
 def verify(kube: Kube, config: Config, report: Progress) -> None:
-    teams = sorted(config.teams)
-    report(f"verify: waiting for {len(teams)} ClusterQueues to be active")
-
-    def active(team: str) -> bool:
-        queue = kube.get(KUEUE_API, "ClusterQueue", team) or {}
-        conditions = queue.get("status", {}).get("conditions", [])
-        return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
-
-    wait_until(
-        "every team's ClusterQueue to be active",
-        lambda: all(active(t) for t in teams),
-        timeout=120,
-        on_timeout=lambda: PartialApply(
-            f"not active: {', '.join(t for t in teams if not active(t))}",
-            hint="`kubectl get clusterqueue -o yaml` shows Kueue's reason (e.g. FlavorNotFound)",
-        ),
-    )
+    report(f"verify: waiting for {len(config.teams)} ClusterQueues to be active")
+    wait_queues_active(kube, config)
     report("verify: waiting for the health controller")
 
     def controller_ready() -> bool:

@@ -176,6 +176,26 @@ def sync_quotas(
     return changes
 
 
+def wait_queues_active(kube: Kube, config: Config, timeout: float = 120) -> None:
+    """Until every team's ClusterQueue is active (Kueue found its flavors, cohort and topology)."""
+    teams = sorted(config.teams)
+
+    def active(team: str) -> bool:
+        queue = kube.get(KUEUE_API, "ClusterQueue", team) or {}
+        conditions = queue.get("status", {}).get("conditions", [])
+        return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
+
+    wait_until(
+        "every team's ClusterQueue to be active",
+        lambda: all(active(t) for t in teams),
+        timeout=timeout,
+        on_timeout=lambda: PartialApply(
+            f"not active: {', '.join(t for t in teams if not active(t))}",
+            hint="`kubectl get clusterqueue -o yaml` shows Kueue's reason (e.g. FlavorNotFound)",
+        ),
+    )
+
+
 def plan_quotas(kube: Kube, config: Config, takeover: Takeover = NO_TAKEOVER) -> list[Change]:
     """What syncing the config would change; nothing on a cluster that does not serve Kueue yet (the chart that
     installs it comes first)."""
