@@ -109,8 +109,7 @@ def burnin(
     names = [n.strip() for n in (nodes or "").split(",") if n.strip()]
     configured = loaded.config.burnin.unschedulable_seconds if loaded else UNSCHEDULABLE_SECONDS
     unschedulable_s = unschedulable_timeout if unschedulable_timeout is not None else configured
-    kube = connect(kubeconfig)
-    try:
+    with connect(kubeconfig) as kube:
         if dry_run:
             targets = select_targets(kube.list("v1", "Node"), loaded.config if loaded else None, names)
             sys.stdout.write(to_yaml(BurnInRunner(kube, namespace, run, options).objects(targets)))
@@ -119,8 +118,6 @@ def burnin(
             kube, loaded.config if loaded else None, names, options, namespace, run, wait_s, quarantine, unschedulable_s
         )
         sys.stdout.write({"table": render_table, "json": render_json, "junit": render_junit}[output](report))
-    finally:
-        kube.close()
     code = exit_code(report, waited_out)
     if code == 4:
         err.print(f"some Jobs are still running; collect them with --run-id {run}", markup=False)
