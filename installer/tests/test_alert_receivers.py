@@ -194,6 +194,7 @@ def test_amtool_refuses_a_configuration_that_routes_to_a_missing_receiver(tmp_pa
         (["alertname=KonduktorQuarantineBreakerTripped", "severity=critical"], "platform"),
         (["alertname=KonduktorWorkloadsPendingTooLong", "severity=warning", "cluster_queue=team-a"], "team-a-chat"),
         (["alertname=X", "severity=critical", "team=team-a"], "team-a-chat,platform"),
+        (["alertname=X", "severity=critical", "team=team-a", "cluster_queue=team-a"], "team-a-chat,platform"),
         (["alertname=X", "severity=warning", "cluster_queue=team-b"], "platform"),
         (["alertname=Watchdog", "severity=none"], "nowhere"),
     ],

@@ -85,8 +85,11 @@ def alertmanager_config(config: Config, secrets_dir: PurePosixPath = SECRETS_DIR
     alerts = config.alerts
     routes: list[dict[str, Any]] = [{"receiver": NOWHERE, "matchers": [SILENT_ALERTS]}]
     for team, receiver in alerts.routes.teams.items():
-        for label in ("team", "cluster_queue"):  # the team's ClusterQueue is named after the team
-            routes.append({"receiver": receiver, "matchers": [f'{label}="{team}"'], "continue": True})
+        # The team's ClusterQueue is named after the team; an alert carrying both labels is sent once.
+        routes.append({"receiver": receiver, "matchers": [f'team="{team}"'], "continue": True})
+        routes.append(
+            {"receiver": receiver, "matchers": [f'cluster_queue="{team}"', f'team!="{team}"'], "continue": True}
+        )
     for severity, receiver in alerts.routes.severity.items():
         routes.append({"receiver": receiver, "matchers": [f'severity="{severity}"']})
     route: dict[str, Any] = {
