@@ -3,6 +3,7 @@ Alertmanager configuration it renders (checked and route-tested by the real amto
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from konduktor.config.findings import ConfigError
 from konduktor.config.load import parse_config
 from konduktor.helm.values import umbrella_values
 from konduktor.quotas.manifests import to_yaml
+from konduktor.tools.pinned import Toolbox, load_tools
 
 EVERY_KIND: dict[str, Any] = {
     "receivers": {
@@ -211,3 +213,15 @@ def test_render_prints_the_alertmanager_configuration(capsys: pytest.CaptureFixt
     code, out, _ = run(capsys, "render", "--alertmanager", str(EXAMPLES / "config.yaml"))
     assert code == 0
     assert yaml.safe_load(out) == alertmanager_config(load_config(EXAMPLES / "config.yaml").config)
+
+
+def test_the_pinned_alertmanager_is_the_one_the_umbrella_deploys() -> None:
+    images = (EXAMPLES.parent / "charts" / "konduktor" / "images.txt").read_text().split()
+    [image] = [i for i in images if i.startswith("quay.io/prometheus/alertmanager:")]
+    tool = load_tools()["alertmanager"]
+    assert image.rpartition(":")[2] == tool.version
+    for binary in ("alertmanager", "amtool"):
+        result = subprocess.run(
+            [str(Toolbox().path(binary)), "--version"], capture_output=True, text=True, check=False, timeout=60
+        )
+        assert f"version {tool.version.removeprefix('v')} " in result.stdout + result.stderr, result
