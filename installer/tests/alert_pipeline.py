@@ -5,7 +5,7 @@ webhook receiver in this process that records what reaches it.
 
 Only what cannot be the same outside a cluster differs: the Secrets are files in a directory instead of mounts
 under /etc/alertmanager/secrets, endpoints are 127.0.0.1 ports, and intervals are seconds (scrape, evaluation,
-group_wait, group_interval, the quarantine alert's `for`).
+group_wait, group_interval, the quarantine alert's `for` and `keep_firing_for`).
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ from konduktor.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 CORE = REPO / "charts" / "konduktor-core"
-# The quarantine alert waits 1m in the chart; seconds here, so a test sees it fire and resolve.
-SHORT_FOR = {"KonduktorNodeQuarantined": "1s"}
+# The quarantine alert waits 1m in the chart and keeps firing 2m past a release (or a scrape gap); seconds here,
+# so a test sees it fire and resolve, still long enough to outlast a controller restart.
+SHORTER = {"KonduktorNodeQuarantined": {"for": "1s", "keep_firing_for": "20s"}}
 
 
 @dataclass
@@ -92,8 +93,7 @@ def chart_rules(helm: Path) -> dict[str, Any]:
     groups = yaml.safe_load(result.stdout)["spec"]["groups"]
     for group in groups:
         for rule in group["rules"]:
-            if rule.get("alert") in SHORT_FOR:
-                rule["for"] = SHORT_FOR[rule["alert"]]
+            rule.update(SHORTER.get(rule.get("alert", ""), {}))
     return {"groups": groups}
 
 
