@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any, cast
+from typing import Any
 
 from konduktor.burnin.isolation import IsolationPlan
 from konduktor.burnin.manifests import Manifest, node_job, taint_tolerations
@@ -19,8 +19,7 @@ from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, Pai
 from konduktor.burnin.tiers import PAIR_STEP, BurnInOptions
 from konduktor.burnin.verdict import NCCL_PAIR, apply_isolation
 from konduktor.config.findings import did_you_mean
-from konduktor.config.model import Config
-from konduktor.config.quantity import parse_quantity
+from konduktor.config.model import Config, selects
 from konduktor.controller.decide import (
     CONDITION_TYPE,
     BreakerState,
@@ -29,14 +28,14 @@ from konduktor.controller.decide import (
     RecordEvent,
     SetCondition,
     StartRequalification,
-    Taint,
-    TaintEffect,
     UpdateNode,
     decide,
     parse_time,
 )
+from konduktor.controller.nodes import node_state as controller_node_state
 from konduktor.controller.settings import BreakerSettings, HealthSettings
 from konduktor.errors import ExitCode, UsageError
+from konduktor.gpu.node import allocatable_gpus
 from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL, PRODUCT_LABEL
 
 JOB_CHECK = "burnin_job"  # the check that carries what the Job and its pod said (as in requalification)
@@ -56,11 +55,7 @@ class Target:
 
 
 def _gpus(node: Mapping[str, Any]) -> int:
-    quantity = (node.get("status", {}).get("allocatable") or {}).get(GPU_RESOURCE)
-    try:
-        return int(parse_quantity(str(quantity))) if quantity is not None else 0
-    except ValueError:
-        return 0
+    return allocatable_gpus(node) or 0
 
 
 def _labels(node: Mapping[str, Any]) -> Mapping[str, str]:
@@ -98,7 +93,7 @@ def select_targets(nodes: Sequence[Mapping[str, Any]], config: Config | None, na
 
 
 def _selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
-    return all(labels.get(k) == v for k, v in selector.items())
+    return selects(selector, labels)
 
 
 def _target(node: Mapping[str, Any], config: Config | None) -> Target:
@@ -310,20 +305,7 @@ def exit_code(report: BurnInReport, waited_out: bool) -> int:
 
 
 def node_state(node: Mapping[str, Any]) -> NodeState:
-    meta, spec = node["metadata"], node.get("spec", {})
-    conditions = node.get("status", {}).get("conditions") or ()
-    healthy = next((c.get("status") for c in conditions if c.get("type") == CONDITION_TYPE), None)
-    return NodeState(
-        name=meta["name"],
-        labels=dict(meta.get("labels") or {}),
-        annotations=dict(meta.get("annotations") or {}),
-        taints=tuple(
-            Taint(t["key"], cast(TaintEffect, t["effect"]), t.get("value", "")) for t in spec.get("taints") or ()
-        ),
-        unschedulable=bool(spec.get("unschedulable")),
-        gpu_healthy=None if healthy is None else healthy == "True",
-        gpu_allocatable=_gpus(node),
-    )
+    return controller_node_state(node)
 
 
 def quarantine_plan(verdicts: Sequence[NodeVerdict], nodes: Sequence[Mapping[str, Any]], now: float) -> Plan:

@@ -24,7 +24,9 @@ from konduktor.burnin.results import NodeVerdict, Verdict
 from konduktor.controller.classify import Finding, ForeignCondition, burnin_finding, verdict_detail
 from konduktor.controller.settings import BreakerSettings, HealthSettings
 from konduktor.gpu.catalog import Severity
+from konduktor.gpu.node import Taint, TaintEffect
 from konduktor.vocabulary import (
+    GPU_HEALTHY_CONDITION,
     HEALTH_TAINT_KEY,
     QUARANTINE_REASON,
     QUARANTINED_AT,
@@ -33,11 +35,9 @@ from konduktor.vocabulary import (
 )
 
 TAINT_VALUE = "unhealthy"
-CONDITION_TYPE = "GPUHealthy"
+CONDITION_TYPE = GPU_HEALTHY_CONDITION
 # Kubernetes truncates longer Event notes; cut them ourselves so the evidence keeps its start.
 MESSAGE_LIMIT = 1024
-
-TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 _REQUALIFICATION_REASONS = {
     Verdict.PASS: "RequalificationPassed",
@@ -46,13 +46,6 @@ _REQUALIFICATION_REASONS = {
     Verdict.ERROR: "RequalificationError",
     Verdict.SKIPPED: "RequalificationSkipped",
 }
-
-
-@dataclass(frozen=True)
-class Taint:
-    key: str
-    effect: TaintEffect
-    value: str = ""
 
 
 @dataclass(frozen=True)
