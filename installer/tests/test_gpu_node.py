@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from konduktor.cli.burnin_run import node_state as burnin_node_state
+from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict
+from konduktor.cli.burnin_run import quarantine_plan
 from konduktor.config.model import selects
+from konduktor.controller.decide import SetCondition, UpdateNode
 from konduktor.controller.nodes import node_state
 from konduktor.gpu.node import GpuNode, Taint, allocatable_gpus, read_node
 from konduktor.vocabulary import GPU_HEALTHY_CONDITION, GPU_RESOURCE, HEALTH_TAINT_KEY, QUARANTINED_AT
@@ -76,14 +78,23 @@ def test_the_whole_reading() -> None:
     )
 
 
-def test_the_burnin_quarantine_and_the_controller_see_the_same_node() -> None:
-    node = a_node(
-        taints=[{"key": HEALTH_TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}, {"key": "x", "effect": "?"}],
-        allocatable=None,
-        healthy="Unknown",
-    )
-    assert burnin_node_state(node) == node_state(node)
-    assert burnin_node_state(node).taints == (Taint(HEALTH_TAINT_KEY, "NoSchedule", "unhealthy"),)
+def test_the_controller_reads_the_node_as_gpu_health_does() -> None:
+    node = a_node(allocatable="7", healthy="False")
+    state = node_state(node, 8, requalification_running=True)
+    assert (state.gpu_allocatable, state.gpu_expected, state.requalification_running) == (7, 8, True)
+    assert read_node(node) == GpuNode(**{k: getattr(state, k) for k in GpuNode.__dataclass_fields__})
+
+
+def test_the_burnin_quarantine_reads_the_node_as_the_controller_does() -> None:
+    """An Unknown GPUHealthy condition is set to False with the quarantine; a taint of no known effect is ignored."""
+    node = a_node(taints=[{"key": "x", "effect": "?"}], healthy="Unknown")
+    node["spec"]["unschedulable"] = False
+    check = CheckResult("dcgm_diag", Verdict.FAIL, "dcgm", "memory test failed", ("DCGM diag: memory FAIL",))
+    failed = NodeVerdict("gpu-1", None, None, Verdict.FAIL, (check,))
+    plan = quarantine_plan([failed], [node], now=1_700_000_000.0)
+    [update] = [a for a in plan.actions if isinstance(a, UpdateNode)]
+    assert [t.key for t in update.add_taints] == [HEALTH_TAINT_KEY]
+    assert [a.healthy for a in plan.actions if isinstance(a, SetCondition)] == [False]
 
 
 def test_a_selector_matches_every_label_it_names_with_exactly_its_value() -> None:

@@ -23,7 +23,6 @@ from konduktor.config.model import Config, selects
 from konduktor.controller.decide import (
     CONDITION_TYPE,
     BreakerState,
-    NodeState,
     Plan,
     RecordEvent,
     SetCondition,
@@ -32,7 +31,7 @@ from konduktor.controller.decide import (
     decide,
     parse_time,
 )
-from konduktor.controller.nodes import node_state as controller_node_state
+from konduktor.controller.nodes import node_state
 from konduktor.controller.settings import BreakerSettings, HealthSettings
 from konduktor.errors import ExitCode, UsageError
 from konduktor.gpu.node import allocatable_gpus
@@ -304,12 +303,11 @@ def exit_code(report: BurnInReport, waited_out: bool) -> int:
 # Quarantine.
 
 
-def node_state(node: Mapping[str, Any]) -> NodeState:
-    return controller_node_state(node)
-
-
 def quarantine_plan(verdicts: Sequence[NodeVerdict], nodes: Sequence[Mapping[str, Any]], now: float) -> Plan:
     """The health controller's writes for the FAIL nodes: taint, quarantined-at annotation, condition, Event.
+
+    The nodes are read as the controller reads them (`konduktor.controller.nodes.node_state`), so these
+    quarantines are the ones it would make.
 
     Only FAIL verdicts go in: this command quarantines, and leaves releasing a node to the controller's
     requalification. A node already quarantined by the controller gets no second taint, a node that opted out

@@ -24,7 +24,7 @@ from konduktor.burnin.results import NodeVerdict, Verdict
 from konduktor.controller.classify import Finding, ForeignCondition, burnin_finding, verdict_detail
 from konduktor.controller.settings import BreakerSettings, HealthSettings
 from konduktor.gpu.catalog import Severity
-from konduktor.gpu.node import Taint, TaintEffect
+from konduktor.gpu.node import GpuNode, Taint, TaintEffect
 from konduktor.vocabulary import (
     GPU_HEALTHY_CONDITION,
     HEALTH_TAINT_KEY,
@@ -49,16 +49,10 @@ _REQUALIFICATION_REASONS = {
 
 
 @dataclass(frozen=True)
-class NodeState:
-    """What the decision needs to know about one GPU node, read from the Node and its burn-in Jobs."""
+class NodeState(GpuNode):
+    """What the decision needs to know about one GPU node: the Node's reading (`konduktor.gpu.node`), the GPUs it
+    should have, its burn-in Jobs and the conditions other tools set."""
 
-    name: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    taints: tuple[Taint, ...] = ()
-    unschedulable: bool = False
-    gpu_healthy: bool | None = None  # our GPUHealthy condition's status; None when the Node has none
-    gpu_allocatable: int | None = None
     gpu_expected: int | None = None
     requalification_running: bool = False
     conditions: tuple[ForeignCondition, ...] = ()  # set by other tools

@@ -7,7 +7,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from konduktor.controller.classify import ForeignCondition
@@ -48,13 +48,7 @@ def node_state(
     should have and whether its requalification runs, and the conditions other tools set on it."""
     read = read_node(node)
     return NodeState(
-        name=read.name,
-        labels=read.labels,
-        annotations=read.annotations,
-        taints=read.taints,
-        unschedulable=read.unschedulable,
-        gpu_healthy=read.gpu_healthy,
-        gpu_allocatable=read.gpu_allocatable,
+        **{f.name: getattr(read, f.name) for f in fields(read)},
         gpu_expected=expected,
         requalification_running=requalification_running,
         conditions=tuple(
