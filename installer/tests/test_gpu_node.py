@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict
-from konduktor.cli.burnin_run import quarantine_plan
 from konduktor.config.model import selects
 from konduktor.controller.decide import SetCondition, UpdateNode
 from konduktor.controller.nodes import node_state
+from konduktor.controller.quarantine import quarantine_plan
 from konduktor.gpu.node import GpuNode, Taint, allocatable_gpus, read_node
 from konduktor.vocabulary import GPU_HEALTHY_CONDITION, GPU_RESOURCE, HEALTH_TAINT_KEY, QUARANTINED_AT
 

@@ -25,6 +25,7 @@ from konduktor.controller.classify import Finding, ForeignCondition, burnin_find
 from konduktor.controller.settings import BreakerSettings, HealthSettings
 from konduktor.gpu.catalog import Severity
 from konduktor.gpu.node import GpuNode, Taint, TaintEffect
+from konduktor.kube.timestamps import parse_time
 from konduktor.vocabulary import (
     GPU_HEALTHY_CONDITION,
     HEALTH_TAINT_KEY,
@@ -406,12 +407,3 @@ def _merged(annotations: Mapping[str, str], changes: Mapping[str, str | None]) -
 
 def _stamp(when: float | None) -> str:
     return "-" if when is None else datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        return None

@@ -32,7 +32,6 @@ from konduktor.controller.decide import (
     RecordEvent,
     breaker_limit,
     decide,
-    parse_time,
     quarantined_by_us,
     restore_breaker,
 )
@@ -57,6 +56,7 @@ from konduktor.controller.telemetry import HealthMetrics
 from konduktor.errors import KonduktorError
 from konduktor.gpu.kernel_log import parse_line
 from konduktor.kube.client import Kube
+from konduktor.kube.timestamps import parse_time
 from konduktor.vocabulary import QUARANTINE_REASON, REQUALIFIED_AT
 
 CURSOR_ANNOTATION = "konduktor.ai/loki-cursor"

@@ -1,9 +1,8 @@
-"""The decisions of a `konduktor-install burnin` run, as pure functions over the objects the API returned.
+"""The decisions of a burn-in run, as pure functions over the objects the API returned.
 
 Which nodes to test and how their Jobs must tolerate them, what a Job's and a pod's status say when a step left
-no output, the verdicts completed with those facts, the quarantine writes (planned by the health controller's
-own `decide`, so the controller later treats these quarantines as its own), and the exit code. The command in
-`konduktor.cli.burnin` does the reading and writing.
+no output, the verdicts completed with those facts, and the exit code. `konduktor.burnin.runner` does the
+reading and writing; the health controller's requalification reads its Jobs with the same functions.
 """
 
 from __future__ import annotations
@@ -20,21 +19,9 @@ from konduktor.burnin.tiers import PAIR_STEP, BurnInOptions
 from konduktor.burnin.verdict import NCCL_PAIR, apply_isolation
 from konduktor.config.findings import did_you_mean
 from konduktor.config.model import Config, selects
-from konduktor.controller.decide import (
-    CONDITION_TYPE,
-    BreakerState,
-    Plan,
-    RecordEvent,
-    SetCondition,
-    StartRequalification,
-    UpdateNode,
-    decide,
-    parse_time,
-)
-from konduktor.controller.nodes import node_state
-from konduktor.controller.settings import BreakerSettings, HealthSettings
 from konduktor.errors import ExitCode, UsageError
-from konduktor.gpu.node import allocatable_gpus
+from konduktor.gpu import node as gpu_node
+from konduktor.kube.timestamps import parse_time
 from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL, PRODUCT_LABEL
 
 JOB_CHECK = "burnin_job"  # the check that carries what the Job and its pod said (as in requalification)
@@ -53,8 +40,9 @@ class Target:
     rdma: tuple[str, ...] = ()  # rdma/ resources the node advertises (a node-pair pod asks for one of each)
 
 
-def _gpus(node: Mapping[str, Any]) -> int:
-    return allocatable_gpus(node) or 0
+def allocatable_gpus(node: Mapping[str, Any]) -> int:
+    """The node's allocatable nvidia.com/gpu as GPU health reads it (`konduktor.gpu.node`); 0 when it has none."""
+    return gpu_node.allocatable_gpus(node) or 0
 
 
 def _labels(node: Mapping[str, Any]) -> Mapping[str, str]:
@@ -83,7 +71,7 @@ def select_targets(nodes: Sequence[Mapping[str, Any]], config: Config | None, na
                 hint="check the nodes' labels: konduktor-install preflight CONFIG",
             )
     else:
-        chosen = [n for n in nodes if _gpus(n) > 0]
+        chosen = [n for n in nodes if allocatable_gpus(n) > 0]
         if not chosen:
             raise UsageError(
                 f"no node advertises {GPU_RESOURCE}", hint="name the nodes with --nodes, or check the device plugin"
@@ -97,7 +85,7 @@ def _selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
 
 def _target(node: Mapping[str, Any], config: Config | None) -> Target:
     labels = _labels(node)
-    gpus = _gpus(node)
+    gpus = allocatable_gpus(node)
     per_node = None
     if config is not None:
         per_node = next((t.gpus_per_node for t in config.gpu_types.values() if _selects(t.selector, labels)), None)
@@ -157,18 +145,36 @@ class JobState:
         return self.phase is not JobPhase.RUNNING
 
 
+def _final_condition(job: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The Job's Complete or Failed condition once it holds (a finished Job has exactly one of them)."""
+    for condition in job.get("status", {}).get("conditions") or ():
+        if condition.get("status") == "True" and condition.get("type") in ("Complete", "Failed"):
+            found: Mapping[str, Any] = condition
+            return found
+    return None
+
+
 def job_state(job: Mapping[str, Any] | None) -> JobState:
     if job is None:
         return JobState(JobPhase.GONE)
-    for condition in job.get("status", {}).get("conditions") or ():
-        if condition.get("status") != "True":
-            continue
-        if condition.get("type") == "Complete":
-            return JobState(JobPhase.COMPLETE)
-        if condition.get("type") == "Failed":
-            reason = f"{condition.get('reason', 'Failed')}: {condition.get('message', '')}".rstrip(": ")
-            return JobState(JobPhase.FAILED, reason)
-    return JobState(JobPhase.RUNNING)
+    condition = _final_condition(job)
+    if condition is None:
+        return JobState(JobPhase.RUNNING)
+    if condition.get("type") == "Complete":
+        return JobState(JobPhase.COMPLETE)
+    reason = f"{condition.get('reason', 'Failed')}: {condition.get('message', '')}".rstrip(": ")
+    return JobState(JobPhase.FAILED, reason)
+
+
+def job_finished_at(job: Mapping[str, Any]) -> float | None:
+    """When the Job completed (its completionTime) or failed; None while it runs."""
+    condition = _final_condition(job)
+    if condition is None:
+        return None
+    since = parse_time(condition.get("lastTransitionTime"))
+    if condition.get("type") == "Complete":
+        return parse_time(job["status"].get("completionTime")) or since
+    return since
 
 
 def unschedulable_for(pod: Mapping[str, Any] | None, now: float) -> tuple[float, str] | None:
@@ -297,37 +303,3 @@ def exit_code(report: BurnInReport, waited_out: bool) -> int:
     if waited_out:
         return ExitCode.PARTIAL
     return ExitCode.NEGATIVE if Verdict.ERROR in verdicts else ExitCode.OK
-
-
-# --------------------------------------------------------------------------------------------
-# Quarantine.
-
-
-def quarantine_plan(verdicts: Sequence[NodeVerdict], nodes: Sequence[Mapping[str, Any]], now: float) -> Plan:
-    """The health controller's writes for the FAIL nodes: taint, quarantined-at annotation, condition, Event.
-
-    The nodes are read as the controller reads them (`konduktor.controller.nodes.node_state`), so these
-    quarantines are the ones it would make.
-
-    Only FAIL verdicts go in: this command quarantines, and leaves releasing a node to the controller's
-    requalification. A node already quarantined by the controller gets no second taint, a node that opted out
-    gets nothing. The fleet breaker guards the controller's unattended quarantines; here an operator asked
-    for this run's verdicts to be acted on, so its limit is every node.
-    """
-    states = {state.name: state for state in map(node_state, nodes)}
-    settings = HealthSettings(breaker=BreakerSettings(max_fraction=1.0, max_nodes=max(1, len(states))))
-    failed = [v for v in verdicts if v.quarantine]
-    plan = decide((), states, BreakerState(), settings, now, results=failed)
-    # Requalification is the controller's to start, after its cooldown.
-    return replace(plan, actions=tuple(a for a in plan.actions if not isinstance(a, StartRequalification)))
-
-
-def describe_action(action: UpdateNode | SetCondition | RecordEvent | StartRequalification) -> str:
-    if isinstance(action, UpdateNode):
-        taints = ", ".join(f"{t.key}={t.value}:{t.effect}" for t in action.add_taints)
-        return f"{action.node}: tainted {taints}" if taints else f"{action.node}: annotations updated"
-    if isinstance(action, SetCondition):
-        return f"{action.node}: {CONDITION_TYPE}={'True' if action.healthy else 'False'} ({action.reason})"
-    if isinstance(action, RecordEvent):
-        return f"{action.node}: event {action.reason}"
-    return f"{action.node}: requalification"
