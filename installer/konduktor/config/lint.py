@@ -13,7 +13,7 @@ from typing import Any
 
 from konduktor.config.capacity import share_for, usable_per_node
 from konduktor.config.findings import Finding, YamlPath, did_you_mean, error, warning
-from konduktor.config.model import Config, GpuQuota
+from konduktor.config.model import Config, GpuQuota, selects
 from konduktor.config.quantity import cpu_millicores, parse_quantity
 from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL, PRODUCT_LABEL
 
@@ -609,7 +609,7 @@ def check_nodes(config: Config, nodes: Sequence[Mapping[str, Any]]) -> list[Find
     findings: list[Finding] = []
     matches: dict[str, list[Mapping[str, Any]]] = {}
     for type_name, gpu_type in config.gpu_types.items():
-        matches[type_name] = [n for n in nodes if _selects(gpu_type.selector, n.get("labels") or {})]
+        matches[type_name] = [n for n in nodes if selects(gpu_type.selector, n.get("labels") or {})]
     owners = Counter(str(node.get("name")) for found in matches.values() for node in found)
     for name, count in sorted(owners.items()):
         if count > 1:
@@ -658,10 +658,6 @@ def check_nodes(config: Config, nodes: Sequence[Mapping[str, Any]]) -> list[Find
                         )
                     )
     return findings
-
-
-def _selects(selector: Mapping[str, str], labels: Mapping[str, Any]) -> bool:
-    return all(labels.get(key) == value for key, value in selector.items())
 
 
 def _node_resources(config: Config, type_name: str, node: Mapping[str, Any]) -> Iterator[Finding]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections import Counter
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -185,6 +186,12 @@ class GpuType(Model):
     def selector(self) -> dict[str, str]:
         """The labels that select this type's nodes (the ResourceFlavor's nodeLabels)."""
         return dict(self.node_labels) if self.node_labels is not None else {PRODUCT_LABEL: self.product}
+
+
+def selects(selector: Mapping[str, str], labels: Mapping[str, Any]) -> bool:
+    """Whether a node with `labels` matches `selector`, as a ResourceFlavor's nodeLabels (and a Kubernetes
+    matchLabels) match: every key present with exactly its value; the empty selector matches every node."""
+    return all(labels.get(key) == value for key, value in selector.items())
 
 
 class GpuQuota(Model):
