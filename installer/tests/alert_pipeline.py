@@ -85,9 +85,11 @@ class WebhookReceiver:
 
 
 def chart_rules(helm: Path) -> dict[str, Any]:
-    """The rule groups konduktor-core installs (its PrometheusRule, runbook links made absolute by the chart)."""
+    """The rule groups konduktor-core installs where the umbrella turns its PrometheusRule on (runbook links made
+    absolute by the chart)."""
     result = subprocess.run(
-        [str(helm), "template", "konduktor", str(CORE), "--show-only", "templates/prometheusrule.yaml"],
+        [str(helm), "template", "konduktor", str(CORE), "--set", "prometheusRule.enabled=true",
+         "--show-only", "templates/prometheusrule.yaml"],
         capture_output=True, text=True, check=True, timeout=120,
     )  # fmt: skip
     groups = yaml.safe_load(result.stdout)["spec"]["groups"]
