@@ -37,7 +37,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "preflight": frozenset({"gpu", "config", "quotas", "kube", "burnin"}),
     "controller": frozenset({"gpu", "config", "kube", "burnin", "observability"}),
     "sim": frozenset({"gpu", "config", "kube", "helm", "quotas", "burnin", "tools"}),
-    "cli": frozenset({"gpu", "config", "tools", "kube", "quotas", "helm", "burnin", "preflight", "controller", "sim"}),
+    "queueing": frozenset({"config", "kube", "quotas"}),
+    "cli": frozenset(
+        {"gpu", "config", "tools", "kube", "quotas", "queueing", "helm", "burnin", "preflight", "controller", "sim"}
+    ),
 }
 
 # Imports that break the layering, (importing module, imported module): remove lines, never add them. Empty: every
