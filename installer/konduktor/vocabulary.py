@@ -28,5 +28,11 @@ QUARANTINE_REASON = "konduktor.ai/quarantine-reason"
 REQUALIFIED_AT = "konduktor.ai/requalified-at"
 REQUALIFICATION_RESULT = "konduktor.ai/requalification-result"
 
+# What the platform publishes to team members about GPU capacity (free GPUs per node, quarantines, every team's
+# quota and usage; no job, pod or namespace names): one ConfigMap in a namespace of its own, which team groups
+# may `get` by name and nothing else there.
+CAPACITY_NAMESPACE = "konduktor-public"
+CAPACITY_CONFIGMAP = "konduktor-capacity"
+
 # The burn-in tier a Job runs, on the Job.
 BURNIN_TIER_ANNOTATION = "konduktor.ai/burnin-tier"

@@ -16,10 +16,15 @@ from typing import Any
 
 from konduktor.config.quantity import parse_quantity
 from konduktor.quotas.usage import TeamUsage
-from konduktor.vocabulary import GPU_RESOURCE, HEALTH_TAINT_KEY, QUARANTINE_REASON, QUARANTINED_AT, SYSTEM_NAMESPACE
+from konduktor.vocabulary import (
+    CAPACITY_CONFIGMAP,
+    CAPACITY_NAMESPACE,
+    GPU_RESOURCE,
+    HEALTH_TAINT_KEY,
+    QUARANTINE_REASON,
+    QUARANTINED_AT,
+)
 
-CAPACITY_CONFIGMAP = "konduktor-capacity"
-CAPACITY_NAMESPACE = SYSTEM_NAMESPACE
 CAPACITY_KEY = "capacity.json"
 
 
