@@ -260,3 +260,19 @@ def test_capacity_from_nodes_pods_and_flavors_round_trips() -> None:
     assert found == [NodeCapacity("n1", "h100", 10, 7, True, Quarantine("xid", "t"))]
     capacity = Capacity(tuple(found), (usage("team-a", used=3),), "now")
     assert from_json(to_json(capacity)) == capacity
+
+
+def test_a_job_kueue_put_in_the_default_queue_says_so() -> None:
+    capacity = Capacity(nodes(10), (usage("team-a"),))
+    target = workload("plain", gpus=1, conditions=ADMITTED)
+    found = why(
+        "plain",
+        "team-a",
+        target,
+        workloads=[target],
+        local_queues=LOCAL_QUEUES,
+        capacity=capacity,
+        pending=[],
+        job_labels={},
+    )
+    assert found.reasons[0].kind == "default-queue"

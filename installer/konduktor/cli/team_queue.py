@@ -129,12 +129,10 @@ def why_command(
     ns = _namespace(namespace, path)
     team = team_queues(kube, ns)
     workload = workload_of_job(team.workloads, job)
-    labels: dict[str, str] = {}
-    if workload is None:
-        found = kube.get("batch/v1", "Job", job, ns) or kube.get("v1", "Pod", job, ns)
-        if found is None:
-            raise UsageError(f"no job or workload {job} in namespace {ns}", hint="`konduktor queue` lists them")
-        labels = found["metadata"].get("labels", {})
+    found = kube.get("batch/v1", "Job", job, ns) or kube.get("v1", "Pod", job, ns)
+    if workload is None and found is None:
+        raise UsageError(f"no job or workload {job} in namespace {ns}", hint="`konduktor queue` lists them")
+    labels = found["metadata"].get("labels", {}) if found is not None else None
     verdict = why(
         job,
         ns,
@@ -238,7 +236,7 @@ def submit(
     summary = f"queue {labels[QUEUE_LABEL]}, priority {labels['kueue.x-k8s.io/priority-class']}"
     if dry_run:
         err.print(
-            f"dry run: the cluster accepts {job['kind']} {name} in {ns} ({summary}); nothing created", markup=False
+            f"dry run: the cluster accepts {job['kind']} {name} in {ns} ({summary}); created nothing", markup=False
         )
         return
     created = kube.create(job)

@@ -191,6 +191,13 @@ def why(
     queue = workload.get("spec", {}).get("queueName", "")
     verdict = Verdict(job, namespace, "pending", workload=name, gpus=total_gpus(workload), source=source)
     verdict.cluster_queue = local_queues.get((namespace, queue))
+    if job_labels is not None and QUEUE_LABEL not in job_labels and verdict.cluster_queue is not None:
+        verdict.reasons.append(
+            Reason(
+                "default-queue",
+                f"the job has no {QUEUE_LABEL} label: Kueue put it in namespace {namespace}'s LocalQueue {queue}",
+            )
+        )
     reserved = condition(workload, "QuotaReserved")
     verdict.kueue_message = str((reserved or {}).get("message", ""))
     if is_true(workload, "Finished"):
@@ -357,6 +364,17 @@ def _explain_flavor(
         else min(idle_elsewhere, max(Fraction(0), row.borrowing_limit - row.borrowed))
     )
     borrowers = [q for q in others if q.borrowed > 0]
+    nodes = [n for n in capacity.nodes if n.flavor == row.flavor]
+    quarantined = [n for n in nodes if n.quarantine is not None]
+    for node in quarantined:
+        assert node.quarantine is not None
+        verdict.reasons.append(
+            Reason(
+                "quarantine",
+                f"node {node.name} ({_gpus_text(node.gpus)}) is quarantined since {node.quarantine.since or '?'}: "
+                f"{node.quarantine.reason}",
+            )
+        )
     if total > own_left + may_borrow:
         if borrowers and row.used < row.nominal:
             names = ", ".join(f"{q.team} borrows {_gpus_text(q.borrowed)}" for q in borrowers)
@@ -398,21 +416,10 @@ def _explain_flavor(
             )
         return
     # Quota allows it: then the nodes decide.
-    nodes = [n for n in capacity.nodes if n.flavor == row.flavor]
     usable = [n for n in nodes if n.usable]
-    quarantined = [n for n in nodes if n.quarantine is not None]
     free = sum(n.free for n in usable)
     placeable = {ps.name: sum(n.free // ps.gpus_per_pod for n in usable) for ps in pod_sets}
     blocked = [ps for ps in pod_sets if placeable[ps.name] < ps.count]
-    for node in quarantined:
-        assert node.quarantine is not None
-        verdict.reasons.append(
-            Reason(
-                "quarantine",
-                f"node {node.name} ({_gpus_text(node.gpus)}) is quarantined since {node.quarantine.since or '?'}: "
-                f"{node.quarantine.reason}",
-            )
-        )
     if not blocked:
         return
     pod_set = blocked[0]
