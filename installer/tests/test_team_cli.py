@@ -20,9 +20,10 @@ from konduktor.cli.team import main
 from konduktor.config.load import load_config
 from konduktor.errors import ExitCode
 from konduktor.kube.client import ApiError, Identity, Kube
+from konduktor.paths import product_dir
 from konduktor.queueing.cluster import publish_capacity
 from konduktor.quotas.render import KUEUE_API
-from konduktor.sim.workloads import gpu_job, is_true, workload_of
+from konduktor.sim.workloads import gpu_job, is_true, job_state, workload_of
 from konduktor.vocabulary import (
     CAPACITY_CONFIGMAP,
     CAPACITY_NAMESPACE,
@@ -255,3 +256,17 @@ def test_submit_fills_in_queue_and_priority_and_prints_the_next_step(
     assert code == 0 and out == f"konduktor why a-submitted -n {TEAM}\n", err
     labels = clean.kube.get("batch/v1", "Job", "a-submitted", TEAM)["metadata"]["labels"]  # type: ignore[index]
     assert labels["kueue.x-k8s.io/queue-name"] == "default" and labels["kueue.x-k8s.io/priority-class"] == "urgent"
+
+
+@pytest.mark.parametrize("example", ["single-node", "multi-node", "opportunistic"])
+def test_each_example_job_is_submitted_admitted_and_completes(
+    clean: Sim, capsys: pytest.CaptureFixture[str], example: str
+) -> None:
+    manifest = product_dir("examples") / "jobs" / f"{example}.yaml"
+    name = yaml.safe_load(manifest.read_text())["metadata"]["name"]
+    publish_capacity(clean.kube, "now")
+    code, out, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM)
+    assert code == 0 and out == f"konduktor why {name} -n {TEAM}\n", err
+    wait_until(f"{name} to complete", lambda: job_state(clean.kube, TEAM, name) == "complete", timeout=90)
+    code, verdict = why(clean, capsys, name)
+    assert code == ExitCode.FINISHED and verdict["state"] == "finished"
