@@ -276,3 +276,10 @@ def test_a_job_kueue_put_in_the_default_queue_says_so() -> None:
         job_labels={},
     )
     assert found.reasons[0].kind == "default-queue"
+
+
+def test_many_quarantined_nodes_are_counted_after_the_first_five() -> None:
+    capacity = Capacity(nodes(*([0] * 8), 10, quarantined=tuple(range(8))), (usage("team-a"), usage("team-b", used=20)))
+    answer = verdict(workload("waits", gpus=8, pods=2), [], capacity)
+    quarantines = [r["message"] for r in answer["reasons"] if r["kind"] == "quarantine"]
+    assert len(quarantines) == 6 and quarantines[-1] == "and 3 more quarantined h100 nodes (30 GPUs)"

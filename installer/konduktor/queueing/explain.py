@@ -19,6 +19,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 # Evictions after which Kueue requeues a workload at the back (requeuingStrategy.timestamp Eviction).
 REQUEUED_AT_BACK = ("PodsReadyTimeout", "AdmissionCheck")
+QUARANTINES_LISTED = 5  # named one by one; more are counted
 
 State = Literal["pending", "admitted", "finished", "never-fit", "not-queued"]
 Source = Literal["visibility", "derived"]
@@ -366,13 +367,21 @@ def _explain_flavor(
     borrowers = [q for q in others if q.borrowed > 0]
     nodes = [n for n in capacity.nodes if n.flavor == row.flavor]
     quarantined = [n for n in nodes if n.quarantine is not None]
-    for node in quarantined:
+    for node in quarantined[:QUARANTINES_LISTED]:
         assert node.quarantine is not None
         verdict.reasons.append(
             Reason(
                 "quarantine",
                 f"node {node.name} ({_gpus_text(node.gpus)}) is quarantined since {node.quarantine.since or '?'}: "
                 f"{node.quarantine.reason}",
+            )
+        )
+    if len(quarantined) > QUARANTINES_LISTED:
+        rest = quarantined[QUARANTINES_LISTED:]
+        verdict.reasons.append(
+            Reason(
+                "quarantine",
+                f"and {len(rest)} more quarantined {row.flavor} nodes ({_gpus_text(sum(n.gpus for n in rest))})",
             )
         )
     if total > own_left + may_borrow:
