@@ -29,9 +29,7 @@ REQUALIFIED_AT = "konduktor.ai/requalified-at"
 REQUALIFICATION_RESULT = "konduktor.ai/requalification-result"
 
 # What the platform publishes to team members about GPU capacity (free GPUs per node, quarantines, every team's
-# quota and usage; no job, pod or namespace names): one ConfigMap in a namespace of its own, which team groups
-# may `get` by name and nothing else there.
-CAPACITY_NAMESPACE = "konduktor-public"
+# quota and usage; no job, pod or namespace names): one ConfigMap of this name in each team namespace.
 CAPACITY_CONFIGMAP = "konduktor-capacity"
 
 # The burn-in tier a Job runs, on the Job.

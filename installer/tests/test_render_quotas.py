@@ -15,7 +15,6 @@ from konduktor.config import load_config
 from konduktor.config.model import Config
 from konduktor.quotas.manifests import FILE_NAME, file_set, to_json, to_yaml
 from konduktor.quotas.render import kueue_manager_settings, render
-from konduktor.vocabulary import TEAM_LABEL
 
 
 def of_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
@@ -71,7 +70,6 @@ def test_render_seed_objects() -> None:
     assert [o["kind"] for o in objects] == [
         "Namespace",
         "Namespace",
-        "Namespace",
         "WorkloadPriorityClass",
         "WorkloadPriorityClass",
         "WorkloadPriorityClass",
@@ -82,8 +80,6 @@ def test_render_seed_objects() -> None:
         "ClusterQueue",
         "LocalQueue",
         "LocalQueue",
-        "Role",
-        "RoleBinding",
         "RoleBinding",
         "RoleBinding",
         "RoleBinding",
@@ -122,7 +118,7 @@ def test_render_every_object_carries_the_ownership_labels() -> None:
 def test_render_each_namespace_reaches_its_team_queue() -> None:
     # A job in a team namespace goes to the `default` LocalQueue, whose ClusterQueue selects that namespace.
     objects = render(load_config(EXAMPLES / "multi-department.yaml").config)
-    namespaces = {n: o for n, o in of_kind(objects, "Namespace").items() if TEAM_LABEL in o["metadata"]["labels"]}
+    namespaces = of_kind(objects, "Namespace")
     queues = of_kind(objects, "ClusterQueue")
     local_queues = of_kind(objects, "LocalQueue")
     assert len(local_queues) == len(namespaces) == 7
@@ -228,7 +224,6 @@ def test_render_role_bindings_per_namespace() -> None:
     )
     bindings = of_kind(objects, "RoleBinding")
     assert sorted(bindings) == [
-        "konduktor-public/konduktor-capacity-reader",
         "team-a-dev/team-a-edit",
         "team-a-dev/team-a-kueue-batch-user",
         "team-a/team-a-edit",
@@ -301,16 +296,3 @@ def test_render_team_namespaces_enforce_the_teams_pod_security_level() -> None:
     for team in ("team-a", "team-b"):
         assert labels[team]["pod-security.kubernetes.io/audit"] == "restricted"
         assert labels[team]["pod-security.kubernetes.io/warn"] == "restricted"
-
-
-def test_team_groups_may_read_the_published_capacity_and_nothing_else_there() -> None:
-    objects = render(load_config(EXAMPLES / "config.yaml").config)
-    role = of_kind(objects, "Role")["konduktor-public/konduktor-capacity-reader"]
-    assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["konduktor-capacity"], "verbs": ["get"]}
-    ]
-    binding = of_kind(objects, "RoleBinding")["konduktor-public/konduktor-capacity-reader"]
-    assert [s["name"] for s in binding["subjects"]] == ["team-a", "team-b"]
-    assert binding["roleRef"]["kind"] == "Role"
-    # The namespace belongs to no team: no team queue admits work from it.
-    assert "konduktor.ai/team" not in of_kind(objects, "Namespace")["konduktor-public"]["metadata"]["labels"]

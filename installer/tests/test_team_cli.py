@@ -16,6 +16,7 @@ from conftest import EXAMPLE, Sim
 from sim_fixture import patch_node, release_nodes
 
 from konduktor.cli.cluster_quotas import sync_quotas
+from konduktor.cli.main import main as installer_main
 from konduktor.cli.team import main
 from konduktor.config.load import load_config
 from konduktor.errors import ExitCode
@@ -26,7 +27,6 @@ from konduktor.quotas.render import KUEUE_API
 from konduktor.sim.workloads import gpu_job, is_true, job_state, workload_of
 from konduktor.vocabulary import (
     CAPACITY_CONFIGMAP,
-    CAPACITY_NAMESPACE,
     HEALTH_TAINT_KEY,
     QUARANTINE_REASON,
     QUARANTINED_AT,
@@ -93,6 +93,12 @@ def running(sim: Sim, namespace: str, name: str, gpus: int, node: str | None = N
     wait_until(
         f"{name} to be admitted", lambda: is_true(workload_of(sim.kube, namespace, name), "Admitted"), timeout=60
     )
+
+    def on_nodes() -> bool:  # the published capacity counts GPUs of pods bound to nodes
+        found = sim.kube.list("v1", "Pod", namespace, label_selector=f"job-name={name}")
+        return len(found) == pods and all(p.get("status", {}).get("phase") == "Running" for p in found)
+
+    wait_until(f"{name}'s pods to run", on_nodes, timeout=60)
 
 
 def create_as_member(sim: Sim, job: dict[str, Any]) -> None:
@@ -218,19 +224,34 @@ def test_quarantined_nodes_shown_as_shrinking_the_capacity(clean: Sim, capsys: p
     assert "capacity" in kinds(verdict)
 
 
+def test_without_published_capacity_why_still_answers_and_publish_capacity_publishes_it(
+    clean: Sim, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clean.kube.delete("v1", "ConfigMap", CAPACITY_CONFIGMAP, TEAM)
+    code, out, _ = konduktor(clean, capsys, "queue", "-n", TEAM, "-o", "json")
+    assert code == 0 and json.loads(out)["capacityPublished"] is False
+    assert installer_main(["publish-capacity", "--kubeconfig", str(clean.kubeconfig)]) == 0
+    published = "published ConfigMap konduktor-capacity in 2 team namespaces: 4 GPU nodes, 2 queue rows"
+    assert published in capsys.readouterr().err
+    code, out, _ = konduktor(clean, capsys, "queue", "-n", TEAM, "-o", "json")
+    view = json.loads(out)
+    assert view["capacityPublished"] is True and view["queues"][0]["quota"][0]["nominal"] == 20
+
+
 def test_the_member_cannot_read_another_teams_jobs(clean: Sim, capsys: pytest.CaptureFixture[str]) -> None:
     running(clean, "team-b", "b-secret", 1)
     code, out, err = konduktor(clean, capsys, "why", "b-secret", "-n", "team-b", "-o", "json")
     assert code == ExitCode.BAD_INPUT and out == "" and "may not read the queues of namespace team-b" in err
     code, _, err = konduktor(clean, capsys, "queue", "-n", "team-b")
     assert code == ExitCode.BAD_INPUT
-    # What is published to the member: the capacity ConfigMap, and nothing else in its namespace nor any Node.
+    # The member reads the capacity published in the team's namespace, not another team's copy, nor any Node,
+    # ClusterQueue or other team's pod.
     publish_capacity(clean.kube, "now")
     member = Kube(clean.kubeconfig, impersonate=Identity("alice", TEAM))
     try:
-        assert member.get("v1", "ConfigMap", CAPACITY_CONFIGMAP, CAPACITY_NAMESPACE) is not None
+        assert member.get("v1", "ConfigMap", CAPACITY_CONFIGMAP, TEAM) is not None
         for attempt in (
-            lambda: member.list("v1", "ConfigMap", CAPACITY_NAMESPACE),
+            lambda: member.get("v1", "ConfigMap", CAPACITY_CONFIGMAP, "team-b"),
             lambda: member.list("v1", "Node"),
             lambda: member.list(KUEUE_API, "ClusterQueue"),
             lambda: member.list("v1", "Pod", "team-b"),

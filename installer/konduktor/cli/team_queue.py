@@ -15,8 +15,8 @@ from konduktor.cli.console import err, print_rows
 from konduktor.cli.target import KubeconfigOption, connect
 from konduktor.errors import ChangeRefused, ExitCode, NeverFits, UsageError
 from konduktor.kube.client import ApiError, Identity, Kube
-from konduktor.queueing.cluster import team_queues, workload_of_job
-from konduktor.queueing.explain import QUEUE_LABEL, Verdict, as_json, queue_view, why
+from konduktor.queueing.cluster import team_queues, verdict_for, workload_of_job
+from konduktor.queueing.explain import QUEUE_LABEL, Verdict, as_json, queue_view
 from konduktor.queueing.submit import PRIORITIES, fill_in, workload_for
 
 NamespaceOption = Annotated[
@@ -133,17 +133,7 @@ def why_command(
     if workload is None and found is None:
         raise UsageError(f"no job or workload {job} in namespace {ns}", hint="`konduktor queue` lists them")
     labels = found["metadata"].get("labels", {}) if found is not None else None
-    verdict = why(
-        job,
-        ns,
-        workload,
-        workloads=team.workloads,
-        local_queues=team.local_queues,
-        capacity=team.capacity,
-        pending=team.pending,
-        job_labels=labels,
-        source=team.source,
-    )
+    verdict = verdict_for(team, job, workload, labels)
     _print_verdict(verdict, output)
     raise typer.Exit(EXIT_CODES[verdict.state])
 
@@ -218,15 +208,7 @@ def submit(
     for warning in warnings:
         err.print(f"warning: {warning}", markup=False)
     name = job["metadata"].get("name", "")
-    verdict = why(
-        name,
-        ns,
-        workload_for(job),
-        workloads=team.workloads,
-        local_queues=team.local_queues,
-        capacity=team.capacity,
-        pending=team.pending,
-    )
+    verdict = verdict_for(team, name, workload_for(job))
     if verdict.state == "never-fit":
         raise NeverFits(
             f"{file}: {name} can never run as written: " + "; ".join(r.message for r in verdict.reasons),

@@ -3,8 +3,8 @@ quarantine, and per team queue its quota and usage. Nothing else: no pod, job or
 
 Team members may read their own namespaces only. Fragmentation ("28 GPUs free, at most 7 per node") and
 never-fit ("no node has 12 GPUs") need every node's free GPUs, and who borrows a team's GPUs needs the other
-ClusterQueues' usage; both are computed here from what an administrator reads and published as one
-ConfigMap that team groups may `get` by name.
+ClusterQueues' usage; both are computed here from what an administrator reads and published as a ConfigMap in
+every team namespace, where team members read it with the rights they have (`edit`), and need no other.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from konduktor.config.quantity import parse_quantity
 from konduktor.quotas.usage import TeamUsage
 from konduktor.vocabulary import (
     CAPACITY_CONFIGMAP,
-    CAPACITY_NAMESPACE,
     GPU_RESOURCE,
     HEALTH_TAINT_KEY,
     QUARANTINE_REASON,
@@ -147,10 +146,10 @@ def from_json(text: str) -> Capacity:
     return Capacity(nodes=nodes, queues=queues, published_at=data.get("publishedAt", ""))
 
 
-def configmap(capacity: Capacity) -> dict[str, Any]:
+def configmap(capacity: Capacity, namespace: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": CAPACITY_CONFIGMAP, "namespace": CAPACITY_NAMESPACE},
+        "metadata": {"name": CAPACITY_CONFIGMAP, "namespace": namespace},
         "data": {CAPACITY_KEY: to_json(capacity)},
     }

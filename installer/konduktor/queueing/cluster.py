@@ -9,9 +9,9 @@ from typing import Any
 from konduktor.errors import UsageError
 from konduktor.kube.client import ApiError, Kube
 from konduktor.queueing.capacity import CAPACITY_KEY, Capacity, configmap, from_json, node_capacity
-from konduktor.queueing.explain import Pending, Source, job_name, pending_order
+from konduktor.queueing.explain import Pending, Source, Verdict, job_name, pending_order, why
 from konduktor.quotas.usage import team_usage
-from konduktor.vocabulary import CAPACITY_CONFIGMAP, CAPACITY_NAMESPACE
+from konduktor.vocabulary import CAPACITY_CONFIGMAP, TEAM_LABEL
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 VISIBILITY_API = "/apis/visibility.kueue.x-k8s.io/v1beta2"
@@ -38,16 +38,19 @@ def read_capacity(kube: Kube, published_at: str = "") -> Capacity:
     return Capacity(tuple(node_capacity(nodes, pods, flavors)), tuple(team_usage(queues)), published_at)
 
 
-def publish_capacity(kube: Kube, published_at: str) -> Capacity:
+def publish_capacity(kube: Kube, published_at: str) -> tuple[Capacity, list[str]]:
+    """The capacity, written to every team namespace; returns it and the namespaces."""
     capacity = read_capacity(kube, published_at)
-    kube.apply(configmap(capacity))
-    return capacity
+    namespaces = sorted(n["metadata"]["name"] for n in kube.list("v1", "Namespace", label_selector=TEAM_LABEL))
+    for namespace in namespaces:
+        kube.apply(configmap(capacity, namespace))
+    return capacity, namespaces
 
 
-def published_capacity(kube: Kube) -> Capacity | None:
-    """What the platform publishes to team members; None where nothing is published (or not to this user)."""
+def published_capacity(kube: Kube, namespace: str) -> Capacity | None:
+    """What the platform publishes to the team; None where nothing is published (or not to this user)."""
     try:
-        found = kube.get("v1", "ConfigMap", CAPACITY_CONFIGMAP, CAPACITY_NAMESPACE)
+        found = kube.get("v1", "ConfigMap", CAPACITY_CONFIGMAP, namespace)
     except ApiError as problem:
         if problem.status == 403:
             return None
@@ -111,7 +114,7 @@ def team_queues(kube: Kube, namespace: str) -> TeamQueues:
             Pending(**{**vars(p), "gpus": sizes.get((p.namespace, p.name), 0)})
             for p in sorted(pending, key=lambda p: p.position)
         ]
-    return TeamQueues(namespace, workloads, local_queues, pending, source, published_capacity(kube))
+    return TeamQueues(namespace, workloads, local_queues, pending, source, published_capacity(kube, namespace))
 
 
 def workload_of_job(workloads: list[dict[str, Any]], job: str) -> dict[str, Any] | None:
@@ -120,3 +123,20 @@ def workload_of_job(workloads: list[dict[str, Any]], job: str) -> dict[str, Any]
         if any(o.get("name") == job for o in workload["metadata"].get("ownerReferences", [])):
             return workload
     return next((w for w in workloads if w["metadata"]["name"] == job), None)
+
+
+def verdict_for(
+    team: TeamQueues, job: str, workload: dict[str, Any] | None, job_labels: dict[str, str] | None = None
+) -> Verdict:
+    """`why` for one job of the team's namespace, from what `team_queues` read."""
+    return why(
+        job,
+        team.namespace,
+        workload,
+        workloads=team.workloads,
+        local_queues=team.local_queues,
+        capacity=team.capacity,
+        pending=team.pending,
+        job_labels=job_labels,
+        source=team.source,
+    )
