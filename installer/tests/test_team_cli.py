@@ -109,6 +109,17 @@ def create_as_member(sim: Sim, job: dict[str, Any]) -> None:
         member.close()
 
 
+def counted(sim: Sim, team: str, gpus: int) -> None:
+    """Kueue updates a ClusterQueue's usage after admitting: wait for it before publishing the capacity."""
+
+    def used() -> int:
+        status = (sim.kube.get(KUEUE_API, "ClusterQueue", team) or {}).get("status", {})
+        rows = [r for f in status.get("flavorsUsage", []) for r in f["resources"] if r["name"] == "nvidia.com/gpu"]
+        return sum(int(r["total"]) for r in rows)
+
+    wait_until(f"{team}'s ClusterQueue to count {gpus} GPUs", lambda: used() == gpus, timeout=30)
+
+
 def queued(sim: Sim, name: str) -> None:
     wait_until(f"Kueue to make {name}'s Workload", lambda: workload_of(sim.kube, TEAM, name) is not None, timeout=30)
 
@@ -121,6 +132,8 @@ def test_greedy_team_over_its_quota_while_the_other_uses_its_own(
     running(clean, TEAM, "a-second", 10)
     create_as_member(clean, gpu_job("a-greedy", TEAM, gpus=8))
     queued(clean, "a-greedy")
+    counted(clean, TEAM, 20)
+    counted(clean, "team-b", 20)
     code, verdict = why(clean, capsys, "a-greedy")
     assert code == ExitCode.NEGATIVE and verdict["state"] == "pending" and verdict["position"] == 0
     quota = next(r["message"] for r in verdict["reasons"] if r["kind"] == "quota")
@@ -291,3 +304,18 @@ def test_each_example_job_is_submitted_admitted_and_completes(
     wait_until(f"{name} to complete", lambda: job_state(clean.kube, TEAM, name) == "complete", timeout=90)
     code, verdict = why(clean, capsys, name)
     assert code == ExitCode.FINISHED and verdict["state"] == "finished"
+
+
+def test_a_job_on_borrowed_gpus_is_told_it_is_preempted_first(clean: Sim, capsys: pytest.CaptureFixture[str]) -> None:
+    running(clean, TEAM, "a-own-1", 10)
+    running(clean, TEAM, "a-own-2", 10)
+    opportunistic = gpu_job("a-borrowing", TEAM, gpus=10, run_for=LONG, priority="opportunistic")
+    create_as_member(clean, opportunistic)
+    wait_until(
+        "a-borrowing to be admitted", lambda: is_true(workload_of(clean.kube, TEAM, "a-borrowing"), "Admitted"), 60
+    )
+    counted(clean, TEAM, 30)
+    code, verdict = why(clean, capsys, "a-borrowing")
+    assert code == ExitCode.OK and verdict["state"] == "admitted", verdict
+    borrowing = next(r["message"] for r in verdict["reasons"] if r["kind"] == "borrowing")
+    assert "borrows 10 GPUs of h100 beyond its quota" in borrowing
