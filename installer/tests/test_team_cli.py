@@ -15,7 +15,6 @@ import yaml
 from conftest import EXAMPLE, Sim
 from sim_fixture import patch_node, release_nodes
 
-from konduktor.cli.cluster_quotas import sync_quotas
 from konduktor.cli.main import main as installer_main
 from konduktor.cli.team import main
 from konduktor.config.load import load_config
@@ -24,6 +23,7 @@ from konduktor.kube.client import ApiError, Identity, Kube
 from konduktor.paths import product_dir
 from konduktor.queueing.cluster import publish_capacity
 from konduktor.quotas.render import KUEUE_API
+from konduktor.quotas.sync import sync_quotas
 from konduktor.sim.workloads import gpu_job, is_true, job_state, workload_of
 from konduktor.vocabulary import (
     CAPACITY_CONFIGMAP,
