@@ -18,6 +18,8 @@ class ExitCode(IntEnum):
     CHECK_FAILED = 3  # a check failed (preflight, or work in the way of a change); nothing was changed
     PARTIAL = 4  # some changes were made before a failure, or a wait timed out; re-running repairs
     UNREACHABLE = 5  # could not reach or authorise against the cluster (refused, timed out, 401, 403)
+    FINISHED = 6  # `konduktor why`: the job has finished (succeeded or failed); nothing waits
+    NEVER_FITS = 7  # `konduktor why`/`submit`: the job can never be admitted as written (no node or quota fits it)
     BUG = 101  # an unexpected error: a bug
 
 
@@ -62,3 +64,10 @@ class ClusterUnreachable(KonduktorError):
     """The API server did not answer, or refused who we are (401) or what the command needs (403)."""
 
     exit_code = ExitCode.UNREACHABLE
+
+
+class NeverFits(KonduktorError):
+    """The job can never be admitted as written: a pod bigger than every node, a GPU type no node has, more GPUs
+    than the team may ever hold. Nothing was submitted."""
+
+    exit_code = ExitCode.NEVER_FITS

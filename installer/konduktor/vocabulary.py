@@ -33,5 +33,9 @@ REQUALIFICATION_RESULT = "konduktor.ai/requalification-result"
 # The Node condition in which the health controller states whether a node's GPUs are healthy.
 GPU_HEALTHY_CONDITION = "GPUHealthy"
 
+# What the platform publishes to team members about GPU capacity (free GPUs per node, quarantines, every team's
+# quota and usage; no job, pod or namespace names): one ConfigMap of this name in each team namespace.
+CAPACITY_CONFIGMAP = "konduktor-capacity"
+
 # The burn-in tier a Job runs, on the Job.
 BURNIN_TIER_ANNOTATION = "konduktor.ai/burnin-tier"

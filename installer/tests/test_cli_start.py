@@ -161,3 +161,21 @@ def test_version_short_help_and_completion(program: str, typed: str, completed: 
         env={**os.environ, variable: "complete_bash", "COMP_WORDS": f"{program} {typed}", "COMP_CWORD": "1"}
     )
     assert (completion.returncode, completion.stdout.split()) == (0, [completed])
+
+
+def test_cli_start_team_commands_listed_help_is_each_commands_own(capsys: pytest.CaptureFixture[str]) -> None:
+    """`konduktor` (for team members) lists its commands the same way, without importing them."""
+    from konduktor.cli import team
+
+    group = typer.main.get_group(team.app)
+    assert isinstance(group, team.TeamCommands)
+    context = _click.Context(group)
+    listed = {entry.name: entry for entry in team.TeamCommands.commands_to_load}
+    for name in group.list_commands(context):
+        command = group.get_command(context, name)
+        assert command is not None
+        first_paragraph = (command.help or "").split("\n\n")[0]
+        assert " ".join(first_paragraph.split()) == listed[name].help, f"update the help of {name!r} in team.py"
+    assert team.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(f" {name} " in out for name in listed)

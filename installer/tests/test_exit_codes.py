@@ -22,6 +22,7 @@ CLUSTER_COMMANDS = [
     ["quotas", "diff", str(EXAMPLE)],
     ["quotas", "apply", str(EXAMPLE)],
     ["quotas", "explain"],
+    ["publish-capacity"],
     ["status"],
     ["plan", str(EXAMPLE)],
     ["down", "--yes"],

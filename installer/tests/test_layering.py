@@ -38,8 +38,22 @@ ALLOWED: dict[str, frozenset[str]] = {
     "preflight": frozenset({"gpu", "config", "quotas", "kube", "burnin"}),
     "controller": frozenset({"gpu", "config", "kube", "burnin", "observability"}),
     "sim": frozenset({"gpu", "config", "kube", "helm", "quotas", "burnin", "tools"}),
+    "queueing": frozenset({"config", "kube", "quotas"}),
     "cli": frozenset(
-        {"gpu", "config", "tools", "kube", "quotas", "alerts", "helm", "burnin", "preflight", "controller", "sim"}
+        {
+            "gpu",
+            "config",
+            "tools",
+            "kube",
+            "quotas",
+            "alerts",
+            "queueing",
+            "helm",
+            "burnin",
+            "preflight",
+            "controller",
+            "sim",
+        }
     ),
 }
 

@@ -61,6 +61,11 @@ class InstallerCommands(LazyGroup):
             "in them) stay unless --purge.",
         ),
         LazyCommand(
+            "publish-capacity",
+            "konduktor.cli.capacity:publish_capacity",
+            "Publish free GPUs per node, quarantines and team quota usage for team members (no job or pod names).",
+        ),
+        LazyCommand(
             "tools",
             "konduktor.cli.tools:app",
             "Build, lock and list the pinned tools (helm, kubectl, kwok, etcd, Kubernetes, Kueue).",

@@ -92,6 +92,7 @@ class Kube:
         impersonate: Identity | None = None,
     ) -> None:
         configuration = client.Configuration()
+        namespace = "default"
         try:
             if kubeconfig is None and context is None and _in_cluster_only():
                 config.load_incluster_config(client_configuration=configuration)
@@ -100,8 +101,10 @@ class Kube:
                 # was fixed when it was imported).
                 files = str(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG") or None
                 config.load_kube_config(config_file=files, context=context, client_configuration=configuration)
-                if context is None:
-                    context = config.list_kube_config_contexts(config_file=files)[1]["name"]
+                contexts, active = config.list_kube_config_contexts(config_file=files)
+                chosen = active if context is None else next(c for c in contexts if c["name"] == context)
+                context = chosen["name"]
+                namespace = (chosen.get("context") or {}).get("namespace") or namespace
         except (config.ConfigException, OSError) as problem:
             raise UsageError(
                 f"cannot load kubeconfig {kubeconfig or '(default)'}: {problem}",
@@ -111,6 +114,8 @@ class Kube:
         self.server = configuration.host
         self.kubeconfig = kubeconfig
         self.context = context
+        # The context's namespace, where kubectl would act without -n.
+        self.namespace = namespace
         self.api = client.ApiClient(configuration)
         if impersonate is not None:
             # The API server authorizes and admits each request as this identity (the kubeconfig's user needs

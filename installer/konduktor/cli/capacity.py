@@ -1,0 +1,35 @@
+"""`konduktor-install publish-capacity`: write the capacity summary team members read (`konduktor why`)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+
+from konduktor.cli.console import err
+from konduktor.cli.target import KubeconfigOption, connect
+from konduktor.queueing.cluster import publish_capacity as publish
+from konduktor.vocabulary import CAPACITY_CONFIGMAP
+
+
+def publish_capacity(
+    every: Annotated[
+        float | None,
+        typer.Option("--every", help="Publish again every this many seconds until interrupted (run as a service)."),
+    ] = None,
+    kubeconfig: KubeconfigOption = None,
+) -> None:
+    """Publish free GPUs per node, quarantines and team quota usage for team members (no job or pod names)."""
+    kube = connect(kubeconfig)
+    stop = threading.Event()
+    while True:
+        capacity, namespaces = publish(kube, datetime.now(UTC).isoformat(timespec="seconds"))
+        err.print(
+            f"published ConfigMap {CAPACITY_CONFIGMAP} in {len(namespaces)} team namespaces: "
+            f"{len(capacity.nodes)} GPU nodes, {len(capacity.queues)} queue rows",
+            markup=False,
+        )
+        if every is None or stop.wait(every):
+            return

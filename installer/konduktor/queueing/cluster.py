@@ -1,0 +1,142 @@
+"""What `konduktor` reads and writes on a cluster: the team's Workloads and LocalQueues, Kueue's visibility API
+where it is served, the published capacity, and (as an administrator) the capacity to publish."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from konduktor.errors import UsageError
+from konduktor.kube.client import ApiError, Kube
+from konduktor.queueing.capacity import CAPACITY_KEY, Capacity, configmap, from_json, node_capacity
+from konduktor.queueing.explain import Pending, Source, Verdict, job_name, pending_order, why
+from konduktor.quotas.usage import team_usage
+from konduktor.vocabulary import CAPACITY_CONFIGMAP, TEAM_LABEL
+
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+VISIBILITY_API = "/apis/visibility.kueue.x-k8s.io/v1beta2"
+# The visibility API is absent (404) or its aggregated server unreachable (503): derive the order instead.
+NOT_SERVED = (404, 503)
+
+
+@dataclass
+class TeamQueues:
+    namespace: str
+    workloads: list[dict[str, Any]]
+    local_queues: dict[tuple[str, str], str]  # (namespace, LocalQueue) -> ClusterQueue
+    pending: list[Pending]
+    source: Source
+    capacity: Capacity | None
+
+
+def read_capacity(kube: Kube, published_at: str = "") -> Capacity:
+    """The capacity to publish, read with an administrator's rights (nodes, pods, flavors, ClusterQueues)."""
+    nodes = kube.list("v1", "Node")
+    pods = kube.list("v1", "Pod", field_selector="status.phase!=Succeeded,status.phase!=Failed")
+    flavors = kube.list(KUEUE_API, "ResourceFlavor")
+    queues = kube.list(KUEUE_API, "ClusterQueue")
+    return Capacity(tuple(node_capacity(nodes, pods, flavors)), tuple(team_usage(queues)), published_at)
+
+
+def publish_capacity(kube: Kube, published_at: str) -> tuple[Capacity, list[str]]:
+    """The capacity, written to every team namespace; returns it and the namespaces."""
+    capacity = read_capacity(kube, published_at)
+    namespaces = sorted(n["metadata"]["name"] for n in kube.list("v1", "Namespace", label_selector=TEAM_LABEL))
+    for namespace in namespaces:
+        kube.apply(configmap(capacity, namespace))
+    return capacity, namespaces
+
+
+def published_capacity(kube: Kube, namespace: str) -> Capacity | None:
+    """What the platform publishes to the team; None where nothing is published (or not to this user)."""
+    try:
+        found = kube.get("v1", "ConfigMap", CAPACITY_CONFIGMAP, namespace)
+    except ApiError as problem:
+        if problem.status == 403:
+            return None
+        raise
+    if found is None or CAPACITY_KEY not in found.get("data", {}):
+        return None
+    return from_json(found["data"][CAPACITY_KEY])
+
+
+def visible_pending(kube: Kube, namespace: str, local_queue: str, cluster_queue: str) -> list[Pending] | None:
+    """Kueue's own pending list of a LocalQueue (VisibilityOnDemand); None where the API is not served."""
+    path = f"{VISIBILITY_API}/namespaces/{namespace}/localqueues/{local_queue}/pendingworkloads"
+    try:
+        summary = kube.request("GET", path)
+    except ApiError as problem:
+        if problem.status in NOT_SERVED:
+            return None
+        raise
+    return [
+        Pending(
+            position=int(item.get("positionInClusterQueue", 0)),
+            name=item["metadata"]["name"],
+            namespace=namespace,
+            job=job_name(item),
+            local_queue=local_queue,
+            priority=int(item.get("priority", 0)),
+            gpus=0,
+            created=str(item["metadata"].get("creationTimestamp", "")),
+        )
+        for item in summary.get("items", [])
+    ]
+
+
+def team_queues(kube: Kube, namespace: str) -> TeamQueues:
+    """Everything `konduktor queue` and `why` need, read with a team member's rights."""
+    try:
+        workloads = kube.list(KUEUE_API, "Workload", namespace)
+        queues = kube.list(KUEUE_API, "LocalQueue", namespace)
+    except ApiError as problem:
+        if problem.status == 403:
+            raise UsageError(
+                f"you may not read the queues of namespace {namespace}",
+                hint="pass -n with your team's namespace, or set it in your kubeconfig context",
+            ) from problem
+        raise
+    local_queues = {(namespace, q["metadata"]["name"]): q["spec"]["clusterQueue"] for q in queues}
+    derived = pending_order(workloads, local_queues)
+    pending: list[Pending] = []
+    source: Source = "visibility"
+    for (ns, name), cluster_queue in sorted(local_queues.items()):
+        visible = visible_pending(kube, ns, name, cluster_queue)
+        if visible is None:
+            source = "derived"
+            break
+        pending.extend(visible)
+    if source == "derived":
+        pending = derived
+    else:
+        sizes = {(p.namespace, p.name): p.gpus for p in derived}
+        pending = [
+            Pending(**{**vars(p), "gpus": sizes.get((p.namespace, p.name), 0)})
+            for p in sorted(pending, key=lambda p: p.position)
+        ]
+    return TeamQueues(namespace, workloads, local_queues, pending, source, published_capacity(kube, namespace))
+
+
+def workload_of_job(workloads: list[dict[str, Any]], job: str) -> dict[str, Any] | None:
+    """The job's Workload (owned by it), else a Workload of that name."""
+    for workload in workloads:
+        if any(o.get("name") == job for o in workload["metadata"].get("ownerReferences", [])):
+            return workload
+    return next((w for w in workloads if w["metadata"]["name"] == job), None)
+
+
+def verdict_for(
+    team: TeamQueues, job: str, workload: dict[str, Any] | None, job_labels: dict[str, str] | None = None
+) -> Verdict:
+    """`why` for one job of the team's namespace, from what `team_queues` read."""
+    return why(
+        job,
+        team.namespace,
+        workload,
+        workloads=team.workloads,
+        local_queues=team.local_queues,
+        capacity=team.capacity,
+        pending=team.pending,
+        job_labels=job_labels,
+        source=team.source,
+    )

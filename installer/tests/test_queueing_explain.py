@@ -1,0 +1,285 @@
+"""`konduktor why` and `konduktor queue`, the pure core: each verdict from Kueue's objects and the published
+capacity, on examples/config.yaml's shape (two teams, 20 GPUs each, 4 nodes of 10 H100s)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+from konduktor.queueing.capacity import (
+    Capacity,
+    NodeCapacity,
+    Quarantine,
+    from_json,
+    node_capacity,
+    to_json,
+)
+from konduktor.queueing.explain import as_json, pending_order, why
+from konduktor.quotas.usage import TeamUsage
+
+LOCAL_QUEUES = {("team-a", "default"): "team-a", ("team-b", "default"): "team-b"}
+
+
+def usage(team: str, used: int = 0, borrowed: int = 0, lent: int = 0) -> TeamUsage:
+    return TeamUsage(
+        team=team,
+        cluster_queue=team,
+        cohort="gpu-lab",
+        flavor="h100",
+        resource="nvidia.com/gpu",
+        nominal=Fraction(20),
+        borrowing_limit=Fraction(10),
+        lending_limit=Fraction(16),
+        used=Fraction(used),
+        borrowed=Fraction(borrowed),
+        lent=Fraction(lent),
+        admitted_workloads=0,
+        pending_workloads=0,
+    )
+
+
+def nodes(*free: int, gpus: int = 10, quarantined: tuple[int, ...] = ()) -> tuple[NodeCapacity, ...]:
+    return tuple(
+        NodeCapacity(
+            name=f"gpu-h100-{i:04d}",
+            flavor="h100",
+            gpus=gpus,
+            free=f,
+            schedulable=True,
+            quarantine=Quarantine("Xid 79: GPU fell off the bus", "2026-11-23T19:00:00Z") if i in quarantined else None,
+        )
+        for i, f in enumerate(free)
+    )
+
+
+def workload(
+    name: str,
+    *,
+    gpus: int,
+    pods: int = 1,
+    namespace: str = "team-a",
+    queue: str = "default",
+    priority: int = 1000,
+    created: str = "2026-11-23T20:00:00Z",
+    conditions: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"job-{name}-1234",
+            "namespace": namespace,
+            "uid": name,
+            "creationTimestamp": created,
+            "ownerReferences": [{"kind": "Job", "name": name}],
+        },
+        "spec": {
+            "queueName": queue,
+            "priority": priority,
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": pods,
+                    "template": {"spec": {"containers": [{"resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]}},
+                }
+            ],
+        },
+        "status": {"conditions": conditions or []},
+    }
+
+
+ADMITTED = [
+    {"type": "QuotaReserved", "status": "True"},
+    {"type": "Admitted", "status": "True"},
+]
+FINISHED = [*ADMITTED, {"type": "Finished", "status": "True", "message": "Job finished successfully"}]
+
+
+def verdict(target: dict[str, Any], others: list[dict[str, Any]], capacity: Capacity | None) -> dict[str, Any]:
+    everything = [target, *others]
+    pending = pending_order(everything, LOCAL_QUEUES)
+    found = why(
+        target["metadata"]["ownerReferences"][0]["name"],
+        target["metadata"]["namespace"],
+        target,
+        workloads=everything,
+        local_queues=LOCAL_QUEUES,
+        capacity=capacity,
+        pending=pending,
+    )
+    return as_json(found)
+
+
+def kinds(answer: dict[str, Any]) -> list[str]:
+    return [r["kind"] for r in answer["reasons"]]
+
+
+def test_order_is_priority_then_queue_time_per_cluster_queue() -> None:
+    late_urgent = workload("c", gpus=1, priority=10000, created="2026-11-23T20:05:00Z")
+    early = workload("a", gpus=1, created="2026-11-23T20:01:00Z")
+    late = workload("b", gpus=1, created="2026-11-23T20:02:00Z")
+    # Requeued at the back after a PodsReady timeout: its queue time is the eviction's.
+    evicted = workload(
+        "d",
+        gpus=1,
+        created="2026-11-23T19:00:00Z",
+        conditions=[
+            {
+                "type": "Evicted",
+                "status": "True",
+                "reason": "PodsReadyTimeout",
+                "lastTransitionTime": "2026-11-23T20:03:00Z",
+            }
+        ],
+    )
+    other_team = workload("e", gpus=1, namespace="team-b")
+    running = workload("f", gpus=1, conditions=ADMITTED)
+    wrong_queue = workload("g", gpus=1, queue="nope")
+    order = pending_order([late, evicted, early, other_team, running, wrong_queue, late_urgent], LOCAL_QUEUES)
+    team_a = [(p.job, p.position) for p in order if p.namespace == "team-a"]
+    assert team_a == [("c", 0), ("a", 1), ("b", 2), ("d", 3)]
+    assert [(p.job, p.position) for p in order if p.namespace == "team-b"] == [("e", 0)]
+
+
+def test_admitted_and_finished() -> None:
+    capacity = Capacity(nodes(10, 10, 10, 10), (usage("team-a", used=8), usage("team-b")))
+    assert verdict(workload("run", gpus=8, conditions=ADMITTED), [], capacity)["state"] == "admitted"
+    assert verdict(workload("done", gpus=8, conditions=FINISHED), [], capacity)["state"] == "finished"
+
+
+def test_admitted_on_borrowed_gpus_warns_of_reclaim() -> None:
+    capacity = Capacity(nodes(0, 0, 0, 10), (usage("team-a", used=30, borrowed=10), usage("team-b", lent=10)))
+    answer = verdict(workload("big", gpus=10, conditions=ADMITTED), [], capacity)
+    assert answer["state"] == "admitted" and "borrowing" in kinds(answer)
+
+
+def test_quota_used_by_the_teams_own_jobs_names_them() -> None:
+    # team-a holds its 20 and may borrow 10, but team-b uses all of its own: nothing to borrow.
+    capacity = Capacity(nodes(0, 0, 0, 0), (usage("team-a", used=20), usage("team-b", used=20)))
+    running = [workload(f"r{i}", gpus=10, conditions=ADMITTED) for i in range(2)]
+    answer = verdict(workload("greedy", gpus=8), running, capacity)
+    assert answer["state"] == "pending" and answer["position"] == 0
+    quota = next(r["message"] for r in answer["reasons"] if r["kind"] == "quota")
+    assert "uses 20 of its 20" in quota and "r0 (10 GPUs)" in quota and "r1 (10 GPUs)" in quota
+    assert "cohort-busy" in kinds(answer)
+    assert answer["remedies"]
+
+
+def test_borrowing_limit_reached() -> None:
+    capacity = Capacity(nodes(0, 0, 0, 10), (usage("team-a", used=30, borrowed=10), usage("team-b", used=0, lent=10)))
+    answer = verdict(workload("more", gpus=8), [workload("r", gpus=30, conditions=ADMITTED)], capacity)
+    assert answer["state"] == "pending" and "borrowing-limit" in kinds(answer)
+
+
+def test_borrowers_of_the_teams_gpus_will_be_preempted() -> None:
+    # team-b borrows 10 of team-a's GPUs; team-a uses 0 and asks 30: more than the 20 left unborrowed.
+    capacity = Capacity(nodes(0, 0, 10, 10), (usage("team-a", lent=10), usage("team-b", used=30, borrowed=10)))
+    answer = verdict(workload("reclaim", gpus=10, pods=3), [], capacity)
+    reclaim = next(r["message"] for r in answer["reasons"] if r["kind"] == "reclaim")
+    assert "team-b borrows 10 GPUs" in reclaim and "preempting" in reclaim
+
+
+def test_fragmentation_free_gpus_spread_over_nodes() -> None:
+    capacity = Capacity(nodes(7, 7, 7, 7), (usage("team-a", used=0), usage("team-b", used=12)))
+    answer = verdict(workload("eight", gpus=8), [], capacity)
+    assert answer["state"] == "pending"
+    message = next(r["message"] for r in answer["reasons"] if r["kind"] == "fragmentation")
+    assert "28 GPUs of h100 are free, but at most 7 on one node" in message
+    # One node with 8 free: nothing holds it back.
+    answer = verdict(workload("eight", gpus=8), [], Capacity(nodes(8, 7, 7, 7), capacity.queues))
+    assert "fragmentation" not in kinds(answer)
+
+
+def test_quarantined_nodes_shrink_the_capacity() -> None:
+    capacity = Capacity(nodes(10, 0, 0, 0, quarantined=(0,)), (usage("team-a"), usage("team-b", used=20)))
+    answer = verdict(workload("waits", gpus=8), [], capacity)
+    assert answer["state"] == "pending"
+    quarantine = next(r["message"] for r in answer["reasons"] if r["kind"] == "quarantine")
+    assert "gpu-h100-0000" in quarantine and "Xid 79" in quarantine and "2026-11-23T19:00:00Z" in quarantine
+    assert "capacity" in kinds(answer)
+
+
+def test_a_pod_bigger_than_every_node_never_fits() -> None:
+    capacity = Capacity(nodes(10, 10, 10, 10), (usage("team-a"), usage("team-b")))
+    answer = verdict(workload("twelve", gpus=12), [], capacity)
+    assert answer["state"] == "never-fit"
+    assert "asks 12 GPUs, but no h100 node has more than 10" in answer["reasons"][0]["message"]
+    assert "at most 10 GPUs per pod" in answer["remedies"][0]
+
+
+def test_more_than_quota_and_borrowing_never_fits() -> None:
+    capacity = Capacity(nodes(10, 10, 10, 10), (usage("team-a"), usage("team-b")))
+    answer = verdict(workload("huge", gpus=8, pods=4), [], capacity)
+    assert answer["state"] == "never-fit" and "more than the team may ever hold" in answer["reasons"][0]["message"]
+
+
+def test_a_flavor_no_node_provides_never_fits() -> None:
+    capacity = Capacity((), (usage("team-a"), usage("team-b")))
+    answer = verdict(workload("nowhere", gpus=1), [], capacity)
+    assert answer["state"] == "never-fit" and answer["reasons"][0]["message"] == "no node provides GPU type h100"
+
+
+def test_wrong_queue_label() -> None:
+    capacity = Capacity(nodes(10), (usage("team-a"),))
+    answer = verdict(workload("lost", gpus=1, queue="research"), [], capacity)
+    assert answer["state"] == "pending" and kinds(answer) == ["wrong-queue"]
+    assert "kueue.x-k8s.io/queue-name: default" in answer["remedies"][0]
+
+
+def test_no_workload_without_queue_label() -> None:
+    found = why("bare", "scratch", None, workloads=[], local_queues=LOCAL_QUEUES, capacity=None, pending=[])
+    answer = as_json(found)
+    assert answer["state"] == "not-queued" and kinds(answer) == ["missing-queue-label"]
+    assert "has no LocalQueue" in answer["reasons"][0]["message"]
+
+
+def test_position_counts_what_comes_first() -> None:
+    capacity = Capacity(nodes(10, 10, 10, 10), (usage("team-a", used=20), usage("team-b", used=20)))
+    first = workload("first", gpus=4, created="2026-11-23T20:00:00Z")
+    second = workload("second", gpus=4, created="2026-11-23T20:01:00Z")
+    answer = verdict(second, [first], capacity)
+    assert answer["position"] == 1 and answer["aheadGpus"] == 4 and "position" in kinds(answer)
+
+
+def test_capacity_from_nodes_pods_and_flavors_round_trips() -> None:
+    flavor = {"metadata": {"name": "h100"}, "spec": {"nodeLabels": {"nvidia.com/gpu.product": "H100"}}}
+    node = {
+        "metadata": {
+            "name": "n1",
+            "labels": {"nvidia.com/gpu.product": "H100"},
+            "annotations": {"konduktor.ai/quarantine-reason": "xid", "konduktor.ai/quarantined-at": "t"},
+        },
+        "spec": {"taints": [{"key": "konduktor.ai/gpu-health", "effect": "NoSchedule"}]},
+        "status": {"allocatable": {"nvidia.com/gpu": "10"}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    cpu_node = {"metadata": {"name": "cpu", "labels": {}}, "status": {}}
+    running = {
+        "spec": {"nodeName": "n1", "containers": [{"resources": {"requests": {"nvidia.com/gpu": "3"}}}]},
+        "status": {"phase": "Running"},
+    }
+    done = {**running, "status": {"phase": "Succeeded"}}
+    found = node_capacity([node, cpu_node], [running, done], [flavor])
+    assert found == [NodeCapacity("n1", "h100", 10, 7, True, Quarantine("xid", "t"))]
+    capacity = Capacity(tuple(found), (usage("team-a", used=3),), "now")
+    assert from_json(to_json(capacity)) == capacity
+
+
+def test_a_job_kueue_put_in_the_default_queue_says_so() -> None:
+    capacity = Capacity(nodes(10), (usage("team-a"),))
+    target = workload("plain", gpus=1, conditions=ADMITTED)
+    found = why(
+        "plain",
+        "team-a",
+        target,
+        workloads=[target],
+        local_queues=LOCAL_QUEUES,
+        capacity=capacity,
+        pending=[],
+        job_labels={},
+    )
+    assert found.reasons[0].kind == "default-queue"
+
+
+def test_many_quarantined_nodes_are_counted_after_the_first_five() -> None:
+    capacity = Capacity(nodes(*([0] * 8), 10, quarantined=tuple(range(8))), (usage("team-a"), usage("team-b", used=20)))
+    answer = verdict(workload("waits", gpus=8, pods=2), [], capacity)
+    quarantines = [r["message"] for r in answer["reasons"] if r["kind"] == "quarantine"]
+    assert len(quarantines) == 6 and quarantines[-1] == "and 3 more quarantined h100 nodes (30 GPUs)"

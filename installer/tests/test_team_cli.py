@@ -1,0 +1,321 @@
+"""`konduktor queue`, `why` and `submit` on the simulated cluster with examples/config.yaml (4 nodes x 10 H100,
+team-a and team-b with 20 GPUs each), run as a member of team-a (impersonation of the team's group, bound as
+the quotas render binds it). Every verdict is read from `-o json`. The capacity the platform publishes is
+written by `publish_capacity` with an administrator's rights, as the platform does."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import EXAMPLE, Sim
+from sim_fixture import patch_node, release_nodes
+
+from konduktor.cli.main import main as installer_main
+from konduktor.cli.team import main
+from konduktor.config.load import load_config
+from konduktor.errors import ExitCode
+from konduktor.kube.client import ApiError, Identity, Kube
+from konduktor.paths import product_dir
+from konduktor.queueing.cluster import publish_capacity
+from konduktor.quotas.render import KUEUE_API
+from konduktor.quotas.sync import sync_quotas
+from konduktor.sim.workloads import gpu_job, is_true, job_state, workload_of
+from konduktor.vocabulary import (
+    CAPACITY_CONFIGMAP,
+    HEALTH_TAINT_KEY,
+    QUARANTINE_REASON,
+    QUARANTINED_AT,
+)
+from konduktor.waiting import wait_until
+
+pytestmark = pytest.mark.sim
+TEAM = "team-a"
+MEMBER = ["--as", "alice", "--as-group", TEAM]
+XID = "Xid 79: GPU fell off the bus"
+QUARANTINE_TAINT = {"key": HEALTH_TAINT_KEY, "effect": "NoSchedule"}
+LONG = "1h"  # kwok holds such a pod Running for the test's length
+
+
+@pytest.fixture(scope="module")
+def teams(sim: Sim) -> Iterator[Sim]:
+    sync_quotas(sim.kube, load_config(EXAMPLE).config, prune=False, dry_run=False)
+    wait_until(
+        "team-a's ClusterQueue to be active", lambda: is_true(sim.kube.get(KUEUE_API, "ClusterQueue", TEAM), "Active")
+    )
+    yield sim
+
+
+@pytest.fixture
+def clean(teams: Sim) -> Iterator[Sim]:
+    """Each test starts and ends with no jobs in the team namespaces and every node healthy."""
+    yield teams
+    for namespace in ("team-a", "team-b"):
+        for job in teams.kube.list("batch/v1", "Job", namespace):
+            teams.kube.delete("batch/v1", "Job", job["metadata"]["name"], namespace)
+    release_nodes(teams.kube, gpu_nodes(teams.kube))
+    wait_until(
+        "the team namespaces to hold no pods",
+        lambda: not any(teams.kube.list("v1", "Pod", ns) for ns in ("team-a", "team-b")),
+        timeout=60,
+    )
+
+
+def gpu_nodes(kube: Kube) -> list[str]:
+    return sorted(n["metadata"]["name"] for n in kube.list("v1", "Node", label_selector="nvidia.com/gpu.product"))
+
+
+def konduktor(sim: Sim, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main([*args, "--kubeconfig", str(sim.kubeconfig), *MEMBER])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def why(sim: Sim, capsys: pytest.CaptureFixture[str], job: str, namespace: str = TEAM) -> tuple[int, dict[str, Any]]:
+    publish_capacity(sim.kube, "now")
+    code, out, err = konduktor(sim, capsys, "why", job, "-n", namespace, "-o", "json")
+    assert out, err
+    return code, json.loads(out)
+
+
+def kinds(verdict: dict[str, Any]) -> list[str]:
+    return [r["kind"] for r in verdict["reasons"]]
+
+
+def running(sim: Sim, namespace: str, name: str, gpus: int, node: str | None = None, pods: int = 1) -> None:
+    """A job of the team's that holds its GPUs for the test's length (submitted as an administrator)."""
+    job = gpu_job(name, namespace, gpus=gpus, run_for=LONG, node=node, pods=pods)
+    sim.kube.create(job)
+    wait_until(
+        f"{name} to be admitted", lambda: is_true(workload_of(sim.kube, namespace, name), "Admitted"), timeout=60
+    )
+
+    def on_nodes() -> bool:  # the published capacity counts GPUs of pods bound to nodes
+        found = sim.kube.list("v1", "Pod", namespace, label_selector=f"job-name={name}")
+        return len(found) == pods and all(p.get("status", {}).get("phase") == "Running" for p in found)
+
+    wait_until(f"{name}'s pods to run", on_nodes, timeout=60)
+
+
+def create_as_member(sim: Sim, job: dict[str, Any]) -> None:
+    member = Kube(sim.kubeconfig, impersonate=Identity("alice", TEAM))
+    try:
+        member.create(job)
+    finally:
+        member.close()
+
+
+def counted(sim: Sim, team: str, gpus: int) -> None:
+    """Kueue updates a ClusterQueue's usage after admitting: wait for it before publishing the capacity."""
+
+    def used() -> int:
+        status = (sim.kube.get(KUEUE_API, "ClusterQueue", team) or {}).get("status", {})
+        rows = [r for f in status.get("flavorsUsage", []) for r in f["resources"] if r["name"] == "nvidia.com/gpu"]
+        return sum(int(r["total"]) for r in rows)
+
+    wait_until(f"{team}'s ClusterQueue to count {gpus} GPUs", lambda: used() == gpus, timeout=30)
+
+
+def queued(sim: Sim, name: str) -> None:
+    wait_until(f"Kueue to make {name}'s Workload", lambda: workload_of(sim.kube, TEAM, name) is not None, timeout=30)
+
+
+def test_greedy_team_over_its_quota_while_the_other_uses_its_own(
+    clean: Sim, capsys: pytest.CaptureFixture[str]
+) -> None:
+    running(clean, "team-b", "b-own", 10, pods=2)
+    running(clean, TEAM, "a-first", 10)
+    running(clean, TEAM, "a-second", 10)
+    create_as_member(clean, gpu_job("a-greedy", TEAM, gpus=8))
+    queued(clean, "a-greedy")
+    counted(clean, TEAM, 20)
+    counted(clean, "team-b", 20)
+    code, verdict = why(clean, capsys, "a-greedy")
+    assert code == ExitCode.NEGATIVE and verdict["state"] == "pending" and verdict["position"] == 0
+    quota = next(r["message"] for r in verdict["reasons"] if r["kind"] == "quota")
+    assert "uses 20 of its 20 h100 GPUs" in quota and "a-first (10 GPUs)" in quota and "a-second (10 GPUs)" in quota
+    assert "cohort-busy" in kinds(verdict) and verdict["source"] == "derived"
+    code, out, _ = konduktor(clean, capsys, "queue", "-n", TEAM, "-o", "json")
+    view = json.loads(out)
+    assert code == 0 and view["source"] == "derived"
+    assert [p["job"] for p in view["pending"]] == ["a-greedy"]
+    assert view["queues"][0]["quota"][0]["used"] == 20
+    # Admitted jobs answer 0.
+    code, verdict = why(clean, capsys, "a-first")
+    assert code == ExitCode.OK and verdict["state"] == "admitted"
+
+
+def test_an_eight_gpu_pod_waits_while_gpus_are_fragmented_then_runs(
+    clean: Sim, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = gpu_nodes(clean.kube)
+    for index, node in enumerate(nodes):  # 3 GPUs held on each node: 28 free, 7 per node
+        running(clean, "team-b", f"b-small-{index}", 3, node=node)
+    create_as_member(clean, gpu_job("a-eight", TEAM, gpus=8, run_for=LONG))
+    queued(clean, "a-eight")
+    wait_until(
+        "Kueue to try a-eight",
+        lambda: (workload_of(clean.kube, TEAM, "a-eight") or {}).get("status", {}).get("conditions"),
+    )
+    code, verdict = why(clean, capsys, "a-eight")
+    assert code == ExitCode.NEGATIVE and verdict["state"] == "pending", verdict
+    message = next(r["message"] for r in verdict["reasons"] if r["kind"] == "fragmentation")
+    assert "28 GPUs of h100 are free, but at most 7 on one node" in message
+    clean.kube.delete("batch/v1", "Job", "b-small-0", "team-b")
+    wait_until(
+        "a-eight to be admitted", lambda: is_true(workload_of(clean.kube, TEAM, "a-eight"), "Admitted"), timeout=60
+    )
+    code, verdict = why(clean, capsys, "a-eight")
+    assert code == ExitCode.OK and verdict["state"] == "admitted"
+
+
+def test_a_twelve_gpu_pod_on_ten_gpu_nodes_never_fits(
+    clean: Sim, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    manifest = tmp_path / "twelve.yaml"
+    manifest.write_text(yaml.safe_dump(gpu_job("a-twelve", TEAM, gpus=12, queue=None)))
+    publish_capacity(clean.kube, "now")
+    code, _, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM)
+    assert code == ExitCode.NEVER_FITS and "asks 12 GPUs, but no h100 node has more than 10" in err
+    assert clean.kube.get("batch/v1", "Job", "a-twelve", TEAM) is None
+    # Submitted some other way, `why` says the same.
+    create_as_member(clean, gpu_job("a-twelve", TEAM, gpus=12))
+    queued(clean, "a-twelve")
+    code, verdict = why(clean, capsys, "a-twelve")
+    assert code == ExitCode.NEVER_FITS and verdict["state"] == "never-fit"
+    assert "at most 10 GPUs per pod" in verdict["remedies"][0]
+
+
+def test_a_job_without_queue_label_in_a_team_namespace(clean: Sim, capsys: pytest.CaptureFixture[str]) -> None:
+    create_as_member(clean, gpu_job("a-unlabelled", TEAM, gpus=1, queue=None, run_for=LONG))
+    queued(clean, "a-unlabelled")
+    # Kueue gives a job without a queue label the namespace's LocalQueue `default` (LocalQueueDefaulting).
+    labels = clean.kube.get("batch/v1", "Job", "a-unlabelled", TEAM)["metadata"]["labels"]  # type: ignore[index]
+    assert labels["kueue.x-k8s.io/queue-name"] == "default"
+    wait_until(
+        "a-unlabelled to be admitted", lambda: is_true(workload_of(clean.kube, TEAM, "a-unlabelled"), "Admitted")
+    )
+    code, verdict = why(clean, capsys, "a-unlabelled")
+    assert code == ExitCode.OK and verdict["state"] == "admitted" and verdict["clusterQueue"] == TEAM
+    # A queue label naming no LocalQueue: Kueue never admits it, and `why` says which queues there are.
+    create_as_member(clean, gpu_job("a-lost", TEAM, gpus=1, queue="research"))
+    queued(clean, "a-lost")
+    code, verdict = why(clean, capsys, "a-lost")
+    assert code == ExitCode.NEGATIVE and kinds(verdict) == ["wrong-queue"]
+    assert "kueue.x-k8s.io/queue-name: default" in verdict["remedies"][0]
+
+
+def test_quarantined_nodes_shown_as_shrinking_the_capacity(clean: Sim, capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = gpu_nodes(clean.kube)
+    for node in nodes[1:]:
+        patch_node(
+            clean.kube,
+            node,
+            lambda current: {
+                "metadata": {
+                    "annotations": {
+                        QUARANTINE_REASON: "Xid 79: GPU fell off the bus",
+                        QUARANTINED_AT: "2026-11-23T19:00:00Z",
+                    }
+                },
+                "spec": {
+                    "taints": [*current["spec"].get("taints", []), {"key": HEALTH_TAINT_KEY, "effect": "NoSchedule"}]
+                },
+            },
+        )
+    create_as_member(clean, gpu_job("a-two-nodes", TEAM, gpus=8, pods=2))
+    queued(clean, "a-two-nodes")
+    code, verdict = why(clean, capsys, "a-two-nodes")
+    assert code == ExitCode.NEGATIVE and verdict["state"] == "pending"
+    quarantines = [r["message"] for r in verdict["reasons"] if r["kind"] == "quarantine"]
+    assert len(quarantines) == 3 and all("Xid 79" in m and "2026-11-23T19:00:00Z" in m for m in quarantines)
+    assert nodes[1] in quarantines[0]
+    assert "capacity" in kinds(verdict)
+
+
+def test_without_published_capacity_why_still_answers_and_publish_capacity_publishes_it(
+    clean: Sim, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clean.kube.delete("v1", "ConfigMap", CAPACITY_CONFIGMAP, TEAM)
+    code, out, _ = konduktor(clean, capsys, "queue", "-n", TEAM, "-o", "json")
+    assert code == 0 and json.loads(out)["capacityPublished"] is False
+    assert installer_main(["publish-capacity", "--kubeconfig", str(clean.kubeconfig)]) == 0
+    published = "published ConfigMap konduktor-capacity in 2 team namespaces: 4 GPU nodes, 2 queue rows"
+    assert published in capsys.readouterr().err
+    code, out, _ = konduktor(clean, capsys, "queue", "-n", TEAM, "-o", "json")
+    view = json.loads(out)
+    assert view["capacityPublished"] is True and view["queues"][0]["quota"][0]["nominal"] == 20
+
+
+def test_the_member_cannot_read_another_teams_jobs(clean: Sim, capsys: pytest.CaptureFixture[str]) -> None:
+    running(clean, "team-b", "b-secret", 1)
+    code, out, err = konduktor(clean, capsys, "why", "b-secret", "-n", "team-b", "-o", "json")
+    assert code == ExitCode.BAD_INPUT and out == "" and "may not read the queues of namespace team-b" in err
+    code, _, err = konduktor(clean, capsys, "queue", "-n", "team-b")
+    assert code == ExitCode.BAD_INPUT
+    # The member reads the capacity published in the team's namespace, not another team's copy, nor any Node,
+    # ClusterQueue or other team's pod.
+    publish_capacity(clean.kube, "now")
+    member = Kube(clean.kubeconfig, impersonate=Identity("alice", TEAM))
+    try:
+        assert member.get("v1", "ConfigMap", CAPACITY_CONFIGMAP, TEAM) is not None
+        for attempt in (
+            lambda: member.get("v1", "ConfigMap", CAPACITY_CONFIGMAP, "team-b"),
+            lambda: member.list("v1", "Node"),
+            lambda: member.list(KUEUE_API, "ClusterQueue"),
+            lambda: member.list("v1", "Pod", "team-b"),
+        ):
+            with pytest.raises(ApiError) as refused:
+                attempt()
+            assert refused.value.status == 403
+    finally:
+        member.close()
+
+
+def test_submit_fills_in_queue_and_priority_and_prints_the_next_step(
+    clean: Sim, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    manifest = tmp_path / "job.yaml"
+    job = gpu_job("a-submitted", TEAM, gpus=1, queue=None)
+    del job["metadata"]["namespace"]
+    manifest.write_text(yaml.safe_dump(job))
+    publish_capacity(clean.kube, "now")
+    code, out, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM, "--priority", "urgent", "--dry-run")
+    assert code == 0 and "created nothing" in err and clean.kube.get("batch/v1", "Job", "a-submitted", TEAM) is None
+    code, out, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM, "--priority", "urgent")
+    assert code == 0 and out == f"konduktor why a-submitted -n {TEAM}\n", err
+    labels = clean.kube.get("batch/v1", "Job", "a-submitted", TEAM)["metadata"]["labels"]  # type: ignore[index]
+    assert labels["kueue.x-k8s.io/queue-name"] == "default" and labels["kueue.x-k8s.io/priority-class"] == "urgent"
+
+
+@pytest.mark.parametrize("example", ["single-node", "multi-node", "opportunistic"])
+def test_each_example_job_is_submitted_admitted_and_completes(
+    clean: Sim, capsys: pytest.CaptureFixture[str], example: str
+) -> None:
+    manifest = product_dir("examples") / "jobs" / f"{example}.yaml"
+    name = yaml.safe_load(manifest.read_text())["metadata"]["name"]
+    publish_capacity(clean.kube, "now")
+    code, out, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM)
+    assert code == 0 and out == f"konduktor why {name} -n {TEAM}\n", err
+    wait_until(f"{name} to complete", lambda: job_state(clean.kube, TEAM, name) == "complete", timeout=90)
+    code, verdict = why(clean, capsys, name)
+    assert code == ExitCode.FINISHED and verdict["state"] == "finished"
+
+
+def test_a_job_on_borrowed_gpus_is_told_it_is_preempted_first(clean: Sim, capsys: pytest.CaptureFixture[str]) -> None:
+    running(clean, TEAM, "a-own-1", 10)
+    running(clean, TEAM, "a-own-2", 10)
+    opportunistic = gpu_job("a-borrowing", TEAM, gpus=10, run_for=LONG, priority="opportunistic")
+    create_as_member(clean, opportunistic)
+    wait_until(
+        "a-borrowing to be admitted", lambda: is_true(workload_of(clean.kube, TEAM, "a-borrowing"), "Admitted"), 60
+    )
+    counted(clean, TEAM, 30)
+    code, verdict = why(clean, capsys, "a-borrowing")
+    assert code == ExitCode.OK and verdict["state"] == "admitted", verdict
+    borrowing = next(r["message"] for r in verdict["reasons"] if r["kind"] == "borrowing")
+    assert "borrows 10 GPUs of h100 beyond its quota" in borrowing
