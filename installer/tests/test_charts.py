@@ -71,7 +71,9 @@ def test_minimal_shape_needs_no_crds() -> None:
     assert not {o["kind"] for o in objects} & {"ServiceMonitor", "PrometheusRule"}
     # Without the teams' policies only the controller's confinement is left (a built-in API, no CRD).
     policies = {o["metadata"]["name"] for o in objects if o["kind"] == "ValidatingAdmissionPolicy"}
-    assert policies == {f"konduktor-konduktor-core-health-{name}" for name in ("node-writes", "jobs", "objects", "workloads")}
+    assert policies == {
+        f"konduktor-konduktor-core-health-{name}" for name in ("node-writes", "jobs", "objects", "workloads")
+    }
 
 
 def test_dashboards_rules_and_policies_come_from_their_sources() -> None:

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +28,7 @@ from test_health_cluster import (
 from konduktor.cli.cluster_quotas import sync_quotas
 from konduktor.config.load import load_config
 from konduktor.controller.loop import HealthController
+from konduktor.controller.settings import AffectedWorkSettings
 from konduktor.kube.client import Kube
 from konduktor.quotas.render import KUEUE_API
 from konduktor.sim.workloads import gpu_job, is_true, workload_of
@@ -219,3 +223,46 @@ def test_an_opted_out_workload_is_never_evicted_only_told(kube: Kube, loki: tupl
     assert running_on(kube) == placed and workload(kube)["spec"].get("active", True)
     (event,) = ours(kube, JOB)
     assert "not requeued because" in event["message"]
+
+
+def triage(sim: Sim, *args: str) -> subprocess.CompletedProcess[str]:
+    """`konduktor-install triage` as a new process."""
+    return subprocess.run(
+        [sys.executable, "-c", "from konduktor.cli.main import run; run()", "triage", *args,
+         "--kubeconfig", str(sim.kubeconfig)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_triage_names_the_node_with_the_fault_and_the_evidence(sim: Sim, kube: Kube, loki: tuple[LokiApi, str]) -> None:
+    api, url = loki
+    placed = start_job(kube)
+    faulty, healthy = sorted(placed.values())
+    clean = triage(sim, JOB, "-n", TEAM, "-o", "json")
+    assert clean.returncode == 1, clean.stderr  # no fault yet: nothing to blame
+    assert json.loads(clean.stdout)["culprits"] == []
+
+    xid_on(api, faulty, XID_79)
+    xid_on(api, healthy, XID_13)  # the job's own fault on the other node: context, not blame
+    none = AffectedWorkSettings(unusable="none")
+    controller(kube, settings(loki=loki_settings(url), affected_work=none)).reconcile_once()
+    found = triage(sim, JOB, "-n", TEAM, "-o", "json")
+    assert found.returncode == 0, found.stderr
+    report = json.loads(found.stdout)
+    assert report["culprits"] == [faulty]
+    nodes = {n["node"]: n for n in report["nodes"]}
+    assert set(nodes) == {faulty, healthy}
+    assert {s["source"] for s in nodes[faulty]["evidence"]} == {"quarantine", "condition", "event"}
+    assert any("GPU has fallen off the bus" in s["message"] for s in nodes[faulty]["evidence"])
+    assert [(s["reason"], s["fault"]) for s in nodes[healthy]["evidence"]] == [("Xid13", False)]
+    assert nodes[faulty]["pods"] == [p for p, n in placed.items() if n == faulty]
+
+    table = triage(sim, JOB, "-n", TEAM)
+    assert table.returncode == 0 and "CULPRIT" in table.stdout, table.stdout
+
+
+def test_triage_of_a_missing_job_is_bad_input(sim: Sim, kube: Kube) -> None:
+    missing = triage(sim, "no-such-job", "-n", TEAM)
+    assert missing.returncode == 2
+    assert "no Job no-such-job in namespace team-a" in missing.stderr
+    assert "Traceback" not in missing.stderr
