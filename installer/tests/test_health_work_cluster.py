@@ -13,11 +13,12 @@ import pytest
 from conftest import EXAMPLE, Sim
 from loki_api import LokiApi
 from test_health_cluster import (
-    NAMESPACE,
     XID_13,
     XID_79,
     controller,
+    controller_namespace,
     health_taints,
+    leave_cluster,
     loki_settings,
     node,
     reset_cluster,
@@ -43,17 +44,13 @@ JOB = "fault-train"
 
 @pytest.fixture(scope="module")
 def kube(sim: Sim) -> Iterator[Kube]:
-    sim.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    sim.kube.apply(
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "konduktor-burnin", "namespace": NAMESPACE}}
-    )
+    controller_namespace(sim.kube)
     sync_quotas(sim.kube, load_config(EXAMPLE).config, prune=False, dry_run=False)
     wait_until(
         "team-a's ClusterQueue to be active", lambda: is_true(sim.kube.get(KUEUE_API, "ClusterQueue", TEAM), "Active")
     )
     yield sim.kube
-    reset_cluster(sim.kube)
-    sim.kube.delete("v1", "Namespace", NAMESPACE)
+    leave_cluster(sim.kube)
 
 
 @pytest.fixture(autouse=True)
@@ -66,15 +63,6 @@ def clean(kube: Kube) -> Iterator[None]:
     reset_cluster(kube)
     for event in ours(kube):
         kube.delete("v1", "Event", event["metadata"]["name"], TEAM)
-
-
-@pytest.fixture()
-def loki() -> Iterator[tuple[LokiApi, str]]:
-    api = LokiApi()
-    server = api.serve()
-    yield api, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
 
 
 HEALTH_OPT_OUT = settings().opt_out_label

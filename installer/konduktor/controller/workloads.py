@@ -16,7 +16,7 @@ from typing import Any
 
 from konduktor.controller.affected import AffectedWorkload, ObjectRef, RequeuingWorkload
 from konduktor.controller.decide import DeactivateWorkload, ReactivateWorkload, TellOwner
-from konduktor.controller.node_writes import timestamp
+from konduktor.controller.node_writes import object_event
 from konduktor.kube.client import ApiError, Kube
 from konduktor.vocabulary import REQUEUE_LABEL, REQUEUE_REASON
 
@@ -85,23 +85,12 @@ def tell_owner(kube: Kube, action: TellOwner, component: str, instance: str, now
 
 
 def owner_event(action: TellOwner, obj: ObjectRef, component: str, instance: str, now: float) -> dict[str, Any]:
-    stamp = timestamp(now)
     involved = {"apiVersion": obj.api_version, "kind": obj.kind, "name": obj.name, "namespace": action.namespace}
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{obj.name}.{time.time_ns():x}", "namespace": action.namespace},
-        "involvedObject": {**involved, **({"uid": obj.uid} if obj.uid else {})},
-        "reason": action.reason,
-        "message": action.message,
-        "type": action.event_type,
-        "source": {"component": component},
-        "reportingComponent": component,
-        "reportingInstance": instance,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
+    if obj.uid:
+        involved["uid"] = obj.uid
+    return object_event(
+        involved, action.namespace, action.event_type, action.reason, action.message, component, instance, now
+    )
 
 
 def _workload_of(kube: Kube, pod: dict[str, Any], candidates: list[dict[str, Any]]) -> dict[str, Any] | None:
