@@ -81,9 +81,9 @@ def reclaim_figures(rounds: int) -> None:
     os.environ["KONDUKTOR_STATE"] = tempfile.mkdtemp(prefix="konduktor-bench-")
     from pathlib import Path
 
-    from konduktor.cli.cluster_quotas import sync_quotas
     from konduktor.config.load import load_config
     from konduktor.kube.client import Kube
+    from konduktor.quotas.sync import sync_quotas
     from konduktor.sim.cluster import SimCluster
     from konduktor.sim.pools import spec_from
     from konduktor.sim.workloads import admitted_gpus, gpu_job

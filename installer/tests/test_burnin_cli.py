@@ -19,14 +19,11 @@ from typing import Any
 
 import pytest
 from conftest import EXAMPLE, Sim
+from ruamel.yaml import YAML
 from sim_fixture import installer_events, release_nodes
 
 from konduktor.burnin.manifests import RUN_LABEL, node_job_name, scripts_configmap_name, taint_tolerations
-from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, Verdict
-from konduktor.burnin.tiers import options_for_tier
-from konduktor.burnin.verdict import NodeEvidence, judge_node
-from konduktor.cli.burnin import BurnInRunner, parse_timeout, quarantine_failed
-from konduktor.cli.burnin_run import (
+from konduktor.burnin.plan import (
     JOB_CHECK,
     JobPhase,
     JobState,
@@ -37,18 +34,29 @@ from konduktor.cli.burnin_run import (
     job_state,
     no_gpu_verdict,
     pod_problem,
-    quarantine_plan,
     select_targets,
     unschedulable_for,
 )
+from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, Verdict
+from konduktor.burnin.runner import BurnInRunner
+from konduktor.burnin.tiers import options_for_tier
+from konduktor.burnin.verdict import NodeEvidence, judge_node
+from konduktor.cli.burnin import parse_timeout
 from konduktor.cli.main import main
 from konduktor.config.load import load_config
 from konduktor.controller.decide import CONDITION_TYPE, RecordEvent, SetCondition, Taint, UpdateNode
 from konduktor.controller.node_writes import node_patch
+from konduktor.controller.quarantine import quarantine_failed, quarantine_plan
 from konduktor.errors import UsageError
 from konduktor.kube.client import Kube
 from konduktor.sim.gpus import FAULTS_ANNOTATION, LOGS_ANNOTATION
-from konduktor.vocabulary import HEALTH_TAINT_KEY, QUARANTINE_REASON, QUARANTINED_AT, REQUALIFICATION_RESULT
+from konduktor.vocabulary import (
+    BURNIN_TIER_ANNOTATION,
+    HEALTH_TAINT_KEY,
+    QUARANTINE_REASON,
+    QUARANTINED_AT,
+    REQUALIFICATION_RESULT,
+)
 from konduktor.waiting import wait_until
 
 DATA = Path(__file__).parent / "data" / "burnin"
@@ -523,8 +531,12 @@ def test_quarantine_taints_a_fail_node_exactly_once(cluster: Sim) -> None:
     kube = cluster.kube
     try:
         verdicts = [failing_verdict(NODES[1]), passing_verdict(NODES[0])]
-        quarantine_failed(kube, verdicts)
-        quarantine_failed(kube, verdicts)  # a second FAIL is a failed re-test of a quarantined node: no new taint
+        said: list[str] = []
+        quarantine_failed(kube, verdicts, said.append)
+        # A second FAIL is a failed re-test of a quarantined node: no new taint.
+        quarantine_failed(kube, verdicts, said.append)
+        tainted = f"quarantine: {NODES[1]}: tainted {HEALTH_TAINT_KEY}=unhealthy:NoSchedule"
+        assert [line for line in said if "tainted" in line] == [tainted]
         failed = kube.get("v1", "Node", NODES[1])
         assert failed is not None
         ours = [t for t in failed["spec"]["taints"] if t["key"] == HEALTH_TAINT_KEY]
@@ -550,6 +562,22 @@ def test_dry_run_prints_the_objects_and_creates_nothing(capsys: pytest.CaptureFi
     kinds = [line for line in out.splitlines() if line.startswith("kind: ")]
     assert kinds == ["kind: ConfigMap"] + ["kind: Job"] * 4
     assert not run_jobs(cluster.kube, "test-dry")
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize(
+    ("args", "tier"),
+    [((str(EXAMPLE),), "quick"), ((str(EXAMPLE), "--level", "full"), "full"), (("--nodes", NODES[0]), "standard")],
+    ids=["the-configs-level", "the-flag-wins", "no-config"],
+)
+def test_the_level_defaults_to_the_configs(
+    capsys: pytest.CaptureFixture[str], cluster: Sim, args: tuple[str, ...], tier: str
+) -> None:
+    """examples/config.yaml says `burnin.level: quick`: a burn-in of its nodes runs that level unless told."""
+    code, out, _ = burnin(capsys, cluster, *args, "--run-id", "test-level", "--dry-run")
+    assert code == 0
+    jobs = [o for o in YAML(typ="safe").load_all(out) if o and o["kind"] == "Job"]
+    assert jobs and {job["metadata"]["annotations"][BURNIN_TIER_ANNOTATION] for job in jobs} == {tier}
 
 
 @pytest.mark.sim

@@ -22,7 +22,7 @@ import testinfra
 from conftest import EXAMPLE, Sim
 from ruamel.yaml import YAML
 
-from konduktor.cli.burnin_run import JobPhase, JobState
+from konduktor.burnin.plan import JobPhase, JobState
 from konduktor.cli.main import main
 from konduktor.cli.preflight import expectations_for, host_checks, open_host, pinned_versions, ssh_inventory
 from konduktor.cli.preflight_pods import node_result, pod_checks

@@ -13,13 +13,13 @@ import pytest
 from conftest import EXAMPLE, Sim
 from ruamel.yaml import YAML
 
-from konduktor.cli.cluster_quotas import DRAIN_MANAGER, confirm_removed, stop_policy, sync_quotas
 from konduktor.cli.main import main
 from konduktor.config.load import load_config, parse_config
 from konduktor.errors import ExitCode, PartialApply
 from konduktor.kube.client import Kube
 from konduktor.quotas.render import KUEUE_API, render
-from konduktor.sim.workloads import admitted_gpus, gpu_job, is_true, was_evicted, workload_of
+from konduktor.quotas.sync import DRAIN_MANAGER, confirm_removed, stop_policy, sync_quotas
+from konduktor.sim.workloads import admitted_gpus, condition, gpu_job, is_true, was_evicted, workload_of
 from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim
@@ -62,21 +62,38 @@ def admitted(kube: Kube, namespace: str, names: list[str]) -> int:
     return sum(is_true(workload_of(kube, namespace, n), "Admitted") for n in names)
 
 
+def refusal(workload: dict[str, Any] | None) -> str | None:
+    """Why Kueue's scheduler did not admit a Workload it tried (QuotaReserved False, reason Pending); None until it
+    has said so."""
+    reserved = condition(workload, "QuotaReserved") or {}
+    return (
+        reserved.get("message", "")
+        if (reserved.get("status"), reserved.get("reason")) == ("False", "Pending")
+        else None
+    )
+
+
 def test_greedy_team_cannot_take_what_the_other_team_uses(teams: Kube) -> None:
     kube = teams
     b_jobs = submit(kube, "team-b", 4, 5, "b-run")
     wait_until("team-b's 20 GPUs to be admitted", lambda: admitted(kube, "team-b", b_jobs) == 4)
     submit(kube, "team-a", 6, 5, "a-greedy")  # asks for 30 GPUs
     wait_until("team-a to reach its quota", lambda: admitted_gpus(kube, "team-a") == 20)
-    # Watch for a while: A stays at its quota (B lends nothing: it uses all 20) and B is never evicted.
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        assert admitted_gpus(kube, "team-a") <= 20
-        assert admitted_gpus(kube, "team-b") == 20
-        time.sleep(1)
-    assert not [w for w in kube.list(KUEUE_API, "Workload", "team-b") if was_evicted(w)]
-    pending = [w for w in kube.list(KUEUE_API, "Workload", "team-a") if not is_true(w, "Admitted")]
+
+    def refused() -> list[str]:
+        workloads = kube.list(KUEUE_API, "Workload", "team-a")
+        return [m for m in map(refusal, workloads) if m is not None]
+
+    # Kueue's verdict when it tries A's next job (it parks the other one behind it without a word): no quota left
+    # (B lends nothing: it uses all 20), and no preemption of B's work to make room.
+    wait_until("Kueue to refuse team-a's next job", refused)
+    for message in refused():
+        assert "insufficient unused quota for nvidia.com/gpu" in message and "preemption" not in message
+    pending = [w for w in kube.list(KUEUE_API, "Workload", "team-a") if not is_true(w, "QuotaReserved")]
     assert len(pending) == 2
+    assert admitted_gpus(kube, "team-a") == 20
+    assert admitted_gpus(kube, "team-b") == 20
+    assert not [w for w in kube.list(KUEUE_API, "Workload", "team-b") if was_evicted(w)]
 
 
 def test_idle_gpus_are_borrowed_and_reclaimed(teams: Kube) -> None:
@@ -107,11 +124,11 @@ def test_an_eight_gpu_pod_waits_for_a_whole_node(teams: Kube) -> None:
     wait_until("3 GPUs held on every node", lambda: admitted(kube, "team-a", holders) == 4)
 
     kube.create(gpu_job("big", "team-b", gpus=8, run_for=LONG))
-    wait_until("the 8-GPU Workload to exist", lambda: workload_of(kube, "team-b", "big") is not None)
-    time.sleep(10)
+    wait_until("Kueue to refuse the 8-GPU job", lambda: refusal(workload_of(kube, "team-b", "big")) is not None)
     workload = workload_of(kube, "team-b", "big")
+    # Not for want of quota: no node has 8 free GPUs ("excluded: resource nvidia.com/gpu: 4").
+    assert "doesn't allow to fit any of 1 pod(s)" in (refusal(workload) or "")
     assert not is_true(workload, "Admitted")
-    assert not is_true(workload, "QuotaReserved")
 
     kube.delete("batch/v1", "Job", holders[2], "team-a")
     wait_until("the 8-GPU job to be admitted", lambda: is_true(workload_of(kube, "team-b", "big"), "Admitted"), 90)

@@ -13,13 +13,13 @@ import pytest
 from conftest import EXAMPLE, Sim
 from ruamel.yaml import YAML
 
-from konduktor.cli.cluster_quotas import sync_quotas
 from konduktor.cli.main import main
 from konduktor.config.load import load_config
 from konduktor.errors import ExitCode
 from konduktor.kube.client import Kube
 from konduktor.kube.sync import ADOPTED_ANNOTATION
 from konduktor.quotas.render import KUEUE_API
+from konduktor.quotas.sync import sync_quotas
 from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLE, Sim
 
-from konduktor.cli.cluster_quotas import sync_quotas
 from konduktor.config.load import load_config
 from konduktor.kube.client import Kube
 from konduktor.quotas.render import BATCH_USER_ROLE, RBAC_API, role_bindings
+from konduktor.quotas.sync import sync_quotas
 from konduktor.sim.kueue import user_roles
 from konduktor.tools.pinned import Toolbox, module_dir
 from konduktor.waiting import wait_until

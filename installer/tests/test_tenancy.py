@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from conftest import EXAMPLE, Sim
 
-from konduktor.cli.cluster_quotas import sync_quotas
 from konduktor.config.load import load_config
 from konduktor.kube.client import MERGE_PATCH, ApiError, Identity, Kube
 from konduktor.quotas.render import KUEUE_API
+from konduktor.quotas.sync import sync_quotas
 from konduktor.sim.workloads import RESTRICTED_CONTAINER, RESTRICTED_POD, condition, gpu_job, is_true, workload_of
 from konduktor.waiting import wait_until
 

@@ -46,6 +46,11 @@ DETAIL = " · "
 DETAIL_EVERY = 30.0  # seconds between two printed updates of one step without a terminal
 
 
+def say(message: str) -> None:
+    """One line to stderr, as written (no markup)."""
+    err.print(message, markup=False)
+
+
 @contextmanager
 def progress(label: str) -> Iterator[Callable[[str], None]]:
     """A reporter for long work: updates the spinner on a terminal; else prints each step, and a step's live

@@ -76,11 +76,10 @@ def run_controller(
     """Watch GPU nodes, quarantine faulty ones, requalify them by burn-in."""
     settings = load_settings(config) if config else HealthSettings()
     logs.configure()
-    kube = Kube(kubeconfig, context)
-    # The pod name in a cluster (set by the chart), so that the Lease names the replica an operator can find.
-    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
-    controller = HealthController(kube, settings, identity=identity, lease_namespace=lease_namespace)
-    try:
+    with Kube(kubeconfig, context) as kube:
+        # The pod name in a cluster (set by the chart), so that the Lease names the replica an operator can find.
+        identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+        controller = HealthController(kube, settings, identity=identity, lease_namespace=lease_namespace)
         if once:
             sys.stdout.write(json.dumps(summary(controller.reconcile_once())) + "\n")
             return
@@ -94,8 +93,6 @@ def run_controller(
             controller.run(stop)
         finally:
             server.stop()
-    finally:
-        kube.close()
 
 
 def summary(plan: Plan) -> dict[str, object]:

@@ -93,15 +93,11 @@ def preflight(
     loaded = load_checked(config)
     hosts = [name.strip() for item in ssh or [] for name in item.split(",") if name.strip()]
     inventory = ssh_inventory(loaded, hosts, ssh_user, ssh_key)
-    kube = connect(kubeconfig)
-    try:
-        with progress("preflight") as report:
-            report("reading the cluster")
-            facts = read_cluster(kube)
-            checks = cluster_checks(loaded, facts, (NAMESPACE, RELEASE))
-            checks += node_checks(kube, loaded, facts, inventory, local, report)
-    finally:
-        kube.close()
+    with connect(kubeconfig) as kube, progress("preflight") as report:
+        report("reading the cluster")
+        facts = read_cluster(kube)
+        checks = cluster_checks(loaded, facts, (NAMESPACE, RELEASE))
+        checks += node_checks(kube, loaded, facts, inventory, local, report)
     result = PreflightReport(tuple(checks))
     render = {"json": render_json, "yaml": render_yaml, "table": render_table}[output]
     sys.stdout.write(render(result))

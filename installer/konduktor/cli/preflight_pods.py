@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from konduktor.burnin.jobs import pods_by_job, read_log, wait_for_jobs
 from konduktor.burnin.manifests import make_run_id
-from konduktor.cli.burnin_run import JobPhase, JobState, job_state, pod_problem
-from konduktor.cli.jobs import pods_by_job, read_log, wait_for_jobs
+from konduktor.burnin.plan import JobPhase, JobState, job_state, pod_problem
 from konduktor.config.model import Config, NodeCheckPods
 from konduktor.kube.client import ApiError, Kube
 from konduktor.preflight.cluster import ClusterFacts, Permission

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,21 +23,11 @@ from konduktor.burnin.manifests import make_run_id
 from konduktor.burnin.results import BurnInReport, NodeVerdict, Verdict
 from konduktor.burnin.tiers import Tier, options_for_tier
 from konduktor.cli.burnin import burn_in
-from konduktor.cli.cluster_quotas import (
-    DRAIN_TIMEOUT,
-    NO_TAKEOVER,
-    QUOTA_KINDS,
-    AdoptOption,
-    DrainOption,
-    DrainTimeoutOption,
-    Takeover,
-    pending_code,
-    sync_quotas,
-)
-from konduktor.cli.console import OutputFormat, err, print_rows, progress
+from konduktor.cli.cluster_quotas import AdoptOption, DrainOption, DrainTimeoutOption
+from konduktor.cli.console import OutputFormat, err, print_rows, progress, say
 from konduktor.cli.preflight import cluster_checks, node_checks, read_cluster, require_reachable
 from konduktor.cli.quotas import ConfigArgument, load_checked
-from konduktor.cli.target import KubeconfigOption, connect, explicit_kubeconfig
+from konduktor.cli.target import KubeconfigOption, Target, resolve_target, running_target
 from konduktor.config.load import LoadedConfig
 from konduktor.config.model import Config
 from konduktor.errors import ExitCode, KonduktorError, PartialApply, PreflightFailed, UsageError
@@ -54,14 +45,26 @@ from konduktor.helm.values import merge_values, umbrella_values
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.documents import load_documents
 from konduktor.kube.policy_audit import Violation, audit_workloads
-from konduktor.kube.sync import WRITES, Change, Ref, adoption_of, refuse_if_any
+from konduktor.kube.sync import WRITES, Change, refuse_if_any
 from konduktor.preflight.inventory import SshHosts, config_inventory
 from konduktor.preflight.results import Status
-from konduktor.quotas.render import KUEUE_API, MANAGED_BY, MANAGED_BY_LABEL
+from konduktor.quotas.render import KUEUE_API
+from konduktor.quotas.sync import (
+    DRAIN_TIMEOUT,
+    NO_TAKEOVER,
+    Removal,
+    Takeover,
+    kueue_served,
+    pending_code,
+    plan_quotas,
+    purge_namespaces,
+    remove_quota_objects,
+    sync_quotas,
+    wait_queues_active,
+)
 from konduktor.quotas.usage import team_usage
-from konduktor.sim.cluster import DEFAULT_NAME, SimCluster
-from konduktor.sim.pools import spec_from
-from konduktor.tools.pinned import Toolbox
+from konduktor.sim.cluster import DEFAULT_NAME, Progress, SimCluster
+from konduktor.sim.pools import spec_of
 from konduktor.vocabulary import BURNIN_NAMESPACE
 from konduktor.waiting import wait_until
 
@@ -78,10 +81,28 @@ SKIPPED_ON_SIM = {
 }
 
 
+Confirm = Callable[[str], None]  # asks the user a yes/no question; returns on yes
+
+
+@dataclass(frozen=True)
+class UpRequest:
+    """What `up` is asked to do: the config, the cluster (a kubeconfig, else the simulated cluster `sim`), extra
+    chart values, whether to install despite failed preflight checks or only plan, and what its quota sync may
+    take over."""
+
+    config: Path
+    kubeconfig: Path | None = None
+    sim: str = DEFAULT_NAME
+    values: dict[str, Any] = field(default_factory=dict)
+    force: bool = False
+    dry_run: bool = False
+    takeover: Takeover = NO_TAKEOVER
+
+
 class StepClock:
     """How long each step of `up` took, for its report and the benchmark."""
 
-    def __init__(self, report: Any) -> None:
+    def __init__(self, report: Progress) -> None:
         self.report = report
         self.steps: list[tuple[str, float]] = []
         self._started = time.monotonic()
@@ -101,8 +122,7 @@ class StepClock:
 @dataclass
 class UpReport:
     config: Config
-    target: Path
-    simulated: bool
+    target: Target
     chart: Path
     release: Release | None
     changes: list[Change]
@@ -111,30 +131,22 @@ class UpReport:
     burnin: BurnInReport | None = None
 
 
-def target_cluster(config_path: Path, kubeconfig: Path | None, sim_name: str, report: Any) -> tuple[Path, bool]:
-    """The kubeconfig to use and whether it is the simulated cluster (started or reshaped from the config)."""
-    explicit = explicit_kubeconfig(kubeconfig)
-    if explicit is not None:
-        return explicit, False
-    sim = SimCluster(sim_name, progress=report)
-    sim.up(spec_from(config_path, None, job_seconds=5.0))
-    return sim.kubeconfig, True
+def start_simulated(target: Target, config: Config, report: Progress) -> None:
+    """The simulated cluster, started or reshaped from the config; a given cluster is used as it is."""
+    if target.sim is not None:
+        SimCluster(target.sim, progress=report).up(spec_of(config, job_seconds=5.0))
 
 
 def preflight_passes(
-    kubeconfig: Path, loaded: LoadedConfig, inventory: SshHosts | None, force: bool, report: Any
+    kube: Kube, loaded: LoadedConfig, inventory: SshHosts | None, force: bool, report: Progress
 ) -> None:
     """The same checks as `konduktor-install preflight`: the cluster's, then the GPU hosts' when the config has
     `preflight.nodes` (over SSH, or from a pod on each GPU node). A FAIL stops `up` before anything else
     changes (the pods' Jobs are all it writes)."""
-    kube = Kube(kubeconfig)
-    try:
-        facts = read_cluster(kube)
-        require_reachable(facts)
-        checks = cluster_checks(loaded, facts, (NAMESPACE, RELEASE))
-        checks += node_checks(kube, loaded, facts, inventory, False, report)
-    finally:
-        kube.close()
+    facts = read_cluster(kube)
+    require_reachable(facts)
+    checks = cluster_checks(loaded, facts, (NAMESPACE, RELEASE))
+    checks += node_checks(kube, loaded, facts, inventory, False, report)
     failed = [c for c in checks if c.status is Status.FAIL]
     for check in failed:
         err.print(f"preflight FAIL {check.name} ({check.subject}): {check.summary}", markup=False)
@@ -167,24 +179,9 @@ def chart_for(simulated: bool, config: Config, extra: dict[str, Any]) -> tuple[P
     return umbrella, merge_values(extra, umbrella_values(config, effective))
 
 
-def verify(kube: Kube, config: Config, report: Any) -> None:
-    teams = sorted(config.teams)
-    report(f"verify: waiting for {len(teams)} ClusterQueues to be active")
-
-    def active(team: str) -> bool:
-        queue = kube.get(KUEUE_API, "ClusterQueue", team) or {}
-        conditions = queue.get("status", {}).get("conditions", [])
-        return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
-
-    wait_until(
-        "every team's ClusterQueue to be active",
-        lambda: all(active(t) for t in teams),
-        timeout=120,
-        on_timeout=lambda: PartialApply(
-            f"not active: {', '.join(t for t in teams if not active(t))}",
-            hint="`kubectl get clusterqueue -o yaml` shows Kueue's reason (e.g. FlavorNotFound)",
-        ),
-    )
+def verify(kube: Kube, config: Config, report: Progress) -> None:
+    report(f"verify: waiting for {len(config.teams)} ClusterQueues to be active")
+    wait_queues_active(kube, config)
     report("verify: waiting for the health controller")
 
     def controller_ready() -> bool:
@@ -217,91 +214,70 @@ def verify(kube: Kube, config: Config, report: Any) -> None:
     wait_until("the admission policies to be in force", admitted, timeout=60)
 
 
-def run_up(
-    config_path: Path,
-    kubeconfig: Path | None,
-    sim_name: str,
-    extra: dict[str, Any],
-    *,
-    force: bool = False,
-    dry_run: bool = False,
-    confirm: Any = None,
-    report: Any = lambda _m: None,
-    takeover: Takeover = NO_TAKEOVER,
-) -> UpReport:
-    """Everything `up` does; with `dry_run` it stops after preflight and plans the quota changes."""
-    loaded = load_checked(config_path)  # nothing below runs unless the whole config validates
+def run_up(request: UpRequest, *, confirm: Confirm | None = None, report: Progress = lambda _m: None) -> UpReport:
+    """Everything `up` does; with `request.dry_run` it stops after preflight and plans the quota changes."""
+    loaded = load_checked(request.config)  # nothing below runs unless the whole config validates
+    config = loaded.config
     inventory = config_inventory(loaded)  # and its SSH key, if any, is there
     clock = StepClock(report)
-    clock.step("cluster", "simulated" if explicit_kubeconfig(kubeconfig) is None else "given")
-    target, simulated = target_cluster(config_path, kubeconfig, sim_name, report)
-    clock.step("preflight", "checking the cluster" + (" and the GPU hosts" if loaded.config.preflight.nodes else ""))
-    preflight_passes(target, loaded, inventory, force, report)
-    chart, chart_values = chart_for(simulated, loaded.config, extra)
-    kube = Kube(target)
-    try:
+    target = resolve_target(request.kubeconfig, request.sim)
+    clock.step("cluster", "simulated" if target.simulated else "given")
+    start_simulated(target, config, report)
+    with Kube(target.kubeconfig) as kube:
+        clock.step("preflight", "checking the cluster" + (" and the GPU hosts" if config.preflight.nodes else ""))
+        preflight_passes(kube, loaded, inventory, request.force, report)
+        chart, chart_values = chart_for(target.simulated, config, request.values)
         # The quota plan before anything changes: an object someone else owns, or a removed team with work,
         # stops `up` here, with nothing installed.
-        served = kueue_served(kube)
-        planned = sync_quotas(kube, loaded.config, prune=True, dry_run=True, takeover=takeover) if served else []
-    finally:
-        kube.close()
-    if dry_run:
-        clock.finish()
-        return UpReport(loaded.config, target, simulated, chart, None, planned, [], clock.steps)
-    refuse_if_any(planned)
-    if confirm is not None and not simulated:
-        client = Kube(target)  # only for the server's address: the question must name the cluster
-        client.close()
-        confirm(f"install {chart.name} into the cluster at {client.server}?")
-    clock.step("install", f"helm upgrade --install {RELEASE} {chart.name} in {NAMESPACE}")
-    # A real cluster may use a fitting helm on this machine; the simulated one runs the pinned build.
-    release = install_release(target, chart, chart_values, Toolbox(progress=report, host=not simulated))
-    kube = Kube(target)
-    try:
-        clock.step("quotas", "applying")
-        changes = sync_quotas(kube, loaded.config, prune=True, dry_run=False, takeover=takeover)
-        clock.step("verify", "queues active, health controller available")
-        verify(kube, loaded.config, report)
-        clock.step("policies", "checking existing workloads")
-        violations = audit_workloads(kube)
-        burnin = None
-        if loaded.config.burnin.level != "none":
-            clock.step("burnin", f"{loaded.config.burnin.level} on the GPU nodes")
-            burnin, _ = burn_in(
-                kube,
-                loaded.config,
-                (),
-                options_for_tier(Tier(loaded.config.burnin.level)),
-                BURNIN_NAMESPACE,
-                make_run_id(datetime.now(UTC)),
-                None,
-                loaded.config.burnin.quarantine,
-                loaded.config.burnin.unschedulable_seconds,
-            )
-        clock.finish()
-    except KonduktorError as problem:
-        if isinstance(problem, PartialApply):
-            raise
-        raise PartialApply(
-            f"installed {chart.name} (revision {release.revision}) but could not finish: {problem.message}",
-            hint=problem.hint or "fix the cause and run the same command again",
-            detail=problem.detail,
-        ) from problem
-    finally:
-        kube.close()
-    return UpReport(loaded.config, target, simulated, chart, release, changes, violations, clock.steps, burnin)
+        planned = plan_quotas(kube, config, request.takeover)
+        if request.dry_run:
+            clock.finish()
+            return UpReport(config, target, chart, None, planned, [], clock.steps)
+        refuse_if_any(planned)
+        if confirm is not None and not target.simulated:
+            confirm(f"install {chart.name} into the cluster at {kube.server}?")  # the question names the cluster
+        clock.step("install", f"helm upgrade --install {RELEASE} {chart.name} in {NAMESPACE}")
+        release = install_release(kube, target, chart, chart_values, report)
+        try:
+            clock.step("quotas", "applying")
+            changes = sync_quotas(kube, config, prune=True, dry_run=False, takeover=request.takeover, say=say)
+            clock.step("verify", "queues active, health controller available")
+            verify(kube, config, report)
+            clock.step("policies", "checking existing workloads")
+            violations = audit_workloads(kube)
+            burnin = None
+            if config.burnin.level != "none":
+                clock.step("burnin", f"{config.burnin.level} on the GPU nodes")
+                burnin, _ = burn_in(
+                    kube,
+                    config,
+                    (),
+                    options_for_tier(Tier(config.burnin.level)),
+                    BURNIN_NAMESPACE,
+                    make_run_id(datetime.now(UTC)),
+                    None,
+                    config.burnin.quarantine,
+                    config.burnin.unschedulable_seconds,
+                )
+            clock.finish()
+        except KonduktorError as problem:
+            if isinstance(problem, PartialApply):
+                raise
+            raise PartialApply(
+                f"installed {chart.name} (revision {release.revision}) but could not finish: {problem.message}",
+                hint=problem.hint or "fix the cause and run the same command again",
+                detail=problem.detail,
+            ) from problem
+    return UpReport(config, target, chart, release, changes, violations, clock.steps, burnin)
 
 
-def install_release(target: Path, chart: Path, chart_values: dict[str, Any], helm: Toolbox) -> Release:
+def install_release(kube: Kube, target: Target, chart: Path, chart_values: dict[str, Any], report: Progress) -> Release:
     """The release namespace first (labelled for the GPU components), so that every subchart's pre-install hook
     finds it; then the chart."""
-    kube = Kube(target)
-    try:
-        kube.apply(release_namespace())
-    finally:
-        kube.close()
-    return install_or_upgrade(target, chart, RELEASE, NAMESPACE, chart_values, wait=True, toolbox=helm)
+    kube.apply(release_namespace())
+    return install_or_upgrade(
+        target.kubeconfig, chart, RELEASE, NAMESPACE, chart_values, wait=True, toolbox=target.toolbox(report)
+    )
 
 
 def unfit_nodes(report: BurnInReport | None) -> list[NodeVerdict]:
@@ -309,13 +285,9 @@ def unfit_nodes(report: BurnInReport | None) -> list[NodeVerdict]:
     return [node for node in report.nodes if node.verdict in (Verdict.FAIL, Verdict.ERROR)] if report else []
 
 
-def kueue_served(kube: Kube) -> bool:
-    return kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", "clusterqueues.kueue.x-k8s.io") is not None
-
-
 def print_report(result: UpReport) -> None:
     config = result.config
-    where = "simulated cluster" if result.simulated else str(result.target)
+    where = "simulated cluster" if result.target.simulated else str(result.target.kubeconfig)
     chart = load_documents(result.chart / "Chart.yaml")[0]
     if result.release is None:
         err.print(f"up (dry run): {where}: would install {chart['name']} {chart['version']}", markup=False)
@@ -327,7 +299,7 @@ def print_report(result: UpReport) -> None:
         )
     for dependency in chart.get("dependencies", []):
         err.print(f"  {dependency['name']} {dependency['version']}", markup=False)
-    if result.simulated:
+    if result.target.simulated:
         skipped = ", ".join(f"{name} ({why})" for name, why in SKIPPED_ON_SIM.items())
         err.print(f"  not on the simulated cluster: {skipped}", markup=False)
     for name, team in sorted(config.teams.items()):
@@ -364,7 +336,7 @@ def read_values(paths: list[Path] | None) -> dict[str, Any]:
     return extra
 
 
-def confirmation(yes: bool) -> Any:
+def confirmation(yes: bool) -> Confirm | None:
     """A question for the user on a terminal; none with --yes; an error without a terminal to ask on."""
     if yes:
         return None
@@ -397,24 +369,24 @@ def up(
     drain_timeout: DrainTimeoutOption = DRAIN_TIMEOUT,
 ) -> None:
     """Install or upgrade Konduktor from a config: the simulated cluster when no kubeconfig is given."""
+    request = UpRequest(
+        config,
+        kubeconfig,
+        sim,
+        read_values(values),
+        force=force,
+        dry_run=dry_run,
+        takeover=Takeover(adopt or (), drain_removed_teams, drain_timeout),
+    )
     with progress("up") as report:
-        result = run_up(
-            config,
-            kubeconfig,
-            sim,
-            read_values(values),
-            force=force,
-            dry_run=dry_run,
-            confirm=confirmation(yes),
-            report=report,
-            takeover=Takeover(adopt or (), drain_removed_teams, drain_timeout),
-        )
+        result = run_up(request, confirm=confirmation(yes), report=report)
     print_report(result)
-    err.print(f"next: konduktor-install quotas explain --kubeconfig {result.target}", markup=False)
+    where = result.target.kubeconfig
+    err.print(f"next: konduktor-install quotas explain --kubeconfig {where}", markup=False)
     if result.burnin is not None and unfit_nodes(result.burnin):
         err.print(
             f"up: the platform is installed, but burn-in {result.burnin.run_id} found nodes that are not fit; "
-            f"details: konduktor-install burnin --run-id {result.burnin.run_id} --kubeconfig {result.target}",
+            f"details: konduktor-install burnin --run-id {result.burnin.run_id} --kubeconfig {where}",
             markup=False,
         )
         raise typer.Exit(ExitCode.NEGATIVE)
@@ -430,22 +402,14 @@ def plan(
     """What `up` would change. Exit 0: nothing; 1: changes pending (release or quotas); 3: `up` would refuse a
     quota change (an object belongs to someone else); 2 or 5: error."""
     loaded = load_checked(config)
-    explicit = explicit_kubeconfig(kubeconfig)
-    target = explicit or SimCluster(sim).kubeconfig
-    if explicit is None and not target.exists():
+    target = resolve_target(kubeconfig, sim)
+    if target.simulated and not target.kubeconfig.exists():
         typer.echo(f"create the simulated cluster {sim!r} and install konduktor-core")
         raise typer.Exit(ExitCode.NEGATIVE)
-    kube = Kube(target)  # a kubeconfig that does not load is bad input (2), before helm reads it
-    try:
-        # an unreachable cluster is exit 5, whatever else; a real one may use a fitting helm on this machine
-        installed = current(target, RELEASE, NAMESPACE, Toolbox(host=explicit is not None))
-        chart, _ = chart_for(explicit is None, loaded.config, read_values(values))
-        served = kueue_served(kube)
-        changes = (
-            sync_quotas(kube, loaded.config, prune=True, dry_run=True, takeover=Takeover(adopt or ())) if served else []
-        )
-    finally:
-        kube.close()
+    with Kube(target.kubeconfig) as kube:  # a kubeconfig that does not load is bad input (2), before helm reads it
+        installed = current(target.kubeconfig, RELEASE, NAMESPACE, target.toolbox())  # unreachable: exit 5
+        chart, _ = chart_for(target.simulated, loaded.config, read_values(values))
+        changes = plan_quotas(kube, loaded.config, Takeover(adopt or ()))
     wanted = load_documents(chart / "Chart.yaml")[0]
     pending = False
     if installed is None:
@@ -467,16 +431,13 @@ def status(
     output: Annotated[OutputFormat, typer.Option("-o", "--output")] = "table",
 ) -> None:
     """The release, the team queues and the health controller. Exit 1 when Konduktor is not installed."""
-    kube = connect(kubeconfig)
-    try:
-        target = kube.kubeconfig or SimCluster(DEFAULT_NAME).kubeconfig
-        release = current(Path(target), RELEASE, NAMESPACE, Toolbox(host=kube.kubeconfig is not None))
+    target = running_target(kubeconfig)
+    with Kube(target.kubeconfig) as kube:
+        release = current(target.kubeconfig, RELEASE, NAMESPACE, target.toolbox())
         queues = team_usage(kube.list(KUEUE_API, "ClusterQueue")) if kueue_served(kube) else []
         controllers = kube.list(
             "apps/v1", "Deployment", NAMESPACE, label_selector="app.kubernetes.io/component=health-controller"
         )
-    finally:
-        kube.close()
     rows: list[dict[str, Any]] = [
         {
             "component": "release",
@@ -508,41 +469,20 @@ def down(
 ) -> None:
     """Remove what `up` made: the release and every quota object Konduktor owns. Namespaces (and what runs in
     them) stay unless --purge."""
-    kube = connect(kubeconfig)
-    try:
-        target = Path(kube.kubeconfig) if kube.kubeconfig else SimCluster(DEFAULT_NAME).kubeconfig
+    target = running_target(kubeconfig)
+    with Kube(target.kubeconfig) as kube:
         ask = confirmation(yes)
         if ask is not None:
             ask(f"remove Konduktor from the cluster at {kube.server}{' and delete its namespaces' if purge else ''}?")
-        owned = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
-        removed = 0
-        kept: list[str] = []  # adopted objects: Konduktor did not create them, so it never deletes them
-        for api_version, kind in reversed(QUOTA_KINDS):
-            if kind == "Namespace" or (api_version.startswith("kueue") and not kueue_served(kube)):
-                continue
-            for obj in kube.list(api_version, kind, label_selector=owned):
-                ref = Ref.of(obj)
-                if adoption_of(obj) is not None:
-                    kept.append(str(ref))
-                    continue
-                removed += kube.delete(api_version, kind, ref.name, ref.namespace)
-        uninstalled = uninstall(target, RELEASE, NAMESPACE, Toolbox(host=kube.kubeconfig is not None))
-        namespaces = []
-        if purge:
-            for namespace in kube.list("v1", "Namespace", label_selector=owned):
-                if adoption_of(namespace) is not None:
-                    kept.append(str(Ref.of(namespace)))
-                else:
-                    namespaces.append(namespace["metadata"]["name"])
-            namespaces.append(NAMESPACE)
-            for name in namespaces:
-                kube.delete("v1", "Namespace", name)
-    finally:
-        kube.close()
+        quotas = remove_quota_objects(kube)
+        uninstalled = uninstall(target.kubeconfig, RELEASE, NAMESPACE, target.toolbox())
+        namespaces = purge_namespaces(kube, also=(NAMESPACE,)) if purge else Removal()
+    deleted = ", ".join(ref.name for ref in namespaces.deleted)
     err.print(
-        f"down: release {'uninstalled' if uninstalled else 'was not installed'}, {removed} quota objects deleted"
-        + (f", namespaces deleted: {', '.join(namespaces)}" if namespaces else ""),
+        f"down: release {'uninstalled' if uninstalled else 'was not installed'}, {len(quotas.deleted)} quota objects "
+        "deleted" + (f", namespaces deleted: {deleted}" if deleted else ""),
         markup=False,
     )
+    kept = [*quotas.kept, *namespaces.kept]  # adopted: Konduktor did not create them, so it never deletes them
     if kept:
-        err.print(f"down: left what Konduktor adopted and did not create: {', '.join(kept)}", markup=False)
+        err.print(f"down: left what Konduktor adopted and did not create: {', '.join(map(str, kept))}", markup=False)

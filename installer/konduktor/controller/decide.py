@@ -37,6 +37,7 @@ from konduktor.controller.affected import (
 from konduktor.controller.classify import Finding, ForeignCondition, burnin_finding, verdict_detail
 from konduktor.controller.settings import BreakerSettings, HealthSettings
 from konduktor.gpu.catalog import Severity
+from konduktor.kube.timestamps import parse_time
 from konduktor.vocabulary import (
     HEALTH_TAINT_KEY,
     QUARANTINE_REASON,
@@ -512,12 +513,3 @@ def _merged(annotations: Mapping[str, str], changes: Mapping[str, str | None]) -
 
 def _stamp(when: float | None) -> str:
     return "-" if when is None else datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        return None

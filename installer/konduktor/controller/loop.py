@@ -33,7 +33,6 @@ from konduktor.controller.decide import (
     RecordEvent,
     breaker_limit,
     decide,
-    parse_time,
     quarantined_by_us,
     restore_breaker,
 )
@@ -59,6 +58,7 @@ from konduktor.controller.workloads import requeuing, workloads_on
 from konduktor.errors import KonduktorError
 from konduktor.gpu.kernel_log import parse_line
 from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.timestamps import parse_time
 from konduktor.vocabulary import QUARANTINE_REASON, REQUALIFIED_AT
 
 CURSOR_ANNOTATION = "konduktor.ai/loki-cursor"

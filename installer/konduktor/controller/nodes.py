@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from konduktor.controller.classify import ForeignCondition
-from konduktor.controller.decide import CONDITION_TYPE, NodeState, Taint, TaintEffect, parse_time
+from konduktor.controller.decide import CONDITION_TYPE, NodeState, Taint, TaintEffect
 from konduktor.controller.logs import log
 from konduktor.controller.settings import HealthSettings
 from konduktor.controller.telemetry import HealthMetrics
 from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.timestamps import parse_time
 from konduktor.vocabulary import GPU_RESOURCE, PRODUCT_LABEL
 
 # Published by GPU Feature Discovery.

@@ -3,7 +3,8 @@
 The Job's exit status says little: every burn-in step exits 0 and prints its tool's exit code as data
 (`konduktor.burnin.manifests.wrap_step`). The verdict is therefore judged from the steps' logs with the burn-in's
 own `judge_node`, for the tier the Job ran; a Job that failed (deadline, eviction) or left no logs is ERROR,
-which keeps the node out.
+which keeps the node out. The Job, its newest pod and the pod's logs are read with the burn-in's own functions
+(`konduktor.burnin.plan`, `konduktor.burnin.jobs`), as `konduktor-install burnin` reads its Jobs.
 
 Which finished Jobs were already judged is read from the node itself: the decision stamps
 `requalified-at` (or a new `quarantined-at`) when it acts on a result, so a Job that ended before that stamp
@@ -19,20 +20,22 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from konduktor.burnin.jobs import newest_pod, owned_by, pod_log
 from konduktor.burnin.manifests import NODE_ANNOTATION, make_run_id, node_job, scripts_configmap
+from konduktor.burnin.plan import JOB_CHECK, JobPhase, job_finished_at, job_state
 from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict, worst
 from konduktor.burnin.tiers import BurnInImages, BurnInOptions, options_for_tier
 from konduktor.burnin.verdict import NodeEvidence, judge_node
-from konduktor.controller.decide import NodeState, parse_time
+from konduktor.controller.decide import NodeState
 from konduktor.controller.logs import log
+from konduktor.controller.node_writes import FIELD_MANAGER
 from konduktor.controller.settings import RequalificationSettings
 from konduktor.controller.telemetry import HealthMetrics
 from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.timestamps import parse_time
 from konduktor.vocabulary import BURNIN_TIER_ANNOTATION, HOSTNAME_LABEL, PRODUCT_LABEL, QUARANTINED_AT, REQUALIFIED_AT
 
-FIELD_MANAGER = "konduktor-health"
 REQUALIFICATION_LABEL = "konduktor.ai/requalification"
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
 class StepLogs(Protocol):
@@ -50,13 +53,10 @@ class PodLogs:
 
     def read(self, namespace: str, pod: str, container: str) -> str | None:
         try:
-            data = self.kube.send(
-                "GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", query={"container": container}
-            )
+            return pod_log(self.kube, namespace, pod, container)
         except ApiError as problem:
             self.metrics.api_error("get", "pods/log", problem)
             return None
-        return data.decode("utf-8", errors="replace")
 
 
 @dataclass(frozen=True)
@@ -75,18 +75,10 @@ def run_of(job: Mapping[str, Any]) -> Run | None:
     node = meta.get("annotations", {}).get(NODE_ANNOTATION)
     if not node:
         return None
-    finished_at, failure = None, None
-    for condition in job.get("status", {}).get("conditions", []):
-        if condition.get("status") != "True":
-            continue
-        if condition.get("type") == "Complete":
-            finished_at = parse_time(job["status"].get("completionTime")) or parse_time(
-                condition.get("lastTransitionTime")
-            )
-        elif condition.get("type") == "Failed":
-            finished_at = parse_time(condition.get("lastTransitionTime"))
-            failure = f"{condition.get('reason', 'Failed')}: {condition.get('message', '')}".rstrip(": ")
-    return Run(meta["name"], node, meta.get("annotations", {}).get(BURNIN_TIER_ANNOTATION, ""), finished_at, failure)
+    state = job_state(job)
+    failure = state.reason if state.phase is JobPhase.FAILED else None
+    tier = meta.get("annotations", {}).get(BURNIN_TIER_ANNOTATION, "")
+    return Run(meta["name"], node, tier, job_finished_at(job), failure)
 
 
 def acted_on(run: Run, node: NodeState) -> bool:
@@ -155,17 +147,10 @@ class Requalifier:
         job["metadata"]["labels"][REQUALIFICATION_LABEL] = "true"
         job["spec"]["template"]["spec"]["serviceAccountName"] = self.settings.service_account
         created = self.kube.create(job)
-        scripts = scripts_configmap(run_id, self.settings.namespace)
         # Owned by the Job: removed with it when its TTL ends.
-        scripts["metadata"]["ownerReferences"] = [
-            {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "name": created["metadata"]["name"],
-                "uid": created["metadata"]["uid"],
-            }
-        ]
-        self.kube.apply(scripts, field_manager=FIELD_MANAGER)
+        self.kube.apply(
+            owned_by(scripts_configmap(run_id, self.settings.namespace), [created]), field_manager=FIELD_MANAGER
+        )
         self.runs.append(Run(created["metadata"]["name"], node.name, options.tier.value, None, None))
         log(logging.INFO, "requalification started", node=node.name, job=created["metadata"]["name"])
 
@@ -200,15 +185,14 @@ class Requalifier:
         verdict = judge_node(evidence, options)
         if run.failure is None:
             return verdict
-        job_check = CheckResult("burnin_job", Verdict.ERROR, "", "Job failed", (run.failure,))
+        job_check = CheckResult(JOB_CHECK, Verdict.ERROR, "", "Job failed", (run.failure,))
         checks = (*verdict.checks, job_check)
         return replace(verdict, checks=checks, verdict=worst(c.verdict for c in checks))
 
     def _pod(self, job: str) -> str | None:
         try:
-            pods = self.kube.list("v1", "Pod", self.settings.namespace, label_selector=f"{JOB_NAME_LABEL}={job}")
+            pod = newest_pod(self.kube, self.settings.namespace, job)
         except ApiError as problem:
             self.metrics.api_error("list", "pods", problem)
             return None
-        pods.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""))
-        return pods[-1]["metadata"]["name"] if pods else None
+        return pod["metadata"]["name"] if pod is not None else None

@@ -11,11 +11,12 @@ import re
 import time
 from typing import Any
 
-from konduktor.controller.decide import CONDITION_TYPE, parse_time
+from konduktor.controller.decide import CONDITION_TYPE
 from konduktor.controller.node_writes import EVENT_NAMESPACE
 from konduktor.controller.triage import NodeRecord, Sighting, Triage, judge
 from konduktor.errors import UsageError
 from konduktor.kube.client import Kube
+from konduktor.kube.timestamps import parse_time
 from konduktor.vocabulary import QUARANTINE_REASON, QUARANTINED_AT
 
 COMPONENT = "konduktor-health"

@@ -124,6 +124,12 @@ class Kube:
     def close(self) -> None:
         self.api.close()
 
+    def __enter__(self) -> Kube:
+        return self
+
+    def __exit__(self, *_exception: object) -> None:
+        self.close()
+
     def request(self, method: str, path: str, **options: Any) -> Any:
         """One API call (options as for `send`); returns the decoded JSON body."""
         data = self.send(method, path, **options)

@@ -71,9 +71,8 @@ def audit_copy(obj: dict[str, Any]) -> dict[str, Any]:
 def audit_workloads(kube: Kube) -> list[Violation]:
     """Every Pod and Job in the cluster, controller-owned ones included, that a Konduktor policy refuses or
     warns about."""
-    job_controller = Kube(kube.kubeconfig, kube.context, timeout=kube.timeout, impersonate=JOB_CONTROLLER)
     violations = []
-    try:
+    with Kube(kube.kubeconfig, kube.context, timeout=kube.timeout, impersonate=JOB_CONTROLLER) as job_controller:
         for api_version, kind in (("v1", "Pod"), ("batch/v1", "Job")):
             for obj in kube.list(api_version, kind):
                 client = job_controller if created_by_the_job_controller(obj) else kube
@@ -85,6 +84,4 @@ def audit_workloads(kube: Kube) -> list[Violation]:
                 for warning in warnings:
                     if f"ValidatingAdmissionPolicy '{POLICY_PREFIX}" in warning:
                         violations.append(Violation(kind, meta["namespace"], meta["name"], warning))
-    finally:
-        job_controller.close()
     return violations

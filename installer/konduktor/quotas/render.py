@@ -26,16 +26,18 @@ BATCH_USER_ROLE = "kueue-batch-user-role"
 EDIT_ROLE = "edit"  # users create Jobs and Pods; they get no write access to queues
 COVERED_RESOURCES = ["cpu", "memory", GPU_RESOURCE]
 POD_SECURITY_LABEL = "pod-security.kubernetes.io/{mode}"
-KIND_ORDER = (
-    "Namespace",
-    "WorkloadPriorityClass",
-    "Topology",
-    "ResourceFlavor",
-    "Cohort",
-    "ClusterQueue",
-    "LocalQueue",
-    "RoleBinding",
+# The kinds of quota objects, in apply order (what others refer to comes first); pruning goes in reverse.
+QUOTA_KINDS = (
+    ("v1", "Namespace"),
+    (KUEUE_API, "WorkloadPriorityClass"),
+    (KUEUE_API, "Topology"),
+    (KUEUE_API, "ResourceFlavor"),
+    (KUEUE_API, "Cohort"),
+    (KUEUE_API, "ClusterQueue"),
+    (KUEUE_API, "LocalQueue"),
+    (RBAC_API, "RoleBinding"),
 )
+KIND_ORDER = tuple(kind for _, kind in QUOTA_KINDS)
 
 KubeObject = dict[str, Any]
 
@@ -60,9 +62,14 @@ def _apply_order(obj: KubeObject) -> tuple[int, str, str]:
     return KIND_ORDER.index(obj["kind"]), metadata.get("namespace", ""), metadata["name"]
 
 
+def owner_labels(config: Config) -> dict[str, str]:
+    """The labels that make a quota object this config's: they let apply prune exactly what this config made, and
+    nothing else."""
+    return {MANAGED_BY_LABEL: MANAGED_BY, CONFIG_LABEL: config.cluster.name}
+
+
 def _metadata(config: Config, name: str, *, namespace: str | None = None, team: str | None = None) -> KubeObject:
-    # The ownership labels let apply prune exactly what this config made, and nothing else.
-    labels = {MANAGED_BY_LABEL: MANAGED_BY, CONFIG_LABEL: config.cluster.name}
+    labels = owner_labels(config)
     if team is not None:
         labels[TEAM_LABEL] = team
     metadata: KubeObject = {"name": name}

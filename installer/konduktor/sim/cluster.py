@@ -178,10 +178,8 @@ class SimCluster:
             kube = Kube(self.kubeconfig, timeout=5)
         except KonduktorError:
             return False
-        try:
+        with kube:
             return kube.ready()
-        finally:
-            kube.close()
 
     def kwokctl_config(self, spec: SimSpec) -> str:
         binary = self.toolbox.path
@@ -483,14 +481,11 @@ class SimCluster:
         for binary in SIM_BINARIES:  # build what is missing before anything starts
             self.toolbox.path(binary)
         self.start_control_plane(spec)
-        kube = Kube(self.kubeconfig)
-        try:
+        with Kube(self.kubeconfig) as kube:
             self.start_kueue(kube, spec)
             self.start_agent()
             names = self.apply_nodes(kube, spec)
             self.wait_nodes_ready(kube, names)
-        finally:
-            kube.close()
 
     def down(self, keep: bool = False) -> None:
         """Stops every process of this cluster and returns only once none is left (then removes the state unless
@@ -562,11 +557,8 @@ class SimCluster:
         if not self.api_ready():
             report["components"]["kube-apiserver"] = "not answering"
             return report
-        kube = Kube(self.kubeconfig)
-        try:
+        with Kube(self.kubeconfig) as kube:
             nodes = kube.list("v1", "Node")
-        finally:
-            kube.close()
         report["nodes"] = len(nodes)
         report["ready_nodes"] = sum(
             1

@@ -17,14 +17,18 @@ def spec_from(config: Path | None, nodes: str | None, job_seconds: float) -> Sim
     if config is not None and nodes is not None:
         raise UsageError("give --config or --nodes, not both")
     if config is not None:
-        loaded = load_config(config).config
-        return SimSpec(
-            pools=node_pools(loaded),
-            levels=topology_levels(loaded),
-            job_seconds=job_seconds,
-            kueue_settings=kueue_manager_settings(loaded),
-        )
+        return spec_of(load_config(config).config, job_seconds)
     return SimSpec(pools=parse_nodes_spec(nodes or "4x10:H100"), job_seconds=job_seconds)
+
+
+def spec_of(config: Config, job_seconds: float) -> SimSpec:
+    """The cluster a checked config describes: its GPU types, topology and Kueue settings."""
+    return SimSpec(
+        pools=node_pools(config),
+        levels=topology_levels(config),
+        job_seconds=job_seconds,
+        kueue_settings=kueue_manager_settings(config),
+    )
 
 
 def node_pools(source: Config | LoadedConfig) -> list[NodePool]:

@@ -1,13 +1,15 @@
-"""Jobs that test nodes (burn-in, preflight pods): waiting for them and reading their pods' logs through the API."""
+"""Jobs that test nodes (burn-in, requalification, preflight pods): waiting for them, their pods, their logs
+through the API, and the objects that go with them."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from konduktor.cli.burnin_run import JobPhase, JobState, job_state, unschedulable_for
+from konduktor.burnin.plan import JobPhase, JobState, job_state, unschedulable_for
 from konduktor.kube.client import ApiError, Kube
+from konduktor.waiting import poll_until
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 POLL_SECONDS = 2.0
@@ -25,21 +27,25 @@ def wait_for_jobs(
     """The state of each named Job once all have finished, or when `wait_s` has passed. With `unschedulable_s`, a
     Job whose pod the scheduler could not place for that long is done waiting for (UNSCHEDULABLE, with the
     scheduler's message), instead of being waited for until its deadline."""
-    deadline = time.monotonic() + wait_s
+    states: dict[str, JobState] = {}
     said = ""
-    while True:
+
+    def all_finished() -> bool:
+        nonlocal said
         jobs = {j["metadata"]["name"]: j for j in kube.list("batch/v1", "Job", namespace, label_selector=selector)}
-        states = {name: job_state(jobs.get(name)) for name in names}
+        states.clear()
+        states.update({name: job_state(jobs.get(name)) for name in names})
         if unschedulable_s is not None and any(not s.finished for s in states.values()):
             states.update(unschedulable_jobs(kube, namespace, selector, states, unschedulable_s))
         running = sum(not s.finished for s in states.values())
-        if not running or time.monotonic() > deadline:
-            return states
         message = f"{len(names) - running}/{len(names)} Jobs finished"
-        if message != said:  # without a terminal each report is a line: only changes are news
+        if running and message != said:  # without a terminal each report is a line: only changes are news
             report(message)
             said = message
-        time.sleep(POLL_SECONDS)
+        return not running
+
+    poll_until(all_finished, wait_s, POLL_SECONDS)
+    return states
 
 
 def unschedulable_jobs(
@@ -67,6 +73,19 @@ def pods_by_job(kube: Kube, namespace: str, selector: str) -> dict[str, list[dic
     return by_job
 
 
+def newest_pod(kube: Kube, namespace: str, job: str) -> dict[str, Any] | None:
+    """The Job's latest attempt: the pod whose log says how the test ended."""
+    attempts = pods_by_job(kube, namespace, f"{JOB_NAME_LABEL}={job}").get(job)
+    return attempts[-1] if attempts else None
+
+
+def pod_log(kube: Kube, namespace: str, pod: str, container: str) -> str:
+    """What a container of the pod printed, through the API server's pods/log subresource (served by the node's
+    kubelet). Raises ApiError when the API serves none."""
+    data = kube.send("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", query={"container": container})
+    return data.decode("utf-8", errors="replace")
+
+
 def read_log(
     kube: Kube, namespace: str, pod: Mapping[str, Any] | None, container: str
 ) -> tuple[str | None, str | None]:
@@ -75,10 +94,19 @@ def read_log(
         return None, "no pod"
     name = pod["metadata"]["name"]
     try:
-        data = kube.send("GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log", query={"container": container})
+        text = pod_log(kube, namespace, name, container)
     except ApiError as problem:
         # The message starts with the request ("GET /api/v1/...: "); the server's words are what matter.
         said = problem.message.partition(": ")[2] or problem.message
         return None, f"the API served no log ({said})"
-    text = data.decode("utf-8", errors="replace")
     return (text, None) if text.strip() else (None, f"container {container} of pod {name} printed nothing")
+
+
+def owned_by(manifest: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The object owned by the Jobs as they were created: the garbage collector removes it with the last of them
+    (a scripts ConfigMap or a pair's Service has no TTL of its own)."""
+    owners = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": j["metadata"]["name"], "uid": j["metadata"]["uid"]}
+        for j in jobs
+    ]
+    return {**manifest, "metadata": {**manifest["metadata"], "ownerReferences": owners}}

@@ -1,9 +1,8 @@
-"""The decisions of a `konduktor-install burnin` run, as pure functions over the objects the API returned.
+"""The decisions of a burn-in run, as pure functions over the objects the API returned.
 
 Which nodes to test and how their Jobs must tolerate them, what a Job's and a pod's status say when a step left
-no output, the verdicts completed with those facts, the quarantine writes (planned by the health controller's
-own `decide`, so the controller later treats these quarantines as its own), and the exit code. The command in
-`konduktor.cli.burnin` does the reading and writing.
+no output, the verdicts completed with those facts, and the exit code. `konduktor.burnin.runner` does the
+reading and writing; the health controller's requalification reads its Jobs with the same functions.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any, cast
+from typing import Any
 
 from konduktor.burnin.isolation import IsolationPlan
 from konduktor.burnin.manifests import Manifest, node_job, taint_tolerations
@@ -21,22 +20,8 @@ from konduktor.burnin.verdict import NCCL_PAIR, apply_isolation
 from konduktor.config.findings import did_you_mean
 from konduktor.config.model import Config
 from konduktor.config.quantity import parse_quantity
-from konduktor.controller.decide import (
-    CONDITION_TYPE,
-    BreakerState,
-    NodeState,
-    Plan,
-    RecordEvent,
-    SetCondition,
-    StartRequalification,
-    Taint,
-    TaintEffect,
-    UpdateNode,
-    decide,
-    parse_time,
-)
-from konduktor.controller.settings import BreakerSettings, HealthSettings
 from konduktor.errors import ExitCode, UsageError
+from konduktor.kube.timestamps import parse_time
 from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL, PRODUCT_LABEL
 
 JOB_CHECK = "burnin_job"  # the check that carries what the Job and its pod said (as in requalification)
@@ -55,7 +40,8 @@ class Target:
     rdma: tuple[str, ...] = ()  # rdma/ resources the node advertises (a node-pair pod asks for one of each)
 
 
-def _gpus(node: Mapping[str, Any]) -> int:
+def allocatable_gpus(node: Mapping[str, Any]) -> int:
+    """The node's allocatable nvidia.com/gpu; 0 when it advertises none (or an unreadable quantity)."""
     quantity = (node.get("status", {}).get("allocatable") or {}).get(GPU_RESOURCE)
     try:
         return int(parse_quantity(str(quantity))) if quantity is not None else 0
@@ -89,7 +75,7 @@ def select_targets(nodes: Sequence[Mapping[str, Any]], config: Config | None, na
                 hint="check the nodes' labels: konduktor-install preflight CONFIG",
             )
     else:
-        chosen = [n for n in nodes if _gpus(n) > 0]
+        chosen = [n for n in nodes if allocatable_gpus(n) > 0]
         if not chosen:
             raise UsageError(
                 f"no node advertises {GPU_RESOURCE}", hint="name the nodes with --nodes, or check the device plugin"
@@ -103,7 +89,7 @@ def _selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
 
 def _target(node: Mapping[str, Any], config: Config | None) -> Target:
     labels = _labels(node)
-    gpus = _gpus(node)
+    gpus = allocatable_gpus(node)
     per_node = None
     if config is not None:
         per_node = next((t.gpus_per_node for t in config.gpu_types.values() if _selects(t.selector, labels)), None)
@@ -163,18 +149,36 @@ class JobState:
         return self.phase is not JobPhase.RUNNING
 
 
+def _final_condition(job: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The Job's Complete or Failed condition once it holds (a finished Job has exactly one of them)."""
+    for condition in job.get("status", {}).get("conditions") or ():
+        if condition.get("status") == "True" and condition.get("type") in ("Complete", "Failed"):
+            found: Mapping[str, Any] = condition
+            return found
+    return None
+
+
 def job_state(job: Mapping[str, Any] | None) -> JobState:
     if job is None:
         return JobState(JobPhase.GONE)
-    for condition in job.get("status", {}).get("conditions") or ():
-        if condition.get("status") != "True":
-            continue
-        if condition.get("type") == "Complete":
-            return JobState(JobPhase.COMPLETE)
-        if condition.get("type") == "Failed":
-            reason = f"{condition.get('reason', 'Failed')}: {condition.get('message', '')}".rstrip(": ")
-            return JobState(JobPhase.FAILED, reason)
-    return JobState(JobPhase.RUNNING)
+    condition = _final_condition(job)
+    if condition is None:
+        return JobState(JobPhase.RUNNING)
+    if condition.get("type") == "Complete":
+        return JobState(JobPhase.COMPLETE)
+    reason = f"{condition.get('reason', 'Failed')}: {condition.get('message', '')}".rstrip(": ")
+    return JobState(JobPhase.FAILED, reason)
+
+
+def job_finished_at(job: Mapping[str, Any]) -> float | None:
+    """When the Job completed (its completionTime) or failed; None while it runs."""
+    condition = _final_condition(job)
+    if condition is None:
+        return None
+    since = parse_time(condition.get("lastTransitionTime"))
+    if condition.get("type") == "Complete":
+        return parse_time(job["status"].get("completionTime")) or since
+    return since
 
 
 def unschedulable_for(pod: Mapping[str, Any] | None, now: float) -> tuple[float, str] | None:
@@ -303,51 +307,3 @@ def exit_code(report: BurnInReport, waited_out: bool) -> int:
     if waited_out:
         return ExitCode.PARTIAL
     return ExitCode.NEGATIVE if Verdict.ERROR in verdicts else ExitCode.OK
-
-
-# --------------------------------------------------------------------------------------------
-# Quarantine.
-
-
-def node_state(node: Mapping[str, Any]) -> NodeState:
-    meta, spec = node["metadata"], node.get("spec", {})
-    conditions = node.get("status", {}).get("conditions") or ()
-    healthy = next((c.get("status") for c in conditions if c.get("type") == CONDITION_TYPE), None)
-    return NodeState(
-        name=meta["name"],
-        labels=dict(meta.get("labels") or {}),
-        annotations=dict(meta.get("annotations") or {}),
-        taints=tuple(
-            Taint(t["key"], cast(TaintEffect, t["effect"]), t.get("value", "")) for t in spec.get("taints") or ()
-        ),
-        unschedulable=bool(spec.get("unschedulable")),
-        gpu_healthy=None if healthy is None else healthy == "True",
-        gpu_allocatable=_gpus(node),
-    )
-
-
-def quarantine_plan(verdicts: Sequence[NodeVerdict], nodes: Sequence[Mapping[str, Any]], now: float) -> Plan:
-    """The health controller's writes for the FAIL nodes: taint, quarantined-at annotation, condition, Event.
-
-    Only FAIL verdicts go in: this command quarantines, and leaves releasing a node to the controller's
-    requalification. A node already quarantined by the controller gets no second taint, a node that opted out
-    gets nothing. The fleet breaker guards the controller's unattended quarantines; here an operator asked
-    for this run's verdicts to be acted on, so its limit is every node.
-    """
-    states = {state.name: state for state in map(node_state, nodes)}
-    settings = HealthSettings(breaker=BreakerSettings(max_fraction=1.0, max_nodes=max(1, len(states))))
-    failed = [v for v in verdicts if v.quarantine]
-    plan = decide((), states, BreakerState(), settings, now, results=failed)
-    # Requalification is the controller's to start, after its cooldown.
-    return replace(plan, actions=tuple(a for a in plan.actions if not isinstance(a, StartRequalification)))
-
-
-def describe_action(action: UpdateNode | SetCondition | RecordEvent | StartRequalification) -> str:
-    if isinstance(action, UpdateNode):
-        taints = ", ".join(f"{t.key}={t.value}:{t.effect}" for t in action.add_taints)
-        return f"{action.node}: tainted {taints}" if taints else f"{action.node}: annotations updated"
-    if isinstance(action, SetCondition):
-        return f"{action.node}: {CONDITION_TYPE}={'True' if action.healthy else 'False'} ({action.reason})"
-    if isinstance(action, RecordEvent):
-        return f"{action.node}: event {action.reason}"
-    return f"{action.node}: requalification"

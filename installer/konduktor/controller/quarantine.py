@@ -1,0 +1,99 @@
+"""The manual quarantine: a burn-in's FAIL nodes quarantined on an operator's word (`konduktor-install burnin
+--quarantine`, `up` with `burnin.quarantine`).
+
+The writes are planned by the controller's own `decide` and made by its node writes (`node_writes`): the same
+taint, annotations, condition and Events as an unattended quarantine, so the controller later treats these
+quarantines as its own and releases them through requalification.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, cast
+
+from konduktor.burnin.plan import allocatable_gpus
+from konduktor.burnin.results import NodeVerdict
+from konduktor.controller.decide import (
+    CONDITION_TYPE,
+    BreakerState,
+    NodeState,
+    Plan,
+    RecordEvent,
+    SetCondition,
+    StartRequalification,
+    Taint,
+    TaintEffect,
+    UpdateNode,
+    decide,
+)
+from konduktor.controller.node_writes import FIELD_MANAGER, condition_status, event, update_node
+from konduktor.controller.settings import BreakerSettings, HealthSettings
+from konduktor.kube.client import Kube
+
+# Who made the writes, in the Events: the installer, not the controller's pod.
+COMPONENT = "konduktor-install"
+
+
+def node_state(node: Mapping[str, Any]) -> NodeState:
+    meta, spec = node["metadata"], node.get("spec", {})
+    conditions = node.get("status", {}).get("conditions") or ()
+    healthy = next((c.get("status") for c in conditions if c.get("type") == CONDITION_TYPE), None)
+    return NodeState(
+        name=meta["name"],
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        taints=tuple(
+            Taint(t["key"], cast(TaintEffect, t["effect"]), t.get("value", "")) for t in spec.get("taints") or ()
+        ),
+        unschedulable=bool(spec.get("unschedulable")),
+        gpu_healthy=None if healthy is None else healthy == "True",
+        gpu_allocatable=allocatable_gpus(node),
+    )
+
+
+def quarantine_plan(verdicts: Sequence[NodeVerdict], nodes: Sequence[Mapping[str, Any]], now: float) -> Plan:
+    """The health controller's writes for the FAIL nodes: taint, quarantined-at annotation, condition, Event.
+
+    Only FAIL verdicts go in: this command quarantines, and leaves releasing a node to the controller's
+    requalification. A node already quarantined by the controller gets no second taint, a node that opted out
+    gets nothing. The fleet breaker guards the controller's unattended quarantines; here an operator asked
+    for this run's verdicts to be acted on, so its limit is every node.
+    """
+    states = {state.name: state for state in map(node_state, nodes)}
+    settings = HealthSettings(breaker=BreakerSettings(max_fraction=1.0, max_nodes=max(1, len(states))))
+    failed = [v for v in verdicts if v.quarantine]
+    plan = decide((), states, BreakerState(), settings, now, results=failed)
+    # Requalification is the controller's to start, after its cooldown.
+    return replace(plan, actions=tuple(a for a in plan.actions if not isinstance(a, StartRequalification)))
+
+
+def describe_action(action: UpdateNode | SetCondition | RecordEvent | StartRequalification) -> str:
+    if isinstance(action, UpdateNode):
+        taints = ", ".join(f"{t.key}={t.value}:{t.effect}" for t in action.add_taints)
+        return f"{action.node}: tainted {taints}" if taints else f"{action.node}: annotations updated"
+    if isinstance(action, SetCondition):
+        return f"{action.node}: {CONDITION_TYPE}={'True' if action.healthy else 'False'} ({action.reason})"
+    if isinstance(action, RecordEvent):
+        return f"{action.node}: event {action.reason}"
+    return f"{action.node}: requalification"
+
+
+def quarantine_failed(kube: Kube, verdicts: Sequence[NodeVerdict], say: Callable[[str], None]) -> None:
+    """Make the health controller's quarantine writes for the FAIL nodes; `say` each one, and what was not done."""
+    if not any(v.quarantine for v in verdicts):
+        say("quarantine: no node FAILed")
+        return
+    now = time.time()
+    plan = quarantine_plan(verdicts, kube.list("v1", "Node"), now)
+    for notice in plan.notices:
+        say(f"quarantine: {notice.node or ''}: {notice.message}")
+    for action in plan.actions:
+        if isinstance(action, UpdateNode):
+            update_node(kube, action)
+        elif isinstance(action, SetCondition):
+            kube.apply_status(condition_status(action, now), field_manager=FIELD_MANAGER)
+        elif isinstance(action, RecordEvent):
+            kube.create(event(action, kube.get("v1", "Node", action.node), COMPONENT, COMPONENT, now))
+        say(f"quarantine: {describe_action(action)}")
