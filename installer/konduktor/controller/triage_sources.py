@@ -30,7 +30,7 @@ def triage_job(kube: Kube, job_name: str, namespace: str) -> Triage:
     if job is None:
         raise UsageError(f"no Job {job_name} in namespace {namespace}", hint="name a batch Job: triage JOB -n NS")
     start, end = _window(job)
-    pods = _pods_by_node(kube, job, namespace)
+    pods = _pods_by_node(kube, job, namespace, start)
     nodes = [NodeRecord(node, tuple(sorted(names)), tuple(_signals(kube, node))) for node, names in pods.items()]
     return judge(job_name, namespace, start, end, nodes)
 
@@ -47,7 +47,7 @@ def _window(job: dict[str, Any]) -> tuple[float, float]:
     return start, end or time.time()
 
 
-def _pods_by_node(kube: Kube, job: dict[str, Any], namespace: str) -> dict[str, set[str]]:
+def _pods_by_node(kube: Kube, job: dict[str, Any], namespace: str, start: float) -> dict[str, set[str]]:
     name, uid = job["metadata"]["name"], job["metadata"].get("uid")
     found: dict[str, set[str]] = {}
     for pod in kube.list("v1", "Pod", namespace, label_selector=f"{JOB_NAME_LABEL}={name}"):
@@ -56,6 +56,8 @@ def _pods_by_node(kube: Kube, job: dict[str, Any], namespace: str) -> dict[str, 
     for event in kube.list("v1", "Event", namespace):
         involved = event.get("involvedObject", {})
         message = event.get("message", "")
+        if _when(event) < start - 1:
+            continue  # an earlier Job of the same name
         if involved.get("kind") == "Pod" and event.get("reason") == "Scheduled" and involved["name"].startswith(name):
             assigned = _ASSIGNED.search(message)
             if assigned and assigned["pod"].startswith(f"{name}-"):
@@ -106,6 +108,12 @@ def _signals(kube: Kube, node_name: str) -> list[Sighting]:
         # Quarantines and the faults seen on a quarantined node blame the node; other Warnings (application Xids)
         # are shown as context only.
         fault = message.startswith(("quarantined", "also:", "quarantine escalated", "circuit breaker open"))
-        at = parse_time(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp"))
-        signals.append(Sighting(at, "event", event.get("reason", ""), message, fault=fault))
+        signals.append(Sighting(_when(event), "event", event.get("reason", ""), message, fault=fault))
     return signals
+
+
+def _when(event: dict[str, Any]) -> float:
+    """When an Event last happened (the scheduler's Events carry only eventTime)."""
+    stamps = (event.get(k) for k in ("lastTimestamp", "eventTime", "firstTimestamp"))
+    found = (parse_time(s) for s in (*stamps, event["metadata"].get("creationTimestamp")))
+    return next((t for t in found if t is not None), 0.0)
