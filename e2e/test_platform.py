@@ -64,6 +64,7 @@ def test_every_team_has_an_active_queue(platform: Platform) -> None:
             assert platform.kube.get(KUEUE_API, "LocalQueue", "default", namespace) is not None, namespace
 
 
+@pytest.mark.timeout(1800)  # per team up to 300 s to be admitted and 600 s to complete on a real cluster
 def test_each_team_runs_a_gpu_job_through_its_queue(platform: Platform) -> None:
     kube = platform.kube
     submitted = []
@@ -121,6 +122,9 @@ def test_team_namespaces_enforce_their_pod_security_level(platform: Platform) ->
             assert labels["pod-security.kubernetes.io/enforce"] == team.pod_security, namespace
 
 
+# On a real cluster the full level's DCGM diagnostic, matmul and NCCL steps run for hours; each step has its own
+# deadline (konduktor.burnin.tiers), this only catches a hang.
+@pytest.mark.timeout(4 * 3600)
 def test_every_gpu_node_passes_burn_in(platform: Platform, capsys: pytest.CaptureFixture[str]) -> None:
     level = os.environ.get("KONDUKTOR_E2E_BURNIN_LEVEL", "standard")
     args = ["burnin", str(platform.config_path), "--level", level, "-o", "json"]

@@ -7,6 +7,7 @@ A name only one module uses stays in that module.
 # NVIDIA's device plugin advertises GPUs under this extended resource; GPU Feature Discovery labels the model.
 GPU_RESOURCE = "nvidia.com/gpu"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 # Set by the kubelet on every node; the lowest level of every topology Konduktor renders.
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
@@ -16,6 +17,8 @@ SYSTEM_NAMESPACE = "konduktor-system"
 # their own, with privileged Pod Security, holding only their service accounts, so that the right to run
 # privileged pods there gives nothing in konduktor-system, home of the operators' service accounts.
 BURNIN_NAMESPACE = "konduktor-burnin"
+# The service account burn-in and requalification pods run as, installed there by konduktor-core.
+BURNIN_SERVICE_ACCOUNT = "konduktor-burnin"
 
 # The team a namespace or a Kueue object belongs to.
 TEAM_LABEL = "konduktor.ai/team"
@@ -31,6 +34,8 @@ REQUALIFICATION_RESULT = "konduktor.ai/requalification-result"
 # finds them again with a selector), and which node and fault that was (annotation). Both go on reactivation.
 REQUEUE_LABEL = "konduktor.ai/requeued-for-node-health"
 REQUEUE_REASON = "konduktor.ai/requeue-reason"
+# The Node condition in which the health controller states whether a node's GPUs are healthy.
+GPU_HEALTHY_CONDITION = "GPUHealthy"
 
 # The burn-in tier a Job runs, on the Job.
 BURNIN_TIER_ANNOTATION = "konduktor.ai/burnin-tier"

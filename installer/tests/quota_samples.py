@@ -41,6 +41,7 @@ def seed() -> dict[str, Any]:
                 "gpus": {"h100": {"quota": 20, "borrowLimit": 10, "lendLimit": 16}},
             },
         },
+        "alerts": {"receivers": {"platform": {"webhook": {"url": {"secret": "platform-webhook", "key": "url"}}}}},
     }
 
 

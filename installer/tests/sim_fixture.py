@@ -43,6 +43,14 @@ class Sim:
     def kubeconfig(self) -> Path:
         return self.cluster.kubeconfig
 
+    @property
+    def given_kubeconfig(self) -> Path:
+        """The simulated cluster's kubeconfig copied to a file of the user's: commands that are given it treat the
+        cluster as any real cluster (its own file would be recognised as the simulated cluster)."""
+        given = self.cluster.root / "given-kubeconfig.yaml"
+        given.write_text(self.kubeconfig.read_text())
+        return given
+
 
 def installer_events(kube: Kube) -> list[dict[str, Any]]:
     """The Events `konduktor-install` wrote (burn-in quarantines)."""

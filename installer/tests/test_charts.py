@@ -76,6 +76,37 @@ def test_minimal_shape_needs_no_crds() -> None:
     }
 
 
+def test_on_its_own_the_chart_needs_no_prometheus_operator() -> None:
+    """Its ServiceMonitor and PrometheusRule are the operator's kinds: off unless asked for (the umbrella asks)."""
+    by_default = render()
+    assert not [o["kind"] for o in by_default if o["apiVersion"].startswith("monitoring.coreos.com/")]
+    asked = render(None, "--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true")
+    monitoring = sorted(o["kind"] for o in asked if o["apiVersion"] == "monitoring.coreos.com/v1")
+    assert monitoring == ["PrometheusRule", "ServiceMonitor"]
+
+
+def health_settings(*settings: str) -> dict[str, Any]:
+    [config] = [o for o in render(None, *settings) if o["kind"] == "ConfigMap" and "health.yaml" in o.get("data", {})]
+    loaded: dict[str, Any] = YAML(typ="safe").load(config["data"]["health.yaml"])
+    return loaded
+
+
+def test_the_controller_finds_loki_and_prometheus_by_their_services() -> None:
+    assert not {"loki", "prometheus"} & health_settings().keys()
+    named = health_settings(
+        *("--set", "controller.services.loki.name=loki", "--set", "controller.settings.loki.tenant=platform"),
+        *("--set", "controller.services.prometheus.name=prometheus-operated"),
+        *("--set", "controller.services.prometheus.namespace=monitoring"),
+    )
+    # In the release namespace by the short name, elsewhere by the namespace's; the other loki settings are kept.
+    assert named["loki"] == {"url": "http://loki:3100", "tenant": "platform"}
+    assert named["prometheus"] == {"url": "http://prometheus-operated.monitoring.svc:9090"}
+    given = health_settings(
+        "--set", "controller.services.loki.name=loki", "--set", "controller.settings.loki.url=http://l"
+    )
+    assert given["loki"]["url"] == "http://l"
+
+
 def test_dashboards_rules_and_policies_come_from_their_sources() -> None:
     """dashboards/ and policies/ are the sources; the chart carries identical copies (scripts/sync-chart-files)."""
     for source, copy in (
@@ -88,7 +119,7 @@ def test_dashboards_rules_and_policies_come_from_their_sources() -> None:
         _, mismatch, errors = filecmp.cmpfiles(source, copy, names, shallow=False)
         assert not mismatch and not errors, f"out of date: {mismatch + errors}; run scripts/sync-chart-files"
         assert sorted(p.name for p in copy.iterdir()) == names
-    objects = render()
+    objects = render(None, "--set", "prometheusRule.enabled=true")
     dashboards = [o for o in objects if o["metadata"].get("labels", {}).get("grafana_dashboard") == "1"]
     assert len(dashboards) == len(list((REPO_ROOT / "dashboards").glob("*.json")))
     [rule] = [o for o in objects if o["kind"] == "PrometheusRule"]

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -544,7 +545,12 @@ def test_the_watch_loop_acts_within_a_poll_and_serves_health_and_metrics(kube: K
     loop.start()
     try:
         wait_until("the controller to lead", lambda: health.leading, timeout=30)
-        time.sleep(1.5)  # at least one poll with nothing to do
+        # A poll with nothing to do first, so the signals below meet a controller in its steady state.
+        wait_until(
+            "the controller to poll Loki",
+            lambda: health.metrics.sample("konduktor_signal_source_up", {"source": "loki"}) == 1,
+            timeout=30,
+        )
         # A watch signal: the node's GPUs drop (grace 0).
         started = time.monotonic()
         set_allocatable(kube, "gpu-h100-0001", 9)
@@ -658,8 +664,17 @@ def test_killing_the_leader_hands_over_to_the_standby(sim: Sim, kube: Kube, tmp_
     loop = threading.Thread(target=standby.run, args=(stop,))
     try:
         wait_until("replica-a to lead", lambda: holder(kube) == "replica-a", timeout=60)
+        started = time.time()
         loop.start()
-        time.sleep(3)
+
+        def renewed_past_a_lease() -> bool:
+            # The Lease as the standby last read it: renewed by replica-a after the Lease would have expired had
+            # replica-a stopped when the standby started, so the standby has had its chance to take it over.
+            seen = standby.lease.lease if standby.lease is not None else None
+            renewed = (seen or {}).get("spec", {}).get("renewTime")
+            return bool(renewed) and datetime.fromisoformat(renewed).timestamp() > started + 2
+
+        wait_until("the standby to see replica-a renew the Lease", renewed_past_a_lease, timeout=30)
         assert holder(kube) == "replica-a" and not standby.leading
         leader.send_signal(signal.SIGKILL)  # no chance to hand the Lease back
         leader.wait(timeout=10)
@@ -698,7 +713,15 @@ def test_an_api_server_restart_loses_no_fault(sim: Sim, kube: Kube, loki: tuple[
         os.kill(apiserver, signal.SIGKILL)
         wait_until("the API server to be gone", lambda: not sim.cluster.api_ready(), timeout=30)
         api.add("gpu-h100-0002", XID_79)
-        time.sleep(3)  # polls and lease renewals fail meanwhile
+        # Renewals fail for as long as the Lease lasts (3 s, one attempt a second): the controller loses the lead
+        # while the server is down, and must take it again once the server is back.
+        wait_until(
+            "the lease renewals to fail for a whole lease",
+            lambda: (
+                (tmp_path / "controller.log").read_text(errors="replace").count("cannot reach the leader Lease") >= 3
+            ),
+            timeout=30,
+        )
         assert process.poll() is None, (tmp_path / "controller.log").read_text()[-3000:]
 
         restarted = sim.cluster.kwokctl("start", "cluster", "--wait", "2m")

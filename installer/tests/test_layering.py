@@ -31,13 +31,16 @@ ALLOWED: dict[str, frozenset[str]] = {
     "tools": frozenset(),
     "kube": frozenset(),
     "quotas": frozenset({"config", "kube"}),
-    "helm": frozenset({"config", "quotas", "tools"}),
+    "alerts": frozenset({"config"}),
+    "helm": frozenset({"config", "quotas", "alerts", "tools"}),
     "burnin": frozenset({"gpu", "config", "kube"}),
     "observability": frozenset({"gpu", "burnin"}),
     "preflight": frozenset({"gpu", "config", "quotas", "kube", "burnin"}),
     "controller": frozenset({"gpu", "config", "kube", "burnin", "observability"}),
     "sim": frozenset({"gpu", "config", "kube", "helm", "quotas", "burnin", "tools"}),
-    "cli": frozenset({"gpu", "config", "tools", "kube", "quotas", "helm", "burnin", "preflight", "controller", "sim"}),
+    "cli": frozenset(
+        {"gpu", "config", "tools", "kube", "quotas", "alerts", "helm", "burnin", "preflight", "controller", "sim"}
+    ),
 }
 
 # Imports that break the layering, (importing module, imported module): remove lines, never add them. Empty: every

@@ -188,6 +188,8 @@ def assert_nodes_as_specified(kube: Kube, spec: SimSpec) -> None:
         assert addresses == {"InternalIP": status["addresses"][0]["address"], "Hostname": "localhost"}, name
 
 
+# Two cluster starts and stops beside the session's cluster, each CLI call bounded at 900 s.
+@pytest.mark.timeout(1800)
 def test_down_leaves_nothing_behind_and_up_works_again(tmp_path: Path) -> None:
     """A second, small cluster beside the session's, through the CLI, in a state directory of its own given as a
     relative path, twice; each `up` is a fresh cluster whose nodes must be right at once."""

@@ -452,9 +452,27 @@ def test_prometheus_selects_every_monitor_and_rule() -> None:
         assert spec[f"{kind}SelectorNilUsesHelmValues"] is False, kind
 
 
-@pytest.mark.parametrize(("environment", "settings"), environments(), ids=[name for name, _ in environments()])
+def rendered_health_settings(tmp_path: Path, values_file: Path | None = None) -> dict[str, Any]:
+    """The health controller's settings as konduktor-core renders them inside the umbrella."""
+    result = render_umbrella(tmp_path, *(["--values", str(values_file)] if values_file else []))
+    assert result.returncode == 0, result.stderr
+    objects = load_documents(result.stdout)
+    [config] = [o for o in objects if o["kind"] == "ConfigMap" and "health.yaml" in o.get("data", {})]
+    loaded: dict[str, Any] = YAML(typ="safe").load(config["data"]["health.yaml"])
+    return loaded
+
+
+def test_the_umbrella_turns_on_the_core_charts_monitor_and_alert_rules(tmp_path: Path) -> None:
+    """konduktor-core leaves the Prometheus operator's kinds off; the umbrella, which brings it, turns them on."""
+    result = render_umbrella(tmp_path)
+    assert result.returncode == 0, result.stderr
+    monitoring = [o for o in load_documents(result.stdout) if o["apiVersion"] == "monitoring.coreos.com/v1"]
+    assert sorted(o["kind"] for o in monitoring) == ["PrometheusRule", "ServiceMonitor"]
+
+
+@pytest.mark.parametrize("values_file", [None, *OVERLAY_VALUES], ids=lambda p: p.parent.name if p else "default")
 def test_monitoring_stack_and_its_clients_are_in_the_release_namespace(
-    environment: str, settings: dict[str, Any]
+    tmp_path: Path, values_file: Path | None
 ) -> None:
     """No chart is moved out of the release namespace (a namespaceOverride would send its pre-install hooks to a
     namespace that does not exist yet), so the clients reach each service by its short name."""
@@ -465,8 +483,9 @@ def test_monitoring_stack_and_its_clients_are_in_the_release_namespace(
         found = [f"{path}namespaceOverride" for key in tree if key == "namespaceOverride"]
         return found + [name for key, value in tree.items() for name in overrides(value, f"{path}{key}.")]
 
+    settings = merge_values(values(), yaml_file(values_file)) if values_file else values()
     assert overrides(settings) == []
-    controller = settings["konduktor-core"]["controller"]["settings"]
+    controller = rendered_health_settings(tmp_path, values_file)
     stack = settings["kube-prometheus-stack"]
     loki = f"http://{settings['loki']['fullnameOverride']}:3100"
     assert controller["loki"]["url"] == loki
@@ -478,10 +497,10 @@ def test_monitoring_stack_and_its_clients_are_in_the_release_namespace(
     assert controller["prometheus"]["url"] == "http://prometheus-operated:9090"
 
 
-def test_health_controller_reads_the_kernel_logs_the_collector_ships() -> None:
+def test_health_controller_reads_the_kernel_logs_the_collector_ships(tmp_path: Path) -> None:
     """The collector labels kernel lines; Loki indexes those labels; the controller's query selects by them."""
     settings = values()
-    controller = HealthSettings.model_validate(settings["konduktor-core"]["controller"]["settings"])
+    controller = HealthSettings.model_validate(rendered_health_settings(tmp_path))
     assert controller.loki is not None
     collector = settings["opentelemetry-collector"]["alternateConfig"]
     kernel_pipeline = collector["service"]["pipelines"]["logs/kernel"]

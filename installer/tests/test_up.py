@@ -192,7 +192,7 @@ def test_preflight_failure_stops_up_before_any_change(
     text = EXAMPLE.read_text().replace("name: gpu-lab", "name: wishful-lab").replace("nodes: 4", "nodes: 6")
     wishful = tmp_path / "config.yaml"
     wishful.write_text(text)
-    assert main(["up", str(wishful), "--kubeconfig", str(sim.kubeconfig)]) == 3
+    assert main(["up", str(wishful), "--kubeconfig", str(sim.given_kubeconfig)]) == 3
     err = capsys.readouterr().err
     assert "preflight FAIL" in err and "nothing was changed" in err
     assert not sim.kube.list(KUEUE_API, "ClusterQueue", label_selector="konduktor.ai/config=wishful-lab")
@@ -216,7 +216,7 @@ def test_an_unreachable_gpu_host_stops_up_before_any_change(
     sim.cluster.apply_nodes(sim.kube, spec)
     config = ssh_inventory_config(tmp_path, "{user: konduktor, port: 1, hosts: [127.0.0.1]}")  # 1: nothing listens
     before = current(sim.kubeconfig, RELEASE, NAMESPACE)
-    assert main(["up", str(config), "--kubeconfig", str(sim.kubeconfig)]) == 3
+    assert main(["up", str(config), "--kubeconfig", str(sim.given_kubeconfig)]) == 3
     err = capsys.readouterr().err
     assert "preflight FAIL host-reachable (127.0.0.1): cannot run commands on the host" in err
     assert "port 1" in err and "nothing was changed" in err and "Traceback" not in err
@@ -246,7 +246,7 @@ def test_preflight_pods_without_a_result_stop_up_before_any_change(
     config.write_text(text + f"preflight:\n  nodes:\n    pod: {{namespace: {namespace}}}\n")
     before = current(sim.kubeconfig, RELEASE, NAMESPACE)
     try:
-        assert main(["up", str(config), "--kubeconfig", str(sim.kubeconfig)]) == 3
+        assert main(["up", str(config), "--kubeconfig", str(sim.given_kubeconfig)]) == 3
         err = capsys.readouterr().err
         assert [line for line in err.splitlines() if line.startswith("preflight FAIL")] == [
             f"preflight FAIL host-reachable (gpu-h100-{i:04d}): no result from the preflight pod" for i in range(4)
@@ -318,7 +318,7 @@ def test_status_then_down_removes_what_up_made(
     sim: Sim, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv("KUBECONFIG", raising=False)
-    given = ["--kubeconfig", str(sim.kubeconfig)]
+    given = ["--kubeconfig", str(sim.given_kubeconfig)]
     assert main(["up", str(EXAMPLE), *given, "--force", "--yes"]) == 2  # a real cluster gets the umbrella chart
     assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0
     assert main(["status", *given]) == 0

@@ -61,3 +61,15 @@ app.kubernetes.io/component: health-controller
 {{- define "konduktor-core.leaseName" -}}
 konduktor-health
 {{- end }}
+
+{{/* The URL of a Service the controller reads (a controller.services entry, passed as .service with the chart as
+.root): the short name in the release namespace, where the umbrella chart runs Loki and Prometheus, else the
+namespace-qualified one. */}}
+{{- define "konduktor-core.serviceURL" -}}
+{{- $namespace := default .root.Release.Namespace .service.namespace }}
+{{- if eq $namespace .root.Release.Namespace }}
+{{- printf "http://%s:%v" .service.name .service.port }}
+{{- else }}
+{{- printf "http://%s.%s.svc:%v" .service.name $namespace .service.port }}
+{{- end }}
+{{- end }}

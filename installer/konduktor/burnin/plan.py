@@ -18,9 +18,9 @@ from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, Pai
 from konduktor.burnin.tiers import PAIR_STEP, BurnInOptions
 from konduktor.burnin.verdict import NCCL_PAIR, apply_isolation
 from konduktor.config.findings import did_you_mean
-from konduktor.config.model import Config
-from konduktor.config.quantity import parse_quantity
+from konduktor.config.model import Config, selects
 from konduktor.errors import ExitCode, UsageError
+from konduktor.gpu import node as gpu_node
 from konduktor.kube.timestamps import parse_time
 from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL, PRODUCT_LABEL
 
@@ -41,12 +41,8 @@ class Target:
 
 
 def allocatable_gpus(node: Mapping[str, Any]) -> int:
-    """The node's allocatable nvidia.com/gpu; 0 when it advertises none (or an unreadable quantity)."""
-    quantity = (node.get("status", {}).get("allocatable") or {}).get(GPU_RESOURCE)
-    try:
-        return int(parse_quantity(str(quantity))) if quantity is not None else 0
-    except ValueError:
-        return 0
+    """The node's allocatable nvidia.com/gpu as GPU health reads it (`konduktor.gpu.node`); 0 when it has none."""
+    return gpu_node.allocatable_gpus(node) or 0
 
 
 def _labels(node: Mapping[str, Any]) -> Mapping[str, str]:
@@ -84,7 +80,7 @@ def select_targets(nodes: Sequence[Mapping[str, Any]], config: Config | None, na
 
 
 def _selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
-    return all(labels.get(k) == v for k, v in selector.items())
+    return selects(selector, labels)
 
 
 def _target(node: Mapping[str, Any], config: Config | None) -> Target:

@@ -44,11 +44,11 @@ from konduktor.burnin.verdict import NodeEvidence, judge_pair, judge_run, pair_o
 from konduktor.config.model import UNSCHEDULABLE_SECONDS
 from konduktor.errors import PartialApply
 from konduktor.kube.client import Kube
-from konduktor.vocabulary import BURNIN_TIER_ANNOTATION, GPU_RESOURCE
+from konduktor.vocabulary import BURNIN_SERVICE_ACCOUNT, BURNIN_TIER_ANNOTATION, GPU_RESOURCE
 from konduktor.waiting import wait_until
 
 # Installed with konduktor-core; the admission policy lets only it (and preflight) tolerate the health taint.
-SERVICE_ACCOUNT = "konduktor-burnin"
+SERVICE_ACCOUNT = BURNIN_SERVICE_ACCOUNT
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 WAIT_SLACK_S = 120  # after a Job's own deadline: time for the Job controller to mark it Failed
 DELETE_WAIT_S = 60  # for a replaced Job to be gone

@@ -26,7 +26,7 @@ from konduktor.burnin.thresholds import DEFAULT_THRESHOLDS
 from konduktor.burnin.tiers import BurnInImages, BurnInOptions, Tier, options_for_tier
 from konduktor.cli.console import err, progress
 from konduktor.cli.quotas import load_checked
-from konduktor.cli.target import KubeconfigOption, connect
+from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
 from konduktor.config.model import UNSCHEDULABLE_SECONDS, Config, duration_seconds
 from konduktor.controller.quarantine import quarantine_failed
 from konduktor.errors import UsageError
@@ -72,7 +72,9 @@ def burnin(
         bool, typer.Option("--quarantine", help="Taint FAIL nodes with the health controller's quarantine.")
     ] = False,
     kubeconfig: KubeconfigOption = None,
-    namespace: Annotated[str, typer.Option("--namespace", help="Where the Jobs run.")] = DEFAULT_NAMESPACE,
+    context: ContextOption = None,
+    sim: SimOption = None,
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="Where the Jobs run.")] = DEFAULT_NAMESPACE,
     timeout: Annotated[
         str | None,
         typer.Option("--timeout", help="How long to wait for each batch of Jobs, e.g. 45m (default: their deadline)."),
@@ -109,7 +111,7 @@ def burnin(
     names = [n.strip() for n in (nodes or "").split(",") if n.strip()]
     configured = loaded.config.burnin.unschedulable_seconds if loaded else UNSCHEDULABLE_SECONDS
     unschedulable_s = unschedulable_timeout if unschedulable_timeout is not None else configured
-    with connect(kubeconfig) as kube:
+    with connect(kubeconfig, context, sim) as kube:
         if dry_run:
             targets = select_targets(kube.list("v1", "Node"), loaded.config if loaded else None, names)
             sys.stdout.write(to_yaml(BurnInRunner(kube, namespace, run, options).objects(targets)))

@@ -9,7 +9,7 @@ import typer
 
 from konduktor.cli.console import OutputFormat, err, print_rows, say
 from konduktor.cli.quotas import ConfigArgument, load_checked
-from konduktor.cli.target import KubeconfigOption, connect
+from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, Target, connect, running_target
 from konduktor.errors import UsageError
 from konduktor.kube.sync import Change
 from konduktor.quotas.removal import DrainPolicy
@@ -47,11 +47,11 @@ DrainTimeoutOption = Annotated[
 
 
 def sync_config(
-    config: Path, kubeconfig: Path | None, *, prune: bool, dry_run: bool, takeover: Takeover = NO_TAKEOVER
+    config: Path, target: Target, *, prune: bool, dry_run: bool, takeover: Takeover = NO_TAKEOVER
 ) -> list[Change]:
     """Validate the whole config, then sync its quotas with the target cluster."""
     loaded = load_checked(config)
-    with connect(kubeconfig) as kube:
+    with target.connect() as kube:
         return sync_quotas(kube, loaded.config, prune=prune, dry_run=dry_run, takeover=takeover, say=say)
 
 
@@ -72,6 +72,8 @@ def report(changes: list[Change], dry_run: bool) -> None:
 def apply(
     config: ConfigArgument,
     kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    sim: SimOption = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; change nothing.")] = False,
     prune: Annotated[
         bool, typer.Option("--prune/--no-prune", help="Delete quota objects the config no longer has (ours only).")
@@ -86,15 +88,23 @@ def apply(
     team that left the config still has work (unless --drain-removed-teams says how to remove it); 4 when the
     drain or a ClusterQueue's deletion timed out."""
     takeover = Takeover(adopt or (), drain_removed_teams, drain_timeout)
-    changes = sync_config(config, kubeconfig, prune=prune, dry_run=dry_run, takeover=takeover)
+    target = running_target(kubeconfig, context, sim)
+    changes = sync_config(config, target, prune=prune, dry_run=dry_run, takeover=takeover)
     report(changes, dry_run)
 
 
 @app.command("diff")
-def diff(config: ConfigArgument, kubeconfig: KubeconfigOption = None, adopt: AdoptOption = None) -> None:
+def diff(
+    config: ConfigArgument,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    sim: SimOption = None,
+    adopt: AdoptOption = None,
+) -> None:
     """What `quotas apply` would change. Exit 0: nothing; 1: changes pending; 3: apply would refuse (an object
     belongs to someone else); 2 or 5: error."""
-    changes = sync_config(config, kubeconfig, prune=True, dry_run=True, takeover=Takeover(adopt or ()))
+    target = running_target(kubeconfig, context, sim, read_only=True)
+    changes = sync_config(config, target, prune=True, dry_run=True, takeover=Takeover(adopt or ()))
     for change in changes:
         if change.action != "unchanged":
             typer.echo(change.describe())
@@ -105,10 +115,12 @@ def diff(config: ConfigArgument, kubeconfig: KubeconfigOption = None, adopt: Ado
 def explain(
     team: Annotated[str | None, typer.Argument(help="Team (ClusterQueue) name; all teams when omitted.")] = None,
     kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    sim: SimOption = None,
     output: Annotated[OutputFormat, typer.Option("-o", "--output")] = "table",
 ) -> None:
     """Per team and GPU type: nominal quota, used, borrowed, lent, admitted and pending workloads."""
-    with connect(kubeconfig) as kube:
+    with connect(kubeconfig, context, sim, read_only=True) as kube:
         require_kueue(kube)
         queues = kube.list(KUEUE_API, "ClusterQueue")
     rows = [u.row() for u in team_usage(queues) if team is None or team in (u.team, u.cluster_queue)]

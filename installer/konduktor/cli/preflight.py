@@ -22,7 +22,7 @@ import typer
 from konduktor.cli.console import err, progress
 from konduktor.cli.preflight_pods import may, pod_checks
 from konduktor.cli.quotas import ConfigArgument, load_checked
-from konduktor.cli.target import KubeconfigOption, connect
+from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
 from konduktor.config.load import LoadedConfig
 from konduktor.errors import ClusterUnreachable, PreflightFailed, UsageError
 from konduktor.helm.release import CHARTS, NAMESPACE, RELEASE
@@ -65,6 +65,8 @@ def register(app: typer.Typer) -> None:
 def preflight(
     config: ConfigArgument,
     kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    sim: SimOption = None,
     output: Annotated[ReportFormat, typer.Option("-o", "--output", help="table, json or yaml.")] = "table",
     ssh: Annotated[
         list[str] | None,
@@ -93,7 +95,7 @@ def preflight(
     loaded = load_checked(config)
     hosts = [name.strip() for item in ssh or [] for name in item.split(",") if name.strip()]
     inventory = ssh_inventory(loaded, hosts, ssh_user, ssh_key)
-    with connect(kubeconfig) as kube, progress("preflight") as report:
+    with connect(kubeconfig, context, sim) as kube, progress("preflight") as report:
         report("reading the cluster")
         facts = read_cluster(kube)
         checks = cluster_checks(loaded, facts, (NAMESPACE, RELEASE))

@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Annotated, cast, get_args
 
 import typer
+import yaml
 from rich.markup import escape
 
+from konduktor.alerts.render import alertmanager_config
 from konduktor.cli.console import err
 from konduktor.config.findings import Finding
 from konduktor.config.load import LoadedConfig, load_config
@@ -51,8 +53,19 @@ def render_manifests(
         Path | None,
         typer.Option("--output-dir", help="Write one file per object here instead (for GitOps)."),
     ] = None,
+    alertmanager: Annotated[
+        bool,
+        typer.Option(
+            "--alertmanager",
+            help="Print Alertmanager's configuration from `alerts:` instead (for `amtool check-config` and "
+            "`amtool config routes test`).",
+        ),
+    ] = False,
 ) -> None:
     """Render the Kueue objects, namespaces and RBAC of a config (nothing touches the cluster)."""
+    if alertmanager:
+        sys.stdout.write(yaml.safe_dump(alertmanager_config(load_checked(config).config), sort_keys=False))
+        return
     if output not in get_args(ManifestFormat):
         raise UsageError(
             f"-o {output}: not an output format",

@@ -1,4 +1,14 @@
-"""Which cluster a command talks to: --kubeconfig, else $KUBECONFIG, else the running simulated cluster."""
+"""Which cluster a command talks to, chosen as kubectl and helm choose.
+
+- `--sim NAME`: that simulated cluster (never together with `--kubeconfig` or `--context`);
+- `--kubeconfig FILE`: that file; else `$KUBECONFIG`: its files merged, as kubectl merges them; `--context` picks
+  a context of either;
+- nothing named: a command that changes the cluster uses the simulated cluster `konduktor`, so that the README's
+  main job never reaches a production cluster by accident; a read-only one reads ~/.kube/config, as kubectl does,
+  when there is one, else the simulated cluster.
+A simulated cluster's own kubeconfig file, however it is named (`export KUBECONFIG=$(konduktor-install sim
+kubeconfig)`), is that simulated cluster.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +21,7 @@ import typer
 
 from konduktor.errors import UsageError
 from konduktor.kube.client import Kube
+from konduktor.paths import state_dir
 from konduktor.sim.cluster import DEFAULT_NAME, Progress, SimCluster
 from konduktor.tools.pinned import Toolbox
 
@@ -18,25 +29,31 @@ KubeconfigOption = Annotated[
     Path | None,
     typer.Option(
         "--kubeconfig",
-        help="Cluster to use (default: $KUBECONFIG, else the running simulated cluster).",
+        help="Kubeconfig file (default: $KUBECONFIG, merged as kubectl does; see --sim).",
         dir_okay=False,
     ),
 ]
-
-
-def explicit_kubeconfig(flag: Path | None) -> Path | None:
-    """The kubeconfig the user named, by flag or environment; None means 'the simulated cluster'."""
-    if flag is not None:
-        return flag
-    env = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
-    return Path(env) if env else None
+ContextOption = Annotated[str | None, typer.Option("--context", help="The kubeconfig context to use.")]
+SimOption = Annotated[
+    str | None,
+    typer.Option(
+        "--sim",
+        help=f"Use this simulated cluster (default, when no kubeconfig is named: {DEFAULT_NAME!r}).",
+        show_default=False,
+    ),
+]
+KUBECTL_DEFAULT = Path("~/.kube/config")
 
 
 @dataclass(frozen=True)
 class Target:
-    """The cluster a command talks to: the kubeconfig the user named, or the simulated cluster `sim`'s."""
+    """The cluster a command talks to.
 
-    kubeconfig: Path
+    `kubeconfig` None means $KUBECONFIG's files, merged (what kubectl, helm and the Kubernetes client read);
+    `sim` names the simulated cluster when it is one."""
+
+    kubeconfig: Path | None
+    context: str | None = None
     sim: str | None = None
 
     @property
@@ -47,23 +64,70 @@ class Target:
         """A real cluster may use a fitting helm on this machine; the simulated one runs the pinned build."""
         return Toolbox(progress=progress, host=not self.simulated)
 
+    def connect(self) -> Kube:
+        return Kube(self.kubeconfig, self.context)
 
-def resolve_target(flag: Path | None, sim: str = DEFAULT_NAME) -> Target:
-    """--kubeconfig, else $KUBECONFIG, else the simulated cluster `sim` (which may not be running yet)."""
-    explicit = explicit_kubeconfig(flag)
-    return Target(explicit) if explicit is not None else Target(SimCluster(sim).kubeconfig, sim)
+    def flags(self) -> str:
+        """The options that name this cluster again, for a hint (empty where $KUBECONFIG already does)."""
+        if self.sim is not None:
+            return "" if self.sim == DEFAULT_NAME else f" --sim {self.sim}"
+        named = f" --kubeconfig {self.kubeconfig}" if self.kubeconfig is not None else ""
+        return named + (f" --context {self.context}" if self.context else "")
 
 
-def running_target(flag: Path | None) -> Target:
-    """As `resolve_target`, and the simulated cluster must be running."""
-    target = resolve_target(flag)
-    if target.simulated and not target.kubeconfig.exists():
+def simulated_cluster_of(kubeconfig: Path) -> str | None:
+    """The name of the simulated cluster whose kubeconfig file this is, if it is one."""
+    path = kubeconfig.expanduser().absolute()
+    if path.name != "kubeconfig.yaml" or path.parent.parent != state_dir().absolute():
+        return None
+    return path.parent.name
+
+
+def resolve_target(
+    kubeconfig: Path | None = None,
+    context: str | None = None,
+    sim: str | None = None,
+    *,
+    read_only: bool = False,
+) -> Target:
+    """The cluster the options name (see the module's rules); the simulated cluster may not be running yet."""
+    if sim is not None:
+        if kubeconfig is not None or context is not None:
+            raise UsageError(
+                f"--sim {sim} names a simulated cluster, and --kubeconfig/--context another one",
+                hint="give --sim for a simulated cluster, or --kubeconfig and --context for any other",
+            )
+        return Target(SimCluster(sim).kubeconfig, sim=sim)
+    environment = [Path(p) for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if kubeconfig is not None:
+        files = [kubeconfig]
+    elif environment:
+        files = environment
+    elif context is not None or (read_only and KUBECTL_DEFAULT.expanduser().is_file()):
+        files = [KUBECTL_DEFAULT.expanduser()]
+    else:
+        return Target(SimCluster(DEFAULT_NAME).kubeconfig, sim=DEFAULT_NAME)
+    named = simulated_cluster_of(files[0]) if len(files) == 1 and context is None else None
+    if named is not None:
+        return Target(files[0], sim=named)
+    return Target(files[0] if kubeconfig is not None or not environment else None, context)
+
+
+def running_target(
+    kubeconfig: Path | None = None, context: str | None = None, sim: str | None = None, *, read_only: bool = False
+) -> Target:
+    """As `resolve_target`; a simulated cluster must be running."""
+    target = resolve_target(kubeconfig, context, sim, read_only=read_only)
+    if target.sim is not None and target.kubeconfig is not None and not target.kubeconfig.exists():
         raise UsageError(
-            "no cluster given and the simulated cluster is not running",
-            hint="pass --kubeconfig or set KUBECONFIG, or start one: konduktor-install sim up",
+            f"the simulated cluster {target.sim!r} is not running",
+            hint=f"start it: konduktor-install sim up{target.flags().replace('--sim', '--name')}, "
+            "or name another cluster with --kubeconfig, --context or KUBECONFIG",
         )
     return target
 
 
-def connect(flag: Path | None) -> Kube:
-    return Kube(running_target(flag).kubeconfig)
+def connect(
+    kubeconfig: Path | None = None, context: str | None = None, sim: str | None = None, *, read_only: bool = False
+) -> Kube:
+    return running_target(kubeconfig, context, sim, read_only=read_only).connect()

@@ -27,7 +27,14 @@ from konduktor.cli.cluster_quotas import AdoptOption, DrainOption, DrainTimeoutO
 from konduktor.cli.console import OutputFormat, err, print_rows, progress, say
 from konduktor.cli.preflight import cluster_checks, node_checks, read_cluster, require_reachable
 from konduktor.cli.quotas import ConfigArgument, load_checked
-from konduktor.cli.target import KubeconfigOption, Target, resolve_target, running_target
+from konduktor.cli.target import (
+    ContextOption,
+    KubeconfigOption,
+    SimOption,
+    Target,
+    resolve_target,
+    running_target,
+)
 from konduktor.config.load import LoadedConfig
 from konduktor.config.model import Config
 from konduktor.errors import ExitCode, KonduktorError, PartialApply, PreflightFailed, UsageError
@@ -63,7 +70,7 @@ from konduktor.quotas.sync import (
     wait_queues_active,
 )
 from konduktor.quotas.usage import team_usage
-from konduktor.sim.cluster import DEFAULT_NAME, Progress, SimCluster
+from konduktor.sim.cluster import Progress, SimCluster
 from konduktor.sim.pools import spec_of
 from konduktor.vocabulary import BURNIN_NAMESPACE
 from konduktor.waiting import wait_until
@@ -92,7 +99,8 @@ class UpRequest:
 
     config: Path
     kubeconfig: Path | None = None
-    sim: str = DEFAULT_NAME
+    context: str | None = None
+    sim: str | None = None
     values: dict[str, Any] = field(default_factory=dict)
     force: bool = False
     dry_run: bool = False
@@ -220,10 +228,10 @@ def run_up(request: UpRequest, *, confirm: Confirm | None = None, report: Progre
     config = loaded.config
     inventory = config_inventory(loaded)  # and its SSH key, if any, is there
     clock = StepClock(report)
-    target = resolve_target(request.kubeconfig, request.sim)
-    clock.step("cluster", "simulated" if target.simulated else "given")
+    target = resolve_target(request.kubeconfig, request.context, request.sim)
+    clock.step("cluster", f"simulated cluster {target.sim}" if target.sim else "given")
     start_simulated(target, config, report)
-    with Kube(target.kubeconfig) as kube:
+    with target.connect() as kube:
         clock.step("preflight", "checking the cluster" + (" and the GPU hosts" if config.preflight.nodes else ""))
         preflight_passes(kube, loaded, inventory, request.force, report)
         chart, chart_values = chart_for(target.simulated, config, request.values)
@@ -235,7 +243,7 @@ def run_up(request: UpRequest, *, confirm: Confirm | None = None, report: Progre
             return UpReport(config, target, chart, None, planned, [], clock.steps)
         refuse_if_any(planned)
         if confirm is not None and not target.simulated:
-            confirm(f"install {chart.name} into the cluster at {kube.server}?")  # the question names the cluster
+            confirm(f"install {chart.name} into context {kube.context} ({kube.server})?")  # names the cluster
         clock.step("install", f"helm upgrade --install {RELEASE} {chart.name} in {NAMESPACE}")
         release = install_release(kube, target, chart, chart_values, report)
         try:
@@ -276,7 +284,14 @@ def install_release(kube: Kube, target: Target, chart: Path, chart_values: dict[
     finds it; then the chart."""
     kube.apply(release_namespace())
     return install_or_upgrade(
-        target.kubeconfig, chart, RELEASE, NAMESPACE, chart_values, wait=True, toolbox=target.toolbox(report)
+        target.kubeconfig,
+        chart,
+        RELEASE,
+        NAMESPACE,
+        chart_values,
+        wait=True,
+        toolbox=target.toolbox(report),
+        context=target.context,
     )
 
 
@@ -287,7 +302,7 @@ def unfit_nodes(report: BurnInReport | None) -> list[NodeVerdict]:
 
 def print_report(result: UpReport) -> None:
     config = result.config
-    where = "simulated cluster" if result.target.simulated else str(result.target.kubeconfig)
+    where = f"simulated cluster {result.target.sim}" if result.target.sim else "the cluster"
     chart = load_documents(result.chart / "Chart.yaml")[0]
     if result.release is None:
         err.print(f"up (dry run): {where}: would install {chart['name']} {chart['version']}", markup=False)
@@ -350,17 +365,17 @@ def confirmation(yes: bool) -> Confirm | None:
     return ask
 
 
-SimOption = Annotated[str, typer.Option("--sim", help="Simulated cluster to use when no kubeconfig is given.")]
 YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before changing a real cluster.")]
 
 
 def up(
     config: ConfigArgument,
     kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    sim: SimOption = None,
     values: Annotated[
         list[Path] | None, typer.Option("--values", "-f", help="Extra chart values files (repeatable).")
     ] = None,
-    sim: SimOption = DEFAULT_NAME,
     force: Annotated[bool, typer.Option("--force", help="Install even when preflight checks fail.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate, preflight and plan; change nothing.")] = False,
     yes: YesOption = False,
@@ -372,6 +387,7 @@ def up(
     request = UpRequest(
         config,
         kubeconfig,
+        context,
         sim,
         read_values(values),
         force=force,
@@ -381,12 +397,12 @@ def up(
     with progress("up") as report:
         result = run_up(request, confirm=confirmation(yes), report=report)
     print_report(result)
-    where = result.target.kubeconfig
-    err.print(f"next: konduktor-install quotas explain --kubeconfig {where}", markup=False)
+    where = result.target.flags()
+    err.print(f"next: konduktor-install quotas explain{where}", markup=False)
     if result.burnin is not None and unfit_nodes(result.burnin):
         err.print(
             f"up: the platform is installed, but burn-in {result.burnin.run_id} found nodes that are not fit; "
-            f"details: konduktor-install burnin --run-id {result.burnin.run_id} --kubeconfig {where}",
+            f"details: konduktor-install burnin --run-id {result.burnin.run_id}{where}",
             markup=False,
         )
         raise typer.Exit(ExitCode.NEGATIVE)
@@ -395,19 +411,20 @@ def up(
 def plan(
     config: ConfigArgument,
     kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    sim: SimOption = None,
     values: Annotated[list[Path] | None, typer.Option("--values", "-f", help="Extra chart values files.")] = None,
-    sim: SimOption = DEFAULT_NAME,
     adopt: AdoptOption = None,
 ) -> None:
     """What `up` would change. Exit 0: nothing; 1: changes pending (release or quotas); 3: `up` would refuse a
     quota change (an object belongs to someone else); 2 or 5: error."""
     loaded = load_checked(config)
-    target = resolve_target(kubeconfig, sim)
-    if target.simulated and not target.kubeconfig.exists():
-        typer.echo(f"create the simulated cluster {sim!r} and install konduktor-core")
+    target = resolve_target(kubeconfig, context, sim, read_only=True)
+    if target.sim is not None and target.kubeconfig is not None and not target.kubeconfig.exists():
+        typer.echo(f"create the simulated cluster {target.sim!r} and install konduktor-core")
         raise typer.Exit(ExitCode.NEGATIVE)
-    with Kube(target.kubeconfig) as kube:  # a kubeconfig that does not load is bad input (2), before helm reads it
-        installed = current(target.kubeconfig, RELEASE, NAMESPACE, target.toolbox())  # unreachable: exit 5
+    with target.connect() as kube:  # a kubeconfig that does not load is bad input (2), before helm reads it
+        installed = current(target.kubeconfig, RELEASE, NAMESPACE, target.toolbox(), target.context)  # unreachable: 5
         chart, _ = chart_for(target.simulated, loaded.config, read_values(values))
         changes = plan_quotas(kube, loaded.config, Takeover(adopt or ()))
     wanted = load_documents(chart / "Chart.yaml")[0]
@@ -428,12 +445,14 @@ def plan(
 
 def status(
     kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    sim: SimOption = None,
     output: Annotated[OutputFormat, typer.Option("-o", "--output")] = "table",
 ) -> None:
     """The release, the team queues and the health controller. Exit 1 when Konduktor is not installed."""
-    target = running_target(kubeconfig)
-    with Kube(target.kubeconfig) as kube:
-        release = current(target.kubeconfig, RELEASE, NAMESPACE, target.toolbox())
+    target = running_target(kubeconfig, context, sim, read_only=True)
+    with target.connect() as kube:
+        release = current(target.kubeconfig, RELEASE, NAMESPACE, target.toolbox(), target.context)
         queues = team_usage(kube.list(KUEUE_API, "ClusterQueue")) if kueue_served(kube) else []
         controllers = kube.list(
             "apps/v1", "Deployment", NAMESPACE, label_selector="app.kubernetes.io/component=health-controller"
@@ -462,6 +481,8 @@ def status(
 
 def down(
     kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    sim: SimOption = None,
     purge: Annotated[
         bool, typer.Option("--purge", help="Also delete the team and konduktor-system namespaces.")
     ] = False,
@@ -469,13 +490,14 @@ def down(
 ) -> None:
     """Remove what `up` made: the release and every quota object Konduktor owns. Namespaces (and what runs in
     them) stay unless --purge."""
-    target = running_target(kubeconfig)
-    with Kube(target.kubeconfig) as kube:
+    target = running_target(kubeconfig, context, sim)
+    with target.connect() as kube:
         ask = confirmation(yes)
-        if ask is not None:
-            ask(f"remove Konduktor from the cluster at {kube.server}{' and delete its namespaces' if purge else ''}?")
+        if ask is not None and not target.simulated:
+            also = " and delete its namespaces" if purge else ""
+            ask(f"remove Konduktor from context {kube.context} ({kube.server}){also}?")
         quotas = remove_quota_objects(kube)
-        uninstalled = uninstall(target.kubeconfig, RELEASE, NAMESPACE, target.toolbox())
+        uninstalled = uninstall(target.kubeconfig, RELEASE, NAMESPACE, target.toolbox(), target.context)
         namespaces = purge_namespaces(kube, also=(NAMESPACE,)) if purge else Removal()
     deleted = ", ".join(ref.name for ref in namespaces.deleted)
     err.print(

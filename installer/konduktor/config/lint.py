@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from konduktor.config.capacity import share_for, usable_per_node
-from konduktor.config.findings import Finding, did_you_mean, error, warning
-from konduktor.config.model import Config, GpuQuota
+from konduktor.config.findings import Finding, YamlPath, did_you_mean, error, warning
+from konduktor.config.model import Config, GpuQuota, selects
 from konduktor.config.quantity import cpu_millicores, parse_quantity
 from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL, PRODUCT_LABEL
 
@@ -40,7 +40,7 @@ QUOTA_RESOURCES = ("cpu", "memory", GPU_RESOURCE)
 
 
 def lint(config: Config) -> list[Finding]:
-    """Every finding of rules L1-L13, L15 and L16 that needs only the config."""
+    """Every finding of rules L1-L13, L15, L16 and L17 that needs only the config."""
     return [finding for rule in RULES for finding in rule(config)]
 
 
@@ -499,6 +499,41 @@ def pod_security_exceptions(config: Config) -> Iterator[Finding]:
             )
 
 
+def alert_receivers(config: Config) -> Iterator[Finding]:
+    """L17: every alert route names a configured receiver and a known team; with no receiver at all (a warning),
+    Alertmanager has nowhere to send the platform's alerts and they reach nobody."""
+    alerts = config.alerts
+    if not alerts.receivers:
+        yield warning(
+            "L17",
+            ("alerts",) if alerts.routes.default or alerts.routes.severity or alerts.routes.teams else (),
+            "no alert receiver is configured: alerts fire in Alertmanager but reach nobody",
+            hint="add `alerts.receivers` (slack, pagerduty, webhook or email; see examples/config.yaml)",
+        )
+    known = sorted(alerts.receivers)
+
+    def unknown(path: YamlPath, name: str) -> Finding:
+        hint = did_you_mean(name, known) or (f"receivers are: {', '.join(known)}" if known else None)
+        return error("L17", path, f"no receiver named {name!r} in alerts.receivers", hint=hint)
+
+    routes = alerts.routes
+    if routes.default is not None and routes.default not in alerts.receivers:
+        yield unknown(("alerts", "routes", "default"), routes.default)
+    for severity, name in routes.severity.items():
+        if name not in alerts.receivers:
+            yield unknown(("alerts", "routes", "severity", severity), name)
+    for team, name in routes.teams.items():
+        if team not in config.teams:
+            yield error(
+                "L17",
+                ("alerts", "routes", "teams", team),
+                f"no team named {team!r}",
+                hint=did_you_mean(team, config.teams) or f"teams are: {', '.join(sorted(config.teams))}",
+            )
+        elif name not in alerts.receivers:
+            yield unknown(("alerts", "routes", "teams", team), name)
+
+
 RULES: tuple[Callable[[Config], Iterable[Finding]], ...] = (
     names,
     known_gpu_types,
@@ -514,6 +549,7 @@ RULES: tuple[Callable[[Config], Iterable[Finding]], ...] = (
     namespace_ownership,
     borrow_only_entries,
     pod_security_exceptions,
+    alert_receivers,
 )
 
 
@@ -573,7 +609,7 @@ def check_nodes(config: Config, nodes: Sequence[Mapping[str, Any]]) -> list[Find
     findings: list[Finding] = []
     matches: dict[str, list[Mapping[str, Any]]] = {}
     for type_name, gpu_type in config.gpu_types.items():
-        matches[type_name] = [n for n in nodes if _selects(gpu_type.selector, n.get("labels") or {})]
+        matches[type_name] = [n for n in nodes if selects(gpu_type.selector, n.get("labels") or {})]
     owners = Counter(str(node.get("name")) for found in matches.values() for node in found)
     for name, count in sorted(owners.items()):
         if count > 1:
@@ -622,10 +658,6 @@ def check_nodes(config: Config, nodes: Sequence[Mapping[str, Any]]) -> list[Find
                         )
                     )
     return findings
-
-
-def _selects(selector: Mapping[str, str], labels: Mapping[str, Any]) -> bool:
-    return all(labels.get(key) == value for key, value in selector.items())
 
 
 def _node_resources(config: Config, type_name: str, node: Mapping[str, Any]) -> Iterator[Finding]:

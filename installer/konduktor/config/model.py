@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections import Counter
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -187,6 +188,12 @@ class GpuType(Model):
         return dict(self.node_labels) if self.node_labels is not None else {PRODUCT_LABEL: self.product}
 
 
+def selects(selector: Mapping[str, str], labels: Mapping[str, Any]) -> bool:
+    """Whether a node with `labels` matches `selector`, as a ResourceFlavor's nodeLabels (and a Kubernetes
+    matchLabels) match: every key present with exactly its value; the empty selector matches every node."""
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
 class GpuQuota(Model):
     quota: int = Field(ge=0, description="Guaranteed GPUs (Kueue nominalQuota)")
     borrow_limit: int | None = Field(default=None, ge=0, description="Extra GPUs it may borrow; unset = no limit")
@@ -267,6 +274,12 @@ def _namespace_name(name: str) -> str:
 NamespaceName = Annotated[str, AfterValidator(_namespace_name)]
 
 
+def _secret_key(key: str) -> str:
+    if not re.match(r"^[-._a-zA-Z0-9]{1,253}$", key):
+        raise ValueError(f"{key!r} is not a Secret key (letters, digits, '-', '_' and '.')")
+    return key
+
+
 class SshInventory(Model):
     """How preflight reaches the GPU hosts over SSH (BatchMode: never a password or host-key prompt)."""
 
@@ -323,6 +336,100 @@ class Preflight(Model):
     )
 
 
+# Fields that hold credentials: a config file is committed and shared, so these only name a Kubernetes Secret.
+_INLINE_SECRET_HINT = "write {secret: <Secret name>, key: <key>} and keep the value in that Secret"
+
+
+def _secret_reference(value: Any) -> Any:
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        raise ValueError(
+            "must reference a Kubernetes Secret ({secret: NAME, key: KEY}), never the secret itself inline"
+        )
+    return value
+
+
+class SecretKey(Model):
+    """A key of a Secret in the monitoring namespace; Alertmanager reads it from its mounted file."""
+
+    secret: Annotated[str, AfterValidator(_namespace_name)] = Field(description="Secret name")
+    key: Annotated[str, AfterValidator(_secret_key)] = Field(description="Key in the Secret")
+
+
+SecretRef = Annotated[SecretKey, BeforeValidator(_secret_reference)]
+
+
+class SlackReceiver(Model):
+    url: SecretRef = Field(description="Incoming-webhook URL (api_url_file)")
+    channel: Text | None = Field(default=None, description="Channel, e.g. #gpu-platform; default: the webhook's")
+
+
+class PagerDutyReceiver(Model):
+    routing_key: SecretRef = Field(description="Events API v2 integration key (routing_key_file)")
+
+
+class WebhookReceiver(Model):
+    url: SecretRef = Field(description="URL Alertmanager POSTs its JSON to (url_file); URLs often carry tokens")
+    bearer_token: SecretRef | None = Field(default=None, description="Sent as `Authorization: Bearer`")
+
+
+class EmailReceiver(Model):
+    to: Text = Field(description="Recipient address(es), comma-separated")
+    sender: Text = Field(alias="from", description="From address")
+    smarthost: Text = Field(description="SMTP server host:port")
+    username: Text | None = Field(default=None, description="SMTP user")
+    password: SecretRef | None = Field(default=None, description="SMTP password (auth_password_file)")
+    require_tls: bool = Field(default=True, description="STARTTLS required")
+
+
+class Receiver(Model):
+    """Exactly one way to reach people."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"oneOf": [{"required": [kind]} for kind in ("slack", "pagerduty", "webhook", "email")]}
+    )
+
+    slack: SlackReceiver | None = None
+    pagerduty: PagerDutyReceiver | None = None
+    webhook: WebhookReceiver | None = None
+    email: EmailReceiver | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Receiver:
+        kinds = [kind for kind in ("slack", "pagerduty", "webhook", "email") if getattr(self, kind) is not None]
+        if len(kinds) != 1:
+            got = f"got {', '.join(kinds)}" if kinds else "got none"
+            raise ValueError(f"set exactly one of slack, pagerduty, webhook, email ({got})")
+        return self
+
+
+AlertSeverity = Literal["critical", "warning", "info"]
+
+
+class AlertRoutes(Model):
+    """Who hears about what. Team routes come first and let the alert go on to the severity routes."""
+
+    default: str | None = Field(
+        default=None, description="Receiver of every alert no other route takes; default: the first receiver"
+    )
+    severity: dict[AlertSeverity, str] = Field(
+        default_factory=dict, description="severity label -> receiver, e.g. critical: oncall"
+    )
+    teams: dict[str, str] = Field(
+        default_factory=dict,
+        description="team -> receiver: alerts labelled with the team (team, or its queue as cluster_queue)",
+    )
+
+
+class Alerts(Model):
+    """Where Alertmanager sends the platform's alerts; secrets stay in Kubernetes Secrets."""
+
+    receivers: dict[str, Receiver] = Field(default_factory=dict, description="name -> how to reach people")
+    routes: AlertRoutes = Field(default_factory=AlertRoutes)
+    group_wait: Duration = Field(default="30s", description="Wait to batch the first alerts of a group")
+    group_interval: Duration = Field(default="5m", description="Wait before notifying a group of new alerts")
+    repeat_interval: Duration = Field(default="4h", description="Resend a still-firing alert after this long")
+
+
 UNSCHEDULABLE_SECONDS = 60  # how long a burn-in pod may stay unplaceable before it is reported
 
 
@@ -361,6 +468,7 @@ class Config(Model):
     teams: dict[str, Team] = Field(min_length=1)
     preflight: Preflight = Field(default_factory=Preflight)
     burnin: BurnIn = Field(default_factory=BurnIn)
+    alerts: Alerts = Field(default_factory=Alerts)
 
     def teams_using(self, gpu_type: str) -> list[str]:
         return [name for name, team in self.teams.items() if gpu_type in team.gpus]

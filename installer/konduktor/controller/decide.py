@@ -37,8 +37,10 @@ from konduktor.controller.affected import (
 from konduktor.controller.classify import Finding, ForeignCondition, burnin_finding, verdict_detail
 from konduktor.controller.settings import BreakerSettings, HealthSettings
 from konduktor.gpu.catalog import Severity
+from konduktor.gpu.node import GpuNode, Taint, TaintEffect
 from konduktor.kube.timestamps import parse_time
 from konduktor.vocabulary import (
+    GPU_HEALTHY_CONDITION,
     HEALTH_TAINT_KEY,
     QUARANTINE_REASON,
     QUARANTINED_AT,
@@ -47,11 +49,9 @@ from konduktor.vocabulary import (
 )
 
 TAINT_VALUE = "unhealthy"
-CONDITION_TYPE = "GPUHealthy"
+CONDITION_TYPE = GPU_HEALTHY_CONDITION
 # Kubernetes truncates longer Event notes; cut them ourselves so the evidence keeps its start.
 MESSAGE_LIMIT = 1024
-
-TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 _REQUALIFICATION_REASONS = {
     Verdict.PASS: "RequalificationPassed",
@@ -63,23 +63,10 @@ _REQUALIFICATION_REASONS = {
 
 
 @dataclass(frozen=True)
-class Taint:
-    key: str
-    effect: TaintEffect
-    value: str = ""
+class NodeState(GpuNode):
+    """What the decision needs to know about one GPU node: the Node's reading (`konduktor.gpu.node`), the GPUs it
+    should have, its burn-in Jobs and the conditions other tools set."""
 
-
-@dataclass(frozen=True)
-class NodeState:
-    """What the decision needs to know about one GPU node, read from the Node and its burn-in Jobs."""
-
-    name: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    taints: tuple[Taint, ...] = ()
-    unschedulable: bool = False
-    gpu_healthy: bool | None = None  # our GPUHealthy condition's status; None when the Node has none
-    gpu_allocatable: int | None = None
     gpu_expected: int | None = None
     requalification_running: bool = False
     conditions: tuple[ForeignCondition, ...] = ()  # set by other tools

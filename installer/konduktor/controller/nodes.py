@@ -7,21 +7,18 @@ import queue
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, cast
+from dataclasses import dataclass, fields
+from typing import Any
 
 from konduktor.controller.classify import ForeignCondition
-from konduktor.controller.decide import CONDITION_TYPE, NodeState, Taint, TaintEffect
+from konduktor.controller.decide import CONDITION_TYPE, NodeState
 from konduktor.controller.logs import log
 from konduktor.controller.settings import HealthSettings
 from konduktor.controller.telemetry import HealthMetrics
+from konduktor.gpu.node import read_node
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.timestamps import parse_time
-from konduktor.vocabulary import GPU_RESOURCE, PRODUCT_LABEL
-
-# Published by GPU Feature Discovery.
-GPU_COUNT_LABEL = "nvidia.com/gpu.count"
-_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+from konduktor.vocabulary import GPU_COUNT_LABEL, GPU_RESOURCE, PRODUCT_LABEL
 
 Node = dict[str, Any]
 
@@ -37,12 +34,6 @@ def expected_gpus(node: Node, settings: HealthSettings) -> int | None:
     return int(count) if count.isdigit() else None
 
 
-def allocatable_gpus(node: Node) -> int | None:
-    value = node.get("status", {}).get("allocatable", {}).get(GPU_RESOURCE)
-    # Extended resources are whole numbers; anything else is not a count we can compare.
-    return int(value) if isinstance(value, str) and value.isdigit() else None
-
-
 def is_gpu_node(node: Node, expected: int | None) -> bool:
     return expected is not None or GPU_RESOURCE in node.get("status", {}).get("capacity", {})
 
@@ -51,23 +42,14 @@ def is_gpu_node(node: Node, expected: int | None) -> bool:
 _KUBELET_CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
 
 
-def node_state(node: Node, expected: int | None, requalification_running: bool) -> NodeState:
-    meta = node["metadata"]
-    conditions = node.get("status", {}).get("conditions", [])
-    ours = next((c for c in conditions if c.get("type") == CONDITION_TYPE), None)
-    healthy = {"True": True, "False": False}.get(ours.get("status", "")) if ours else None
+def node_state(
+    node: Mapping[str, Any], expected: int | None = None, requalification_running: bool = False
+) -> NodeState:
+    """The node as the decision sees it: the GPU reading of the Node (`konduktor.gpu.node`), with the GPUs it
+    should have and whether its requalification runs, and the conditions other tools set on it."""
+    read = read_node(node)
     return NodeState(
-        name=meta["name"],
-        labels=dict(meta.get("labels", {})),
-        annotations=dict(meta.get("annotations", {})),
-        taints=tuple(
-            Taint(t["key"], cast(TaintEffect, t["effect"]), t.get("value", ""))
-            for t in node.get("spec", {}).get("taints", [])
-            if t.get("effect") in _EFFECTS
-        ),
-        unschedulable=bool(node.get("spec", {}).get("unschedulable", False)),
-        gpu_healthy=healthy,
-        gpu_allocatable=allocatable_gpus(node),
+        **{f.name: getattr(read, f.name) for f in fields(read)},
         gpu_expected=expected,
         requalification_running=requalification_running,
         conditions=tuple(
@@ -78,7 +60,7 @@ def node_state(node: Node, expected: int | None, requalification_running: bool) 
                 c.get("lastTransitionTime", ""),
                 parse_time(c.get("lastTransitionTime")),
             )
-            for c in conditions
+            for c in node.get("status", {}).get("conditions") or ()
             if c.get("type") not in (CONDITION_TYPE, *_KUBELET_CONDITIONS)
         ),
     )

@@ -11,24 +11,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
-from konduktor.burnin.plan import allocatable_gpus
 from konduktor.burnin.results import NodeVerdict
 from konduktor.controller.decide import (
     CONDITION_TYPE,
     BreakerState,
-    NodeState,
     Plan,
     RecordEvent,
     SetCondition,
     StartRequalification,
-    Taint,
-    TaintEffect,
     UpdateNode,
     decide,
 )
 from konduktor.controller.node_writes import FIELD_MANAGER, condition_status, event, update_node
+from konduktor.controller.nodes import node_state
 from konduktor.controller.settings import BreakerSettings, HealthSettings
 from konduktor.kube.client import Kube
 
@@ -36,25 +33,11 @@ from konduktor.kube.client import Kube
 COMPONENT = "konduktor-install"
 
 
-def node_state(node: Mapping[str, Any]) -> NodeState:
-    meta, spec = node["metadata"], node.get("spec", {})
-    conditions = node.get("status", {}).get("conditions") or ()
-    healthy = next((c.get("status") for c in conditions if c.get("type") == CONDITION_TYPE), None)
-    return NodeState(
-        name=meta["name"],
-        labels=dict(meta.get("labels") or {}),
-        annotations=dict(meta.get("annotations") or {}),
-        taints=tuple(
-            Taint(t["key"], cast(TaintEffect, t["effect"]), t.get("value", "")) for t in spec.get("taints") or ()
-        ),
-        unschedulable=bool(spec.get("unschedulable")),
-        gpu_healthy=None if healthy is None else healthy == "True",
-        gpu_allocatable=allocatable_gpus(node),
-    )
-
-
 def quarantine_plan(verdicts: Sequence[NodeVerdict], nodes: Sequence[Mapping[str, Any]], now: float) -> Plan:
     """The health controller's writes for the FAIL nodes: taint, quarantined-at annotation, condition, Event.
+
+    The nodes are read as the controller reads them (`konduktor.controller.nodes.node_state`), so these
+    quarantines are the ones it would make.
 
     Only FAIL verdicts go in: this command quarantines, and leaves releasing a node to the controller's
     requalification. A node already quarantined by the controller gets no second taint, a node that opted out

@@ -9,7 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 
 from konduktor.burnin.tiers import BurnInImages
 from konduktor.config.load import read_text, read_yaml, validate_model
-from konduktor.vocabulary import BURNIN_NAMESPACE
+from konduktor.vocabulary import BURNIN_NAMESPACE, BURNIN_SERVICE_ACCOUNT
 
 
 class _Section(BaseModel):
@@ -96,7 +96,7 @@ class RequalificationSettings(_Section):
     # Where the burn-in Jobs run, and under which account: the admission policy lets only this account's pods
     # tolerate the quarantine taint (policies/gpu-health-toleration.yaml).
     namespace: str = Field(default=BURNIN_NAMESPACE, min_length=1)
-    service_account: str = Field(default="konduktor-burnin", min_length=1)
+    service_account: str = Field(default=BURNIN_SERVICE_ACCOUNT, min_length=1)
     images: BurnInImageSettings = Field(default_factory=BurnInImageSettings)
 
 

@@ -73,13 +73,21 @@ def helm_problem(problem: HelmError) -> KonduktorError:
     return KonduktorError(f"helm failed: {first}")
 
 
-def client(kubeconfig: Path, toolbox: Toolbox | None = None) -> Client:
+def client(kubeconfig: Path | None, toolbox: Toolbox | None = None, context: str | None = None) -> Client:
+    """helm on one cluster: `kubeconfig` (None: $KUBECONFIG's files merged, else ~/.kube/config, as helm reads
+    them) and its `context` (None: the current one)."""
     helm = (toolbox or Toolbox()).path("helm")
-    return Client(executable=str(helm), kubeconfig=kubeconfig, default_timeout="10m", history_max_revisions=5)
+    return Client(
+        executable=str(helm),
+        kubeconfig=kubeconfig,
+        kubecontext=context,
+        default_timeout="10m",
+        history_max_revisions=5,
+    )
 
 
 def install_or_upgrade(
-    kubeconfig: Path,
+    kubeconfig: Path | None,
     chart: Path,
     release: str,
     namespace: str,
@@ -87,11 +95,12 @@ def install_or_upgrade(
     *,
     wait: bool = False,
     toolbox: Toolbox | None = None,
+    context: str | None = None,
 ) -> Release:
     """`helm upgrade --install` with these values; safe to repeat (an unchanged release changes no object)."""
 
     async def run() -> Release:
-        helm = client(kubeconfig, toolbox)
+        helm = client(kubeconfig, toolbox, context)
         loaded = await helm.get_chart(chart)
         try:
             await helm.get_current_revision(release, namespace=namespace)
@@ -127,9 +136,11 @@ def install_or_upgrade(
         ) from problem
 
 
-def current(kubeconfig: Path, release: str, namespace: str, toolbox: Toolbox | None = None) -> Release | None:
+def current(
+    kubeconfig: Path | None, release: str, namespace: str, toolbox: Toolbox | None = None, context: str | None = None
+) -> Release | None:
     async def run() -> Release | None:
-        helm = client(kubeconfig, toolbox)
+        helm = client(kubeconfig, toolbox, context)
         try:
             revision = await helm.get_current_revision(release, namespace=namespace)
         except ReleaseNotFoundError:
@@ -142,11 +153,13 @@ def current(kubeconfig: Path, release: str, namespace: str, toolbox: Toolbox | N
     return asyncio.run(run())
 
 
-def uninstall(kubeconfig: Path, release: str, namespace: str, toolbox: Toolbox | None = None) -> bool:
+def uninstall(
+    kubeconfig: Path | None, release: str, namespace: str, toolbox: Toolbox | None = None, context: str | None = None
+) -> bool:
     """`helm uninstall`; False when there was no such release."""
 
     async def run() -> bool:
-        helm = client(kubeconfig, toolbox)
+        helm = client(kubeconfig, toolbox, context)
         try:
             await helm.get_current_revision(release, namespace=namespace)
         except ReleaseNotFoundError:

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from konduktor.alerts.render import kube_prometheus_stack_values
 from konduktor.config.model import Config
 from konduktor.quotas.render import kueue_manager_settings
 
@@ -28,13 +29,15 @@ def merge_sections(base: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
 
 def umbrella_values(config: Config, chart_values: dict[str, Any]) -> dict[str, Any]:
     """Values to pass on top of the chart's (and an environment's): Kueue's Configuration with the config's
-    settings. `chart_values` are the chart defaults merged with the environment's values files."""
+    settings, and Alertmanager's routes and receivers from its `alerts:` section. `chart_values` are the chart
+    defaults merged with the environment's values files."""
+    values: dict[str, Any] = {"kube-prometheus-stack": kube_prometheus_stack_values(config)}
     manager = chart_values.get("kueue", {}).get("managerConfig", {}).get("controllerManagerConfigYaml")
-    if not manager:
-        return {}
-    configuration = merge_sections(yaml.safe_load(manager), kueue_manager_settings(config))
-    text = yaml.safe_dump(configuration, sort_keys=False)
-    return {"kueue": {"managerConfig": {"controllerManagerConfigYaml": text}}}
+    if manager:
+        configuration = merge_sections(yaml.safe_load(manager), kueue_manager_settings(config))
+        text = yaml.safe_dump(configuration, sort_keys=False)
+        values["kueue"] = {"managerConfig": {"controllerManagerConfigYaml": text}}
+    return values
 
 
 def merge_values(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:

@@ -96,11 +96,12 @@ class Kube:
             if kubeconfig is None and context is None and _in_cluster_only():
                 config.load_incluster_config(client_configuration=configuration)
             else:
-                config.load_kube_config(
-                    config_file=str(kubeconfig) if kubeconfig else None,
-                    context=context,
-                    client_configuration=configuration,
-                )
+                # No file named: $KUBECONFIG's files merged, else ~/.kube/config, read now (the client's own default
+                # was fixed when it was imported).
+                files = str(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG") or None
+                config.load_kube_config(config_file=files, context=context, client_configuration=configuration)
+                if context is None:
+                    context = config.list_kube_config_contexts(config_file=files)[1]["name"]
         except (config.ConfigException, OSError) as problem:
             raise UsageError(
                 f"cannot load kubeconfig {kubeconfig or '(default)'}: {problem}",

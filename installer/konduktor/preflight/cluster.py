@@ -15,7 +15,7 @@ from typing import Any
 
 from konduktor.config.findings import Finding, YamlPath, with_lines
 from konduktor.config.lint import check_nodes
-from konduktor.config.model import Config, GpuType, Toleration
+from konduktor.config.model import Config, GpuType, Toleration, selects
 from konduktor.config.quantity import parse_quantity
 from konduktor.preflight.results import Check, Status, check
 from konduktor.quotas.render import KUEUE_API
@@ -275,10 +275,6 @@ def judge_server_version(version: Mapping[str, Any] | None) -> Check:
             hint=f"supported: {supported}; report problems with the version in the issue",
         )
     return check("server-version", Status.PASS, f"Kubernetes {shown} (supported: {supported})")
-
-
-def selects(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
-    return all(labels.get(key) == value for key, value in selector.items())
 
 
 def nodes_of(gpu_type: GpuType, nodes: Iterable[NodeFacts]) -> list[NodeFacts]:

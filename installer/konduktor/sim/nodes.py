@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from konduktor.errors import UsageError
-from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL
+from konduktor.vocabulary import GPU_COUNT_LABEL, GPU_RESOURCE, HOSTNAME_LABEL, PRODUCT_LABEL
 
 # nvidia.com/gpu.product values as GPU Feature Discovery publishes them, keyed by the short names users type.
 PRODUCTS = {
@@ -148,8 +148,8 @@ def node_manifests(pools: list[NodePool], levels: tuple[str, ...] = DEFAULT_TOPO
                 "kubernetes.io/arch": "amd64",
                 "type": "kwok",
                 "nvidia.com/gpu.present": "true",
-                "nvidia.com/gpu.product": pool.product,
-                "nvidia.com/gpu.count": str(pool.gpus),
+                PRODUCT_LABEL: pool.product,
+                GPU_COUNT_LABEL: str(pool.gpus),
                 "konduktor.ai/gpu-type": pool.gpu_type,
                 **topology_values(levels, position),
                 **pool.labels,

@@ -51,6 +51,9 @@ class Tool:
     ldflags: tuple[str, ...] = field(default=())
     tags: tuple[str, ...] = field(default=())
     needed_by: tuple[str, ...] = field(default=())
+    # Directories a package embeds that the module zip lacks (generated, git-ignored web UIs): the build uses a
+    # writable copy of the module with a placeholder page in each.
+    placeholder_embeds: tuple[str, ...] = field(default=())
 
     def package_paths(self) -> list[str]:
         return [self.module if p == "." else f"{self.module}/{p}" for p in self.packages]
@@ -93,6 +96,7 @@ def load_tools(path: Path = VERSIONS_FILE) -> dict[str, Tool]:
             ldflags=tuple(entry.get("ldflags", ())),
             tags=tuple(entry.get("tags", ())),
             needed_by=tuple(entry.get("needed-by", ())),
+            placeholder_embeds=tuple(entry.get("placeholder-embeds", ())),
         )
         for name, entry in table.items()
     }
@@ -359,8 +363,32 @@ class GoBuild:
             shutil.copyfile(tool_sums, self.workdir / "go.sum")
         packages = tool.package_paths()
         self.run("get", "-tool", *[f"{p}@{tool.version}" for p in packages], step="resolving modules")
-        # Records the sums of every module the build loads, so that the build itself changes nothing.
-        self.run("list", "-mod=mod", "-deps", *tool.tag_flags(), *packages, step="resolving packages")
+        # Records the sums of every module the build loads, so that the build itself changes nothing. With
+        # placeholder embeds the upstream packages fail to load (the embedded directory is missing), so errors
+        # are tolerated here; the build itself loads the patched copy and fails on any real error.
+        tolerate = ["-e"] if tool.placeholder_embeds else []
+        self.run("list", "-mod=mod", "-deps", *tolerate, *tool.tag_flags(), *packages, step="resolving packages")
+
+    def patch_embeds(self) -> None:
+        """Builds the tool from a writable copy of its module with a placeholder page in each directory it
+        embeds but the module zip lacks; go.sum still vouches for the copied module's content."""
+        tool = self.tool
+        if not tool.placeholder_embeds:
+            return
+        source = Path(self.download(tool)["Dir"])
+        copy = self.workdir / "module"
+        shutil.copytree(source, copy)
+        for path in copy.rglob("*"):
+            path.chmod(path.stat().st_mode | 0o200)
+        copy.chmod(copy.stat().st_mode | 0o200)
+        for embed in tool.placeholder_embeds:
+            directory = copy / embed
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / "index.html").write_text(
+                f"<!doctype html><title>{tool.name}</title><p>Built without its web UI; the HTTP API is served.\n"
+            )
+        with (self.workdir / "go.mod").open("a") as gomod:
+            gomod.write(f"\nreplace {tool.module} => ./module\n")
 
     def compile(self, package: str, binary: str, output: Path, status: Callable[[str, int, int], str]) -> None:
         """`go build` of one binary, reporting each package compiled out of those not in Go's build cache."""
@@ -481,6 +509,7 @@ def build(
                 "with the checksum database (`konduktor-install tools lock` commits them)"
             )
             go.resolve(kubernetes)
+        go.patch_embeds()
         binaries = tool.binaries()
 
         def status(binary: str, compiled: int, total: int) -> str:

@@ -1,0 +1,1 @@
+"""Alertmanager's configuration from the config's `alerts:` section (pure)."""
