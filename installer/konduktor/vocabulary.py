@@ -30,6 +30,10 @@ QUARANTINED_AT = "konduktor.ai/quarantined-at"
 QUARANTINE_REASON = "konduktor.ai/quarantine-reason"
 REQUALIFIED_AT = "konduktor.ai/requalified-at"
 REQUALIFICATION_RESULT = "konduktor.ai/requalification-result"
+# On a Kueue Workload the health controller deactivated to requeue it off a quarantined node (label, so that it
+# finds them again with a selector), and which node and fault that was (annotation). Both go on reactivation.
+REQUEUE_LABEL = "konduktor.ai/requeued-for-node-health"
+REQUEUE_REASON = "konduktor.ai/requeue-reason"
 # The Node condition in which the health controller states whether a node's GPUs are healthy.
 GPU_HEALTHY_CONDITION = "GPUHealthy"
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+import pytest
 
 
 @dataclass
@@ -56,3 +59,13 @@ class LokiApi:
         server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         return server
+
+
+@pytest.fixture()
+def loki() -> Iterator[tuple[LokiApi, str]]:
+    """A Loki query_range server in this process, and its URL."""
+    api = LokiApi()
+    server = api.serve()
+    yield api, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()

@@ -71,7 +71,9 @@ def test_minimal_shape_needs_no_crds() -> None:
     assert not {o["kind"] for o in objects} & {"ServiceMonitor", "PrometheusRule"}
     # Without the teams' policies only the controller's confinement is left (a built-in API, no CRD).
     policies = {o["metadata"]["name"] for o in objects if o["kind"] == "ValidatingAdmissionPolicy"}
-    assert policies == {f"konduktor-konduktor-core-health-{name}" for name in ("node-writes", "jobs", "objects")}
+    assert policies == {
+        f"konduktor-konduktor-core-health-{name}" for name in ("node-writes", "jobs", "objects", "workloads")
+    }
 
 
 def test_on_its_own_the_chart_needs_no_prometheus_operator() -> None:
@@ -137,7 +139,7 @@ def test_policy_bindings_enforce_by_default_and_warn_first_on_request() -> None:
         every = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
         # The controller's confinement always denies: it binds the platform's own account, not the teams'.
         confinement = [o for o in every if o["metadata"]["name"].startswith("konduktor-konduktor-core-health-")]
-        assert len(confinement) == 3 and all(o["spec"]["validationActions"] == ["Deny"] for o in confinement)
+        assert len(confinement) == 4 and all(o["spec"]["validationActions"] == ["Deny"] for o in confinement)
         bindings = [o for o in every if o not in confinement]
         assert len(bindings) == len(policies) - 1  # params.yaml holds no binding
         for binding in bindings:

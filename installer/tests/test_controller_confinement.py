@@ -18,12 +18,22 @@ from sim_fixture import release_nodes
 from test_charts import render
 
 from konduktor.burnin.tiers import BurnInImages
-from konduktor.controller.decide import CONDITION_TYPE, TAINT_VALUE, NodeState, SetCondition, Taint, UpdateNode
+from konduktor.controller.decide import (
+    CONDITION_TYPE,
+    TAINT_VALUE,
+    DeactivateWorkload,
+    NodeState,
+    ReactivateWorkload,
+    SetCondition,
+    Taint,
+    UpdateNode,
+)
 from konduktor.controller.leader import LEASE_NAME, LeaderLease
 from konduktor.controller.node_writes import FIELD_MANAGER, condition_status, update_node
 from konduktor.controller.requalification import PodLogs, Requalifier
 from konduktor.controller.settings import HealthSettings, RequalificationSettings
 from konduktor.controller.telemetry import HealthMetrics
+from konduktor.controller.workloads import WORKLOAD_API, deactivate, reactivate
 from konduktor.errors import KonduktorError
 from konduktor.helm.release import CHARTS, install_or_upgrade, uninstall
 from konduktor.kube.client import MERGE_PATCH, ApiError, Kube
@@ -35,6 +45,8 @@ from konduktor.vocabulary import (
     QUARANTINED_AT,
     REQUALIFICATION_RESULT,
     REQUALIFIED_AT,
+    REQUEUE_LABEL,
+    REQUEUE_REASON,
 )
 from konduktor.waiting import wait_until
 
@@ -204,6 +216,75 @@ def test_in_its_namespace_the_controller_writes_only_its_own_lease(sim: Sim, con
     )
 
 
+WORKLOADS_NAMESPACE = "confinement-work"
+
+
+@pytest.fixture()
+def workload(sim: Sim) -> Iterator[str]:
+    """A Workload as Kueue makes them for a Job, created directly (an admin's prebuilt Workload)."""
+    sim.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": WORKLOADS_NAMESPACE}})
+    container = {"name": "train", "image": "registry.example/train:1", "resources": {"requests": {"cpu": "1"}}}
+    sim.kube.create(
+        {
+            "apiVersion": WORKLOAD_API,
+            "kind": "Workload",
+            "metadata": {"name": "train", "namespace": WORKLOADS_NAMESPACE, "labels": {"team": "a"}},
+            "spec": {
+                "queueName": "default",
+                "podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": [container]}}}],
+            },
+        }
+    )
+    try:
+        yield "train"
+    finally:
+        sim.kube.delete("v1", "Namespace", WORKLOADS_NAMESPACE)
+
+
+@pytest.mark.sim
+def test_the_controller_requeues_a_workload_through_spec_active_and_changes_nothing_else(
+    sim: Sim, controller: Kube, workload: str
+) -> None:
+    # What the controller reads to find the work on a node and its owners' opt-out.
+    assert controller.list("v1", "Pod", field_selector=f"spec.nodeName={NODE}") is not None
+    assert controller.get("v1", "Namespace", WORKLOADS_NAMESPACE) is not None
+    assert controller.list(WORKLOAD_API, "Workload", WORKLOADS_NAMESPACE)
+
+    def patch(change: dict[str, Any]) -> object:
+        return controller.patch(WORKLOAD_API, "Workload", workload, change, WORKLOADS_NAMESPACE)
+
+    # Someone else's deactivation is theirs: the controller may not undo it.
+    sim.kube.patch(WORKLOAD_API, "Workload", workload, {"spec": {"active": False}}, WORKLOADS_NAMESPACE)
+    by_policy(lambda: patch({"spec": {"active": True}}), "health-workloads", "only a Workload it deactivated")
+    sim.kube.patch(WORKLOAD_API, "Workload", workload, {"spec": {"active": True}}, WORKLOADS_NAMESPACE)
+
+    by_policy(lambda: patch({"spec": {"active": False}}), "health-workloads", "only with its requeue label")
+    by_policy(lambda: patch({"spec": {"queueName": "other"}}), "health-workloads", "only spec.active")
+    by_policy(lambda: patch({"spec": {"priority": 1000}}), "health-workloads", "only spec.active")
+    by_policy(lambda: patch({"metadata": {"labels": {"team": None}}}), "health-workloads", "own label and annotation")
+    by_policy(
+        lambda: patch({"metadata": {"annotations": {"kueue.x-k8s.io/x": "y"}}}),
+        "health-workloads",
+        "own label and annotation",
+    )
+
+    # Its own two writes pass, through its own code.
+    deactivate(controller, DeactivateWorkload(NODE, WORKLOADS_NAMESPACE, workload, f"Xid79 on {NODE} at now"))
+    marked = sim.kube.get(WORKLOAD_API, "Workload", workload, WORKLOADS_NAMESPACE)
+    assert marked is not None and marked["spec"]["active"] is False
+    assert marked["metadata"]["labels"][REQUEUE_LABEL] == "true"
+    reactivate(controller, ReactivateWorkload(NODE, WORKLOADS_NAMESPACE, workload))
+    back = sim.kube.get(WORKLOAD_API, "Workload", workload, WORKLOADS_NAMESPACE)
+    assert back is not None and back["spec"]["active"] is True
+    assert REQUEUE_LABEL not in back["metadata"]["labels"] and back["metadata"]["labels"]["team"] == "a"
+
+    # RBAC: no creating or deleting work, no changing pods.
+    copy = {"apiVersion": WORKLOAD_API, "kind": "Workload", "metadata": {"name": "x", "namespace": WORKLOADS_NAMESPACE}}
+    refusal(lambda: controller.create(copy))
+    refusal(lambda: controller.delete(WORKLOAD_API, "Workload", workload, WORKLOADS_NAMESPACE))
+    refusal(lambda: controller.patch("v1", "Namespace", WORKLOADS_NAMESPACE, {"metadata": {"labels": {"a": "b"}}}))
+
+
 def requalification_job(controller: Kube, node: str) -> tuple[Requalifier, dict[str, Any]]:
     """The Job the controller's requalifier builds, created through its own code."""
     settings = RequalificationSettings(tier="quick")
@@ -271,6 +352,8 @@ def test_the_policies_name_what_the_controller_writes() -> None:
         REQUALIFICATION_RESULT,
         HEALTH_TAINT_KEY,
         CONDITION_TYPE,
+        REQUEUE_LABEL,
+        REQUEUE_REASON,
     ):
         assert f'"{key}"' in confinement or f"'{key}'" in confinement, key
     assert "\nkonduktor-health\n" in (CORE / "templates" / "_helpers.tpl").read_text()

@@ -135,6 +135,12 @@ def reset_node(kube: Kube, name: str) -> None:
     )
 
 
+def leave_cluster(kube: Kube) -> None:
+    """A module's end: the nodes as found, the controller's namespace gone."""
+    reset_cluster(kube)
+    kube.delete("v1", "Namespace", NAMESPACE)
+
+
 def reset_cluster(kube: Kube) -> None:
     for name in NODES:
         reset_node(kube, name)
@@ -147,15 +153,19 @@ def reset_cluster(kube: Kube) -> None:
     kube.delete(LEASE_API, "Lease", LEASE_NAME, NAMESPACE)
 
 
-@pytest.fixture(scope="module")
-def kube(sim: Sim) -> Iterator[Kube]:
-    sim.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    sim.kube.apply(
+def controller_namespace(kube: Kube) -> None:
+    """The Lease's and the requalification Jobs' namespace, with the burn-in's service account."""
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    kube.apply(
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "konduktor-burnin", "namespace": NAMESPACE}}
     )
+
+
+@pytest.fixture(scope="module")
+def kube(sim: Sim) -> Iterator[Kube]:
+    controller_namespace(sim.kube)
     yield sim.kube
-    reset_cluster(sim.kube)
-    sim.kube.delete("v1", "Namespace", NAMESPACE)
+    leave_cluster(sim.kube)
 
 
 @pytest.fixture(autouse=True)
@@ -166,15 +176,6 @@ def clean(kube: Kube) -> Iterator[None]:
 
 
 # --- a Loki that speaks query_range ----------------------------------------------------------------------------
-
-
-@pytest.fixture()
-def loki() -> Iterator[tuple[LokiApi, str]]:
-    api = LokiApi()
-    server = api.serve()
-    yield api, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
 
 
 # --- the controller --------------------------------------------------------------------------------------------

@@ -39,6 +39,11 @@ class InstallerCommands(LazyGroup):
             "Burn in GPU nodes with Jobs and judge them: PASS, WARN, FAIL, ERROR or SKIPPED per node.",
         ),
         LazyCommand(
+            "triage",
+            "konduktor.cli.triage:triage",
+            "Which node of a job had a GPU fault in its time window, with evidence. Exit 0: a culprit; 1: none.",
+        ),
+        LazyCommand(
             "up",
             "konduktor.cli.up:up",
             "Install or upgrade Konduktor from a config: the simulated cluster when no kubeconfig is given.",

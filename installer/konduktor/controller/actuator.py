@@ -15,12 +15,24 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from konduktor.controller.decide import Action, NodeState, RecordEvent, SetCondition, StartRequalification, UpdateNode
+from konduktor.controller.decide import (
+    Action,
+    DeactivateWorkload,
+    NodeState,
+    ReactivateWorkload,
+    RecordEvent,
+    SetCondition,
+    StartRequalification,
+    TellOwner,
+    UpdateNode,
+    WorkAction,
+)
 from konduktor.controller.logs import log
 from konduktor.controller.node_writes import FIELD_MANAGER, condition_status, event, update_node
 from konduktor.controller.nodes import NodeCache
 from konduktor.controller.requalification import Requalifier
 from konduktor.controller.telemetry import HealthMetrics
+from konduktor.controller.workloads import deactivate, reactivate, tell_owner
 from konduktor.kube.client import ApiError, Kube
 from konduktor.vocabulary import QUARANTINE_REASON, QUARANTINED_AT
 
@@ -52,7 +64,7 @@ class Actuator:
         self.identity = identity
         self.clock = clock
 
-    def execute(self, actions: Sequence[Action], states: Mapping[str, NodeState]) -> Outcome:
+    def execute(self, actions: Sequence[Action | WorkAction], states: Mapping[str, NodeState]) -> Outcome:
         outcome = Outcome()
         for action in actions:
             if action.node in outcome.failed:
@@ -70,7 +82,7 @@ class Actuator:
             outcome.finished[action.node] = self.clock()
         return outcome
 
-    def _make(self, action: Action, states: Mapping[str, NodeState]) -> None:
+    def _make(self, action: Action | WorkAction, states: Mapping[str, NodeState]) -> None:
         now = self.clock()
         if isinstance(action, UpdateNode):
             self._update_node(action)
@@ -80,6 +92,12 @@ class Actuator:
             self.kube.create(event(action, self.nodes.get(action.node), COMPONENT, self.identity, now))
         elif isinstance(action, StartRequalification):
             self.requalifier.start(states[action.node], now)
+        elif isinstance(action, DeactivateWorkload):
+            deactivate(self.kube, action)
+        elif isinstance(action, ReactivateWorkload):
+            reactivate(self.kube, action)
+        elif isinstance(action, TellOwner):
+            tell_owner(self.kube, action, COMPONENT, self.identity, now)
         log(logging.INFO, _describe(action), node=action.node, **_fields(action))
 
     def _update_node(self, update: UpdateNode) -> None:
@@ -100,43 +118,53 @@ def quarantine_reason(annotations: Mapping[str, str | None]) -> str:
     return (annotations.get(QUARANTINE_REASON) or "unknown").split(" ", 1)[0]
 
 
-def action_name(action: Action) -> str:
+def action_name(action: Action | WorkAction) -> str:
     """The action as WITHHELD_ACTIONS names it; a Node update that only records a requalification attempt in the
     annotations belongs to the quarantine, so it counts as a taint write."""
     if isinstance(action, UpdateNode):
         return "untaint" if action.remove_taints else "taint"
     if isinstance(action, SetCondition):
         return "condition"
-    if isinstance(action, RecordEvent):
+    if isinstance(action, RecordEvent | TellOwner):
         return "event"
+    if isinstance(action, DeactivateWorkload):
+        return "requeue"
+    if isinstance(action, ReactivateWorkload):
+        return "reactivate"
     return "requalification"
 
 
-def _describe(action: Action) -> str:
+def _describe(action: Action | WorkAction) -> str:
     return {
         "taint": "node updated",
         "untaint": "node released",
         "condition": "condition set",
         "event": "event recorded",
         "requalification": "requalification requested",
+        "requeue": "workload deactivated for requeueing",
+        "reactivate": "workload reactivated",
     }[action_name(action)]
 
 
-def _fields(action: Action) -> dict[str, Any]:
+def _fields(action: Action | WorkAction) -> dict[str, Any]:
     if isinstance(action, UpdateNode):
         return {"add": [t.key for t in action.add_taints], "remove": [t.key for t in action.remove_taints]}
     if isinstance(action, SetCondition):
         return {"healthy": action.healthy, "reason": action.reason}
-    if isinstance(action, RecordEvent):
+    if isinstance(action, RecordEvent | TellOwner):
         return {"type": action.event_type, "reason": action.reason, "evidence": action.message}
+    if isinstance(action, DeactivateWorkload | ReactivateWorkload):
+        return {"workload": f"{action.namespace}/{action.name}"}
     return {}
 
 
-def _api_target(action: Action) -> tuple[str, str]:
+def _api_target(action: Action | WorkAction) -> tuple[str, str]:
     if isinstance(action, UpdateNode):
         return "patch", "nodes"
     if isinstance(action, SetCondition):
         return "patch", "nodes/status"
-    if isinstance(action, RecordEvent):
+    if isinstance(action, RecordEvent | TellOwner):
         return "create", "events"
+    if isinstance(action, DeactivateWorkload | ReactivateWorkload):
+        return "patch", "workloads"
     return "create", "jobs"

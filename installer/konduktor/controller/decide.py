@@ -9,7 +9,10 @@ Pure: the caller passes the nodes as it sees them, the breaker state and the clo
 - new quarantines go through a fleet circuit breaker (a fraction of GPU nodes and an absolute cap per
   window); once tripped it stays open until an operator resets it, while releases continue;
 - NoExecute only for faults the catalog marks node-unusable, and only when the config allows it;
-- dry-run plans the same writes but returns them as `withheld`, never as `actions`.
+- dry-run plans the same writes but returns them as `withheld`, never as `actions`;
+- the Kueue workloads with pods on a node are handled only when this call quarantines the node (so the breaker,
+  dry-run and the node's opt-out bound them too), by the affected-work policy of the fault's class; a workload
+  whose owner or namespace opted out is only told. Only workloads we deactivated are ever reactivated.
 """
 
 from __future__ import annotations
@@ -21,6 +24,16 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from konduktor.burnin.results import NodeVerdict, Verdict
+from konduktor.controller.affected import (
+    NODE_FAULT_REASON,
+    REQUEUED_REASON,
+    AffectedWorkload,
+    ObjectRef,
+    RequeuingWorkload,
+    fate_for,
+    owner_message,
+    policy_for,
+)
 from konduktor.controller.classify import Finding, ForeignCondition, burnin_finding, verdict_detail
 from konduktor.controller.settings import BreakerSettings, HealthSettings
 from konduktor.gpu.catalog import Severity
@@ -94,7 +107,42 @@ class StartRequalification:
     node: str
 
 
+@dataclass(frozen=True)
+class DeactivateWorkload:
+    """Requeue a Workload through Kueue: spec.active=false makes Kueue evict it (pods stopped, quota released);
+    our mark on it says that we did, and why."""
+
+    node: str  # the quarantined node
+    namespace: str
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ReactivateWorkload:
+    """Kueue has evicted a Workload we deactivated: spec.active=true puts it back in its queue, where it keeps
+    its place (the queue order is its creation time), and our mark is removed."""
+
+    node: str
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class TellOwner:
+    """An Event on a workload's owner (Job, JobSet, ...) and on its Workload, in their namespace."""
+
+    node: str
+    namespace: str
+    objects: tuple[ObjectRef, ...]
+    event_type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
 Action = UpdateNode | SetCondition | RecordEvent | StartRequalification
+# Writes to workloads and their owners, kept apart from the Node writes (the manual quarantine plans none).
+WorkAction = DeactivateWorkload | ReactivateWorkload | TellOwner
 
 
 @dataclass(frozen=True)
@@ -125,6 +173,8 @@ class Plan:
     withheld: tuple[Action, ...]  # dry-run: what would have been written
     notices: tuple[Notice, ...]
     breaker: BreakerState
+    work: tuple[WorkAction, ...] = ()  # made after `actions`, so that a failed Node write stops its node's work
+    work_withheld: tuple[WorkAction, ...] = ()
 
 
 def breaker_limit(gpu_nodes: int, settings: BreakerSettings) -> int:
@@ -155,24 +205,32 @@ def decide(
     settings: HealthSettings,
     now: float,
     results: Sequence[NodeVerdict] = (),
+    work: Mapping[str, Sequence[AffectedWorkload]] | None = None,
+    requeuing: Sequence[RequeuingWorkload] = (),
 ) -> Plan:
     """Plan the writes for new findings and burn-in results, then start due requalifications.
 
     `nodes` holds every GPU node by name (the breaker's fraction is of these); `now` is wall-clock
-    seconds since the epoch, as recorded in the annotations.
+    seconds since the epoch, as recorded in the annotations. `work` holds the workloads with pods on the nodes
+    of quarantining findings; `requeuing` the workloads this controller deactivated and has not yet reactivated.
     """
-    planner = _Planner(nodes, breaker, settings, now)
+    planner = _Planner(nodes, breaker, settings, now, work or {})
+    for workload in requeuing:
+        planner.requeue_done(workload)
     for result in results:
         planner.burnin_result(result)
     for finding in findings:
         planner.finding(finding)
     planner.start_requalifications()
     writes = tuple(planner.writes)
+    work_writes = tuple(planner.work_writes)
     return Plan(
         actions=() if settings.dry_run else writes,
         withheld=writes if settings.dry_run else (),
         notices=tuple(planner.notices),
         breaker=BreakerState(tuple(planner.recent), planner.tripped_at),
+        work=() if settings.dry_run else work_writes,
+        work_withheld=work_writes if settings.dry_run else (),
     )
 
 
@@ -181,9 +239,15 @@ class _Planner:
     finding for a node quarantined a moment ago sees it quarantined."""
 
     def __init__(
-        self, nodes: Mapping[str, NodeState], breaker: BreakerState, settings: HealthSettings, now: float
+        self,
+        nodes: Mapping[str, NodeState],
+        breaker: BreakerState,
+        settings: HealthSettings,
+        now: float,
+        work: Mapping[str, Sequence[AffectedWorkload]],
     ) -> None:
         self.nodes = dict(nodes)
+        self.work = work
         self.settings = settings
         self.now = now
         self.stamp = _stamp(now)
@@ -191,6 +255,7 @@ class _Planner:
         self.recent = [t for t in breaker.recent if now - t < settings.breaker.window_seconds]
         self.tripped_at = breaker.tripped_at
         self.writes: list[Action] = []
+        self.work_writes: list[WorkAction] = []
         self.notices: list[Notice] = []
         # Nodes with a fault or a burn-in result in this call: requalification waits for a later call.
         self.fresh: set[str] = set()
@@ -291,6 +356,34 @@ class _Planner:
         self._unhealthy(node, finding)
         self._event(node.name, "Warning", finding.reason, f"quarantined ({taint.effect}): {_describe(finding)}")
         self.fresh.add(node.name)
+        self._affected_work(node.name, finding)
+
+    def _affected_work(self, node: str, finding: Finding) -> None:
+        """The workloads with pods on a node quarantined now: requeue, drain or leave them, and tell owners."""
+        policy = policy_for(finding, self.settings)
+        for workload in self.work.get(node, ()):
+            if not workload.active:
+                continue  # someone deactivated it: theirs to resume, and no longer running here
+            fate = fate_for(workload, policy, self.settings.opt_out_label)
+            if fate == "requeued":
+                reason = f"{finding.reason} on {node} at {self.stamp}"
+                self.work_writes.append(DeactivateWorkload(node, workload.namespace, workload.name, reason))
+            message = owner_message(
+                workload,
+                finding,
+                self.now,
+                fate,
+                dry_run=self.settings.dry_run,
+                opt_out_label=self.settings.opt_out_label,
+            )
+            objects = (workload.owner, workload.ref) if workload.owner is not None else (workload.ref,)
+            reason_word = REQUEUED_REASON if fate == "requeued" else NODE_FAULT_REASON
+            self.work_writes.append(TellOwner(node, workload.namespace, objects, "Warning", reason_word, _cut(message)))
+
+    def requeue_done(self, workload: RequeuingWorkload) -> None:
+        """Reactivate a Workload we deactivated once Kueue has released its quota (the eviction is done)."""
+        if workload.active or not workload.quota_reserved:
+            self.work_writes.append(ReactivateWorkload(workload.node, workload.namespace, workload.name))
 
     def _already_quarantined(self, node: NodeState, finding: Finding) -> None:
         self.fresh.add(node.name)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from konduktor.controller.actuator import Actuator, Outcome, action_name
+from konduktor.controller.affected import AffectedWorkload, RequeuingWorkload
 from konduktor.controller.classify import (
     DuplicateFilter,
     Finding,
@@ -53,9 +54,10 @@ from konduktor.controller.requalification import PodLogs, Requalifier, Result, S
 from konduktor.controller.settings import HealthSettings
 from konduktor.controller.sources import SourceError
 from konduktor.controller.telemetry import HealthMetrics
+from konduktor.controller.workloads import requeuing, workloads_on
 from konduktor.errors import KonduktorError
 from konduktor.gpu.kernel_log import parse_line
-from konduktor.kube.client import Kube
+from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.timestamps import parse_time
 from konduktor.vocabulary import QUARANTINE_REASON, REQUALIFIED_AT
 
@@ -240,8 +242,16 @@ class HealthController:
         for found in fresh:
             self.metrics.fault(found.finding)
         self.breaker = self._breaker(states, now)
+        work, requeued = self._work([s.finding for s in fresh], states, poll)
         plan = decide(
-            [s.finding for s in fresh], states, self.breaker, self.settings, now, [r.verdict for r in results]
+            [s.finding for s in fresh],
+            states,
+            self.breaker,
+            self.settings,
+            now,
+            [r.verdict for r in results],
+            work=work,
+            requeuing=requeued,
         )
         self.breaker = plan.breaker
         for notice in plan.notices:
@@ -266,6 +276,21 @@ class HealthController:
             self._lead({BREAKER_ANNOTATION: timestamp(plan.breaker.tripped_at)})
         self._report_state(now)
         return plan
+
+    def _work(
+        self, findings: Sequence[Finding], states: dict[str, NodeState], poll: bool
+    ) -> tuple[dict[str, list[AffectedWorkload]], list[RequeuingWorkload]]:
+        """The workloads on nodes that may be quarantined in this pass, and (on polls) the ones we are requeueing.
+        A cluster without Kueue, or an API error, leaves the work alone: the quarantine itself still goes ahead."""
+        nodes = {f.node for f in findings if f.quarantine and f.node in states}
+        nodes = {name for name in nodes if not quarantined_by_us(states[name])}
+        try:
+            work = workloads_on(self.kube, nodes) if nodes else {}
+            requeued = requeuing(self.kube) if poll else []
+        except ApiError as problem:
+            log(logging.WARNING, "cannot read the Kueue workloads on faulty nodes", error=problem.message)
+            return {}, []
+        return work, requeued
 
     def _breaker(self, states: dict[str, NodeState], now: float) -> BreakerState:
         """The breaker as it stands: counted again from the nodes on taking the lead, tripped if the Lease says
@@ -340,13 +365,14 @@ class HealthController:
     def _act(self, plan: Plan, states: dict[str, NodeState]) -> Outcome:
         suppressed = [a for a in (*plan.actions, *plan.withheld) if isinstance(a, RecordEvent)]
         self.metrics.quarantines_blocked.inc(sum(1 for a in suppressed if a.reason == "QuarantineSuppressed"))
-        if plan.withheld:
-            for action in plan.withheld:
+        withheld = (*plan.withheld, *plan.work_withheld)
+        if withheld:
+            for action in withheld:
                 self.metrics.withheld.labels(action=action_name(action)).inc()
                 log(logging.INFO, f"dry-run: would {action_name(action)}", node=action.node, action=repr(action))
             done = time.time()
-            return Outcome(finished={a.node: done for a in plan.withheld})
-        return self.actuator.execute(plan.actions, states)
+            return Outcome(finished={a.node: done for a in withheld})
+        return self.actuator.execute((*plan.actions, *plan.work), states)
 
     def _measure(self, outcome: Outcome, fresh: Sequence[Signal], results: Sequence[Result]) -> None:
         """Detection latency per node that got a write: from its earliest new evidence to its last write."""

@@ -81,17 +81,34 @@ def condition_status(action: SetCondition, now: float) -> dict[str, Any]:
 def event(
     action: RecordEvent, node: Mapping[str, Any] | None, component: str, instance: str, now: float
 ) -> dict[str, Any]:
-    stamp = timestamp(now)
     uid = (node or {}).get("metadata", {}).get("uid")
+    involved = {"apiVersion": "v1", "kind": "Node", "name": action.node, **({"uid": uid} if uid else {})}
+    return object_event(
+        involved, EVENT_NAMESPACE, action.event_type, action.reason, action.message, component, instance, now
+    )
+
+
+def object_event(
+    involved: Mapping[str, str],
+    namespace: str,
+    event_type: str,
+    reason: str,
+    message: str,
+    component: str,
+    instance: str,
+    now: float,
+) -> dict[str, Any]:
+    """A core/v1 Event about `involved` (apiVersion, kind, name, and uid/namespace when known)."""
+    stamp = timestamp(now)
     return {
         "apiVersion": "v1",
         "kind": "Event",
         # client-go's naming: the object's name and the time in hexadecimal nanoseconds.
-        "metadata": {"name": f"{action.node}.{time.time_ns():x}", "namespace": EVENT_NAMESPACE},
-        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": action.node, **({"uid": uid} if uid else {})},
-        "reason": action.reason,
-        "message": action.message,
-        "type": action.event_type,
+        "metadata": {"name": f"{involved['name']}.{time.time_ns():x}", "namespace": namespace},
+        "involvedObject": dict(involved),
+        "reason": reason,
+        "message": message,
+        "type": event_type,
         "source": {"component": component},
         "reportingComponent": component,
         "reportingInstance": instance,

@@ -120,6 +120,22 @@ DEFAULT_NODE_CONDITIONS = (
 )
 
 
+WorkPolicy = Literal["requeue", "drain", "none"]
+
+
+class AffectedWorkSettings(_Section):
+    """What happens to the Kueue workloads with pods on a node when it is quarantined, per fault class.
+
+    requeue: Kueue evicts the workload (its Workload is deactivated, then reactivated once the eviction is done) and
+    readmits it on healthy nodes; it keeps its place in the queue. drain: running pods finish, no new pod lands
+    on the node (the quarantine taint). none: only the owner's Event. An owner is told in every case."""
+
+    # Faults the catalog marks node-unusable (Xid 79, a reboot-required recovery action): the job cannot succeed.
+    unusable: WorkPolicy = "requeue"
+    # Every other quarantining fault (a GPU lost from allocatable, pending row remaps): the job may still finish.
+    degraded: WorkPolicy = "drain"
+
+
 class HealthSettings(_Section):
     """Everything the health controller reads from its config file; every field has a safe default."""
 
@@ -137,6 +153,9 @@ class HealthSettings(_Section):
     max_concurrent_requalifications: int = Field(default=2, ge=0)
     opt_out_label: str = Field(default="konduktor.ai/gpu-health-opt-out", min_length=1)
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
+    # The opt-out label also works on a workload's owner (a Job, JobSet, ...) and on its namespace: such work is
+    # only told, never requeued.
+    affected_work: AffectedWorkSettings = Field(default_factory=AffectedWorkSettings)
     loki: LokiSettings | None = None
     prometheus: PrometheusSettings | None = None
     # Expected GPUs per node by GPU type; nodes of other types fall back to their nvidia.com/gpu.count label.

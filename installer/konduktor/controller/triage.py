@@ -1,0 +1,103 @@
+"""Triage of a job: which of the nodes it ran on shows a GPU fault in its time window, with the evidence.
+
+Pure: the caller reads the job's nodes and their health signals (triage_sources.py) and gets a judgement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+# A fault found shortly after the job ended still counts: detection takes seconds to minutes (a lost GPU waits
+# gpu_lost_grace_seconds, DCGM is scraped every 30 s), and a job often dies of the fault before it is reported.
+LATE_SECONDS = 600.0
+
+Source = Literal["quarantine", "condition", "event"]
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """One health signal on a node: the quarantine, the GPUHealthy condition, or an Event of the controller."""
+
+    at: float | None
+    source: Source
+    reason: str
+    message: str
+    fault: bool  # it points at the node; an application Xid points at the job itself
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    node: str
+    pods: tuple[str, ...]  # the job's pods seen on it (live pods, scheduling Events, the controller's Events)
+    signals: tuple[Sighting, ...]
+
+
+@dataclass(frozen=True)
+class Triage:
+    job: str
+    namespace: str
+    start: float
+    end: float
+    nodes: tuple[NodeRecord, ...]
+    culprits: tuple[str, ...]
+
+    def evidence(self, node: NodeRecord) -> list[Sighting]:
+        return [s for s in node.signals if in_window(s, self.start, self.end)]
+
+    def rows(self) -> list[dict[str, Any]]:
+        rows = []
+        for node in self.nodes:
+            seen = self.evidence(node)
+            rows.append(
+                {
+                    "node": node.node,
+                    "verdict": "CULPRIT" if node.node in self.culprits else "clean",
+                    "pods": ", ".join(node.pods),
+                    "evidence": "; ".join(f"{_stamp(s.at)} {s.source} {s.reason}: {s.message}" for s in seen) or "-",
+                }
+            )
+        return rows
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "namespace": self.namespace,
+            "window": {"start": _stamp(self.start), "end": _stamp(self.end)},
+            "culprits": list(self.culprits),
+            "nodes": [
+                {
+                    "node": n.node,
+                    "pods": list(n.pods),
+                    "culprit": n.node in self.culprits,
+                    "evidence": [
+                        {
+                            "at": _stamp(s.at),
+                            "source": s.source,
+                            "reason": s.reason,
+                            "message": s.message,
+                            "fault": s.fault,
+                        }
+                        for s in self.evidence(n)
+                    ],
+                }
+                for n in self.nodes
+            ],
+        }
+
+
+def in_window(sighting: Sighting, start: float, end: float) -> bool:
+    """During the job or shortly after it; an undated signal (a condition without a time) counts."""
+    return sighting.at is None or start <= sighting.at <= end + LATE_SECONDS
+
+
+def judge(job: str, namespace: str, start: float, end: float, nodes: Sequence[NodeRecord]) -> Triage:
+    """The culprits: the job's nodes with a node fault in its window. Application faults are shown, never blamed."""
+    culprits = tuple(sorted(n.node for n in nodes if any(s.fault and in_window(s, start, end) for s in n.signals)))
+    return Triage(job, namespace, start, end, tuple(sorted(nodes, key=lambda n: n.node)), culprits)
+
+
+def _stamp(when: float | None) -> str:
+    return "-" if when is None else datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,119 @@
+"""What triage reads from the cluster: a Job's time window, the nodes its pods ran on, and their health signals.
+
+The nodes come from the live pods, from the scheduler's `Scheduled` Events of the job's pods (kept after the
+pods are gone, for the API server's Event TTL, 1 h by default) and from the health controller's Events on the
+job. The signals: the controller's quarantine annotations, the GPUHealthy condition and its Events on the node.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from konduktor.controller.decide import CONDITION_TYPE
+from konduktor.controller.node_writes import EVENT_NAMESPACE
+from konduktor.controller.triage import NodeRecord, Sighting, Triage, judge
+from konduktor.errors import UsageError
+from konduktor.kube.client import Kube
+from konduktor.kube.timestamps import parse_time
+from konduktor.vocabulary import QUARANTINE_REASON, QUARANTINED_AT
+
+COMPONENT = "konduktor-health"
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+_ASSIGNED = re.compile(r"Successfully assigned (?P<namespace>[^/\s]+)/(?P<pod>\S+) to (?P<node>\S+)")
+_TOLD = re.compile(r"GPU node (?P<node>\S+) (?:was|would have been) quarantined.*?on it: (?P<pods>[^.]*)\.")
+
+
+def triage_job(kube: Kube, job_name: str, namespace: str) -> Triage:
+    job = kube.get("batch/v1", "Job", job_name, namespace)
+    if job is None:
+        raise UsageError(f"no Job {job_name} in namespace {namespace}", hint="name a batch Job: triage JOB -n NS")
+    start, end = _window(job)
+    pods = _pods_by_node(kube, job, namespace, start)
+    nodes = [NodeRecord(node, tuple(sorted(names)), tuple(_signals(kube, node))) for node, names in pods.items()]
+    return judge(job_name, namespace, start, end, nodes)
+
+
+def _window(job: dict[str, Any]) -> tuple[float, float]:
+    status = job.get("status", {})
+    start = parse_time(status.get("startTime")) or parse_time(job["metadata"].get("creationTimestamp")) or time.time()
+    ended = [
+        parse_time(c.get("lastTransitionTime"))
+        for c in status.get("conditions", [])
+        if c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+    ]
+    end = parse_time(status.get("completionTime")) or next((t for t in ended if t is not None), None)
+    return start, end or time.time()
+
+
+def _pods_by_node(kube: Kube, job: dict[str, Any], namespace: str, start: float) -> dict[str, set[str]]:
+    name, uid = job["metadata"]["name"], job["metadata"].get("uid")
+    found: dict[str, set[str]] = {}
+    for pod in kube.list("v1", "Pod", namespace, label_selector=f"{JOB_NAME_LABEL}={name}"):
+        if pod["spec"].get("nodeName"):
+            found.setdefault(pod["spec"]["nodeName"], set()).add(pod["metadata"]["name"])
+    for event in kube.list("v1", "Event", namespace):
+        involved = event.get("involvedObject", {})
+        message = event.get("message", "")
+        if _when(event) < start - 1:
+            continue  # an earlier Job of the same name
+        if involved.get("kind") == "Pod" and event.get("reason") == "Scheduled" and involved["name"].startswith(name):
+            assigned = _ASSIGNED.search(message)
+            if assigned and assigned["pod"].startswith(f"{name}-"):
+                found.setdefault(assigned["node"], set()).add(assigned["pod"])
+        elif (
+            involved.get("kind") == "Job"
+            and (involved.get("uid") in (None, uid))
+            and involved.get("name") == name
+            and event.get("source", {}).get("component") == COMPONENT
+        ):
+            told = _TOLD.search(message)
+            if told:
+                pods = {p.strip() for p in told["pods"].split(",") if p.strip() and p.strip() != "none"}
+                found.setdefault(told["node"], set()).update(pods)
+    return found
+
+
+def _signals(kube: Kube, node_name: str) -> list[Sighting]:
+    signals: list[Sighting] = []
+    node = kube.get("v1", "Node", node_name)
+    if node is not None:
+        annotations = node["metadata"].get("annotations", {})
+        if QUARANTINED_AT in annotations:
+            reason = annotations.get(QUARANTINE_REASON, "")
+            signals.append(
+                Sighting(
+                    parse_time(annotations[QUARANTINED_AT]), "quarantine", reason.split(" ", 1)[0], reason, fault=True
+                )
+            )
+        for condition in node.get("status", {}).get("conditions", []):
+            if condition.get("type") == CONDITION_TYPE and condition.get("status") == "False":
+                signals.append(
+                    Sighting(
+                        parse_time(condition.get("lastTransitionTime")),
+                        "condition",
+                        condition.get("reason", ""),
+                        condition.get("message", ""),
+                        fault=True,
+                    )
+                )
+    for event in kube.list("v1", "Event", EVENT_NAMESPACE, field_selector=f"involvedObject.name={node_name}"):
+        if (
+            event.get("source", {}).get("component") != COMPONENT
+            or event.get("involvedObject", {}).get("kind") != "Node"
+        ):
+            continue
+        message = event.get("message", "")
+        # Quarantines and the faults seen on a quarantined node blame the node; other Warnings (application Xids)
+        # are shown as context only.
+        fault = message.startswith(("quarantined", "also:", "quarantine escalated", "circuit breaker open"))
+        signals.append(Sighting(_when(event), "event", event.get("reason", ""), message, fault=fault))
+    return signals
+
+
+def _when(event: dict[str, Any]) -> float:
+    """When an Event last happened (the scheduler's Events carry only eventTime)."""
+    stamps = (event.get(k) for k in ("lastTimestamp", "eventTime", "firstTimestamp"))
+    found = (parse_time(s) for s in (*stamps, event["metadata"].get("creationTimestamp")))
+    return next((t for t in found if t is not None), 0.0)

@@ -1,0 +1,145 @@
+"""The Kueue workloads on a node, and the writes that requeue them and tell their owners.
+
+Requeueing uses the lever `kubectl kueue stop/resume workload` uses (day2.md 1.5): spec.active=false makes Kueue
+evict the Workload (reason Deactivated: the job is suspended, its pods deleted, its quota released), and
+spec.active=true once that is done sets Requeued=True (Reactivated). The queue order of a reactivated Workload is
+its creation time, so it keeps its place; the quota it is charged to does not change. This works for every
+workload, unlike Kueue's own node replacement, which only covers TAS workloads and waits for the pods on a
+NoSchedule-tainted node to stop by themselves (day2.md 1.2), which a hung job on a dead GPU never does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from konduktor.controller.affected import AffectedWorkload, ObjectRef, RequeuingWorkload
+from konduktor.controller.decide import DeactivateWorkload, ReactivateWorkload, TellOwner
+from konduktor.controller.node_writes import object_event
+from konduktor.kube.client import ApiError, Kube
+from konduktor.vocabulary import REQUEUE_LABEL, REQUEUE_REASON
+
+WORKLOAD_API = "kueue.x-k8s.io/v1beta2"
+_FINISHED = ("Succeeded", "Failed")
+
+
+def workloads_on(kube: Kube, nodes: Iterable[str]) -> dict[str, list[AffectedWorkload]]:
+    """The Workloads with unfinished pods on each node, with the labels their opt-out is read from."""
+    found: dict[str, list[AffectedWorkload]] = {}
+    workloads: dict[str, list[dict[str, Any]]] = {}  # per namespace, read once
+    for node in sorted(set(nodes)):
+        pods = [
+            p
+            for p in kube.list("v1", "Pod", field_selector=f"spec.nodeName={node}")
+            if p.get("status", {}).get("phase") not in _FINISHED
+        ]
+        by_workload: dict[tuple[str, str], list[str]] = {}
+        objects: dict[tuple[str, str], dict[str, Any]] = {}
+        for pod in pods:
+            namespace = pod["metadata"]["namespace"]
+            if namespace not in workloads:
+                workloads[namespace] = kube.list(WORKLOAD_API, "Workload", namespace)
+            workload = _workload_of(kube, pod, workloads[namespace])
+            if workload is not None:
+                key = (namespace, workload["metadata"]["name"])
+                by_workload.setdefault(key, []).append(pod["metadata"]["name"])
+                objects[key] = workload
+        found[node] = [_affected(kube, node, objects[key], sorted(names)) for key, names in sorted(by_workload.items())]
+    return found
+
+
+def requeuing(kube: Kube) -> list[RequeuingWorkload]:
+    """The Workloads this controller deactivated and has not reactivated yet."""
+    return [
+        RequeuingWorkload(
+            namespace=w["metadata"]["namespace"],
+            name=w["metadata"]["name"],
+            node=(w["metadata"].get("annotations", {}).get(REQUEUE_REASON) or "").partition(" on ")[2].split(" ")[0],
+            active=w.get("spec", {}).get("active", True) is not False,
+            quota_reserved=_is_true(w, "QuotaReserved"),
+        )
+        for w in kube.list(WORKLOAD_API, "Workload", label_selector=f"{REQUEUE_LABEL}=true")
+    ]
+
+
+def deactivate(kube: Kube, action: DeactivateWorkload) -> None:
+    patch = {
+        "metadata": {"labels": {REQUEUE_LABEL: "true"}, "annotations": {REQUEUE_REASON: action.reason}},
+        "spec": {"active": False},
+    }
+    kube.patch(WORKLOAD_API, "Workload", action.name, patch, action.namespace)
+
+
+def reactivate(kube: Kube, action: ReactivateWorkload) -> None:
+    patch = {
+        "metadata": {"labels": {REQUEUE_LABEL: None}, "annotations": {REQUEUE_REASON: None}},
+        "spec": {"active": True},
+    }
+    kube.patch(WORKLOAD_API, "Workload", action.name, patch, action.namespace)
+
+
+def tell_owner(kube: Kube, action: TellOwner, component: str, instance: str, now: float | None = None) -> None:
+    for obj in action.objects:
+        kube.create(owner_event(action, obj, component, instance, time.time() if now is None else now))
+
+
+def owner_event(action: TellOwner, obj: ObjectRef, component: str, instance: str, now: float) -> dict[str, Any]:
+    involved = {"apiVersion": obj.api_version, "kind": obj.kind, "name": obj.name, "namespace": action.namespace}
+    if obj.uid:
+        involved["uid"] = obj.uid
+    return object_event(
+        involved, action.namespace, action.event_type, action.reason, action.message, component, instance, now
+    )
+
+
+def _workload_of(kube: Kube, pod: dict[str, Any], candidates: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The Workload owning the pod's owner, or its owner's owner (a JobSet's Jobs, a PyTorchJob's pods)."""
+    owners = {w_owner["uid"]: w for w in candidates for w_owner in w["metadata"].get("ownerReferences", [])}
+    owner = _controller(pod)
+    for _ in range(2):
+        if owner is None:
+            return None
+        if owner["uid"] in owners:
+            return owners[owner["uid"]]
+        parent = _get(kube, owner["apiVersion"], owner["kind"], owner["name"], pod["metadata"]["namespace"])
+        owner = _controller(parent) if parent else None
+    return None
+
+
+def _affected(kube: Kube, node: str, workload: dict[str, Any], pods: list[str]) -> AffectedWorkload:
+    meta = workload["metadata"]
+    namespace = meta["namespace"]
+    owner_ref = _controller(workload) or next(iter(meta.get("ownerReferences", [])), None)
+    owner = None
+    if owner_ref is not None:
+        owner = ObjectRef(owner_ref["apiVersion"], owner_ref["kind"], owner_ref["name"], owner_ref["uid"])
+    owner_obj = _get(kube, owner.api_version, owner.kind, owner.name, namespace) if owner else None
+    namespace_obj = _get(kube, "v1", "Namespace", namespace, None)
+    return AffectedWorkload(
+        namespace=namespace,
+        name=meta["name"],
+        node=node,
+        pods=tuple(pods),
+        uid=meta.get("uid", ""),
+        owner=owner,
+        owner_labels=(owner_obj or {}).get("metadata", {}).get("labels", {}),
+        namespace_labels=(namespace_obj or {}).get("metadata", {}).get("labels", {}),
+        active=workload.get("spec", {}).get("active", True) is not False,
+    )
+
+
+def _controller(obj: dict[str, Any]) -> dict[str, Any] | None:
+    return next((o for o in obj["metadata"].get("ownerReferences", []) if o.get("controller")), None)
+
+
+def _get(kube: Kube, api_version: str, kind: str, name: str, namespace: str | None) -> dict[str, Any] | None:
+    try:
+        return kube.get(api_version, kind, name, namespace)
+    except ApiError:
+        # A kind the controller may not read: the opt-out on that owner cannot be seen; its namespace's still can.
+        return None
+
+
+def _is_true(obj: dict[str, Any], kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True" for c in obj.get("status", {}).get("conditions", []))

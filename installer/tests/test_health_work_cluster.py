@@ -1,0 +1,256 @@
+"""The work on a faulty node, on the simulated cluster with the real Kueue and examples/config.yaml's queues: a
+2-pod job with 8 GPUs per pod spans two of the 4 H100 nodes; a fault on one of them is handled by its policy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import EXAMPLE, Sim
+from loki_api import LokiApi
+from test_health_cluster import (
+    XID_13,
+    XID_79,
+    controller,
+    controller_namespace,
+    health_taints,
+    leave_cluster,
+    loki_settings,
+    node,
+    reset_cluster,
+    set_allocatable,
+    settings,
+)
+
+from konduktor.cli.cluster_quotas import sync_quotas
+from konduktor.config.load import load_config
+from konduktor.controller.loop import HealthController
+from konduktor.controller.settings import AffectedWorkSettings
+from konduktor.kube.client import Kube
+from konduktor.quotas.render import KUEUE_API
+from konduktor.sim.workloads import gpu_job, is_true, workload_of
+from konduktor.vocabulary import REQUEUE_LABEL
+from konduktor.waiting import wait_until
+
+pytestmark = pytest.mark.sim
+
+TEAM = "team-a"  # examples/config.yaml: 20 guaranteed H100s
+JOB = "fault-train"
+
+
+@pytest.fixture(scope="module")
+def kube(sim: Sim) -> Iterator[Kube]:
+    controller_namespace(sim.kube)
+    sync_quotas(sim.kube, load_config(EXAMPLE).config, prune=False, dry_run=False)
+    wait_until(
+        "team-a's ClusterQueue to be active", lambda: is_true(sim.kube.get(KUEUE_API, "ClusterQueue", TEAM), "Active")
+    )
+    yield sim.kube
+    leave_cluster(sim.kube)
+
+
+@pytest.fixture(autouse=True)
+def clean(kube: Kube) -> Iterator[None]:
+    reset_cluster(kube)
+    yield
+    kube.delete("batch/v1", "Job", JOB, TEAM)
+    kube.patch("v1", "Namespace", TEAM, {"metadata": {"labels": {HEALTH_OPT_OUT: None}}})
+    wait_until("the job's pods to be gone", lambda: not job_pods(kube), timeout=60)
+    reset_cluster(kube)
+    for event in ours(kube):
+        kube.delete("v1", "Event", event["metadata"]["name"], TEAM)
+
+
+HEALTH_OPT_OUT = settings().opt_out_label
+
+
+def job_pods(kube: Kube) -> list[dict[str, Any]]:
+    return kube.list("v1", "Pod", TEAM, label_selector=f"batch.kubernetes.io/job-name={JOB}")
+
+
+def running_on(kube: Kube) -> dict[str, str]:
+    """The job's running pods and their nodes."""
+    return {
+        p["metadata"]["name"]: p["spec"]["nodeName"]
+        for p in job_pods(kube)
+        if p.get("status", {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    }
+
+
+def start_job(kube: Kube, labels: dict[str, str] | None = None) -> dict[str, str]:
+    job = gpu_job(JOB, TEAM, gpus=8, pods=2, run_for="600s")
+    job["metadata"]["labels"].update(labels or {})
+    kube.create(job)
+    wait_until("both pods to run", lambda: len(running_on(kube)) == 2, timeout=90)
+    placed = running_on(kube)
+    assert len(set(placed.values())) == 2  # 8 of 10 GPUs each: one pod per node
+    return placed
+
+
+def workload(kube: Kube) -> dict[str, Any]:
+    found = workload_of(kube, TEAM, JOB)
+    assert found is not None
+    return found
+
+
+def ours(kube: Kube, name: str | None = None) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in kube.list("v1", "Event", TEAM)
+        if e.get("source", {}).get("component") == "konduktor-health"
+        and (name is None or e["involvedObject"]["name"] == name)
+    ]
+
+
+def xid_on(api: LokiApi, name: str, line: str) -> None:
+    api.add(name, f"[12345.678901] {line}")
+
+
+def requeue_until_readmitted(health: HealthController, kube: Kube, faulty: str) -> dict[str, str]:
+    """Passes of the controller until Kueue has evicted the workload and readmitted it after reactivation."""
+
+    def evicted() -> bool:
+        health.reconcile_once()
+        wl = workload(kube)
+        return REQUEUE_LABEL not in wl["metadata"].get("labels", {}) and wl["spec"].get("active", True)
+
+    wait_until("the workload to be evicted and reactivated", evicted, timeout=90)
+
+    def readmitted() -> bool:
+        placed = running_on(kube)
+        return len(placed) == 2 and is_true(workload(kube), "Admitted")
+
+    wait_until("the workload to be readmitted and run", readmitted, timeout=90)
+    return running_on(kube)
+
+
+def test_a_fatal_fault_requeues_the_job_onto_healthy_nodes_and_tells_its_owner(
+    kube: Kube, loki: tuple[LokiApi, str]
+) -> None:
+    api, url = loki
+    placed = start_job(kube)
+    faulty = sorted(placed.values())[0]
+    created = workload(kube)["metadata"]["creationTimestamp"]
+    xid_on(api, faulty, XID_79)
+    health = controller(kube, settings(loki=loki_settings(url)))
+    plan = health.reconcile_once()
+    assert health_taints(node(kube, faulty))
+    assert [type(a).__name__ for a in plan.work] == ["DeactivateWorkload", "TellOwner"]
+
+    moved = requeue_until_readmitted(health, kube, faulty)
+    assert faulty not in moved.values()
+    assert set(moved) != set(placed)  # new pods, made by the Job after Kueue resumed it
+    requeued = workload(kube)
+    assert requeued["metadata"]["creationTimestamp"] == created  # the same Workload: same quota, same queue place
+    assert is_true(requeued, "Requeued")
+
+    job = kube.get("batch/v1", "Job", JOB, TEAM)
+    assert job is not None
+    for name in (JOB, requeued["metadata"]["name"]):
+        (event,) = ours(kube, name)
+        assert event["reason"] == "RequeuedForNodeHealth"
+        assert f"GPU node {faulty} was quarantined" in event["message"]
+        assert "Xid 79, GPU has fallen off the bus" in event["message"]
+        pod_there = next(p for p, n in placed.items() if n == faulty)
+        assert pod_there in event["message"] and "Next: requeued." in event["message"]
+    (on_job,) = ours(kube, JOB)
+    assert on_job["involvedObject"]["uid"] == job["metadata"]["uid"]
+
+
+def test_an_application_xid_changes_nothing(kube: Kube, loki: tuple[LokiApi, str]) -> None:
+    api, url = loki
+    placed = start_job(kube)
+    busy = sorted(placed.values())[0]
+    xid_on(api, busy, XID_13)
+    plan = controller(kube, settings(loki=loki_settings(url))).reconcile_once()
+    assert plan.work == () and not health_taints(node(kube, busy))
+    assert running_on(kube) == placed and workload(kube)["spec"].get("active", True)
+    assert ours(kube) == []
+
+
+def test_drain_leaves_running_pods_alone_and_keeps_new_ones_away(kube: Kube) -> None:
+    placed = start_job(kube)
+    degraded = sorted(placed.values())[0]
+    set_allocatable(kube, degraded, 9)  # a GPU lost: degraded, so `drain` by default
+    plan = controller(kube, settings()).reconcile_once()
+    assert health_taints(node(kube, degraded))
+    assert [type(a).__name__ for a in plan.work] == ["TellOwner"]
+    assert running_on(kube) == placed
+    assert workload(kube)["spec"].get("active", True) and is_true(workload(kube), "Admitted")
+    (event,) = ours(kube, JOB)
+    assert "Next: left to finish." in event["message"]
+
+
+def test_dry_run_evicts_nothing(kube: Kube, loki: tuple[LokiApi, str]) -> None:
+    api, url = loki
+    placed = start_job(kube)
+    faulty = sorted(placed.values())[0]
+    xid_on(api, faulty, XID_79)
+    plan = controller(kube, settings(loki=loki_settings(url), dry_run=True)).reconcile_once()
+    assert plan.work == ()
+    (_, told) = plan.work_withheld
+    assert "the workload would have been requeued" in told.message  # type: ignore[union-attr]
+    assert not health_taints(node(kube, faulty)) and running_on(kube) == placed and ours(kube) == []
+
+
+@pytest.mark.parametrize("where", ["job", "namespace"])
+def test_an_opted_out_workload_is_never_evicted_only_told(kube: Kube, loki: tuple[LokiApi, str], where: str) -> None:
+    api, url = loki
+    if where == "namespace":
+        kube.patch("v1", "Namespace", TEAM, {"metadata": {"labels": {HEALTH_OPT_OUT: "true"}}})
+    placed = start_job(kube, {HEALTH_OPT_OUT: "true"} if where == "job" else None)
+    faulty = sorted(placed.values())[0]
+    xid_on(api, faulty, XID_79)
+    plan = controller(kube, settings(loki=loki_settings(url))).reconcile_once()
+    assert health_taints(node(kube, faulty))
+    assert [type(a).__name__ for a in plan.work] == ["TellOwner"]
+    assert running_on(kube) == placed and workload(kube)["spec"].get("active", True)
+    (event,) = ours(kube, JOB)
+    assert "not requeued because" in event["message"]
+
+
+def triage(sim: Sim, *args: str) -> subprocess.CompletedProcess[str]:
+    """`konduktor-install triage` as a new process."""
+    return subprocess.run(
+        [sys.executable, "-c", "from konduktor.cli.main import run; run()", "triage", *args,
+         "--kubeconfig", str(sim.kubeconfig)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_triage_names_the_node_with_the_fault_and_the_evidence(sim: Sim, kube: Kube, loki: tuple[LokiApi, str]) -> None:
+    api, url = loki
+    placed = start_job(kube)
+    faulty, healthy = sorted(placed.values())
+    clean = triage(sim, JOB, "-n", TEAM, "-o", "json")
+    assert clean.returncode == 1, clean.stderr  # no fault yet: nothing to blame
+    assert json.loads(clean.stdout)["culprits"] == []
+
+    xid_on(api, faulty, XID_79)
+    xid_on(api, healthy, XID_13)  # the job's own fault on the other node: context, not blame
+    none = AffectedWorkSettings(unusable="none")
+    controller(kube, settings(loki=loki_settings(url), affected_work=none)).reconcile_once()
+    found = triage(sim, JOB, "-n", TEAM, "-o", "json")
+    assert found.returncode == 0, found.stderr
+    report = json.loads(found.stdout)
+    assert report["culprits"] == [faulty]
+    nodes = {n["node"]: n for n in report["nodes"]}
+    assert set(nodes) == {faulty, healthy}
+    assert {s["source"] for s in nodes[faulty]["evidence"]} == {"quarantine", "condition", "event"}
+    assert any("GPU has fallen off the bus" in s["message"] for s in nodes[faulty]["evidence"])
+    assert [(s["reason"], s["fault"]) for s in nodes[healthy]["evidence"]] == [("Xid13", False)]
+    assert nodes[faulty]["pods"] == [p for p, n in placed.items() if n == faulty]
+
+    table = triage(sim, JOB, "-n", TEAM)
+    assert table.returncode == 0 and "CULPRIT" in table.stdout, table.stdout
+
+
+def test_triage_of_a_missing_job_is_bad_input(sim: Sim, kube: Kube) -> None:
+    missing = triage(sim, "no-such-job", "-n", TEAM)
+    assert missing.returncode == 2
+    assert "no Job no-such-job in namespace team-a" in missing.stderr
+    assert "Traceback" not in missing.stderr
