@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from konduktor.cli.console import err
-from konduktor.cli.target import KubeconfigOption, connect
+from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
 from konduktor.queueing.cluster import publish_capacity as publish
 from konduktor.vocabulary import CAPACITY_CONFIGMAP
 
@@ -20,9 +20,11 @@ def publish_capacity(
         typer.Option("--every", help="Publish again every this many seconds until interrupted (run as a service)."),
     ] = None,
     kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    sim: SimOption = None,
 ) -> None:
     """Publish free GPUs per node, quarantines and team quota usage for team members (no job or pod names)."""
-    kube = connect(kubeconfig)
+    kube = connect(kubeconfig, context, sim)
     stop = threading.Event()
     while True:
         capacity, namespaces = publish(kube, datetime.now(UTC).isoformat(timespec="seconds"))

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from konduktor.cli.console import OutputFormat, print_rows
-from konduktor.cli.target import KubeconfigOption, connect
+from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
 from konduktor.controller.triage_sources import triage_job
 from konduktor.errors import ExitCode
 
@@ -17,6 +17,8 @@ def triage(
     job: Annotated[str, typer.Argument(help="The batch Job to triage.")],
     namespace: Annotated[str, typer.Option("-n", "--namespace", help="The Job's namespace.")] = "default",
     kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    sim: SimOption = None,
     output: Annotated[OutputFormat, typer.Option("-o", "--output")] = "table",
 ) -> None:
     """Which node of a job had a GPU fault in its time window, with evidence. Exit 0: a culprit; 1: none.
@@ -24,11 +26,8 @@ def triage(
     The nodes come from the job's pods and, after they are gone, from the scheduler's and the health controller's
     Events; the evidence from the controller's quarantine, the GPUHealthy condition and its Events on each node.
     Exit 2: no such Job; 5: the cluster could not be reached."""
-    kube = connect(kubeconfig)
-    try:
+    with connect(kubeconfig, context, sim, read_only=True) as kube:
         found = triage_job(kube, job, namespace)
-    finally:
-        kube.close()
     if output == "json":
         typer.echo(json.dumps(found.as_json(), indent=2))
     else:
