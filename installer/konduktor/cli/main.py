@@ -39,6 +39,11 @@ class InstallerCommands(LazyGroup):
             "Burn in GPU nodes with Jobs and judge them: PASS, WARN, FAIL, ERROR or SKIPPED per node.",
         ),
         LazyCommand(
+            "nodes",
+            "konduktor.cli.nodes:app",
+            "Every GPU node with its health: state, reason, since when, quarantine owner, last burn-in verdict.",
+        ),
+        LazyCommand(
             "up",
             "konduktor.cli.up:up",
             "Install or upgrade Konduktor from a config: the simulated cluster when no kubeconfig is given.",
