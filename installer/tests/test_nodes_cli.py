@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import Sim
-from sim_fixture import installer_events, patch_node, release_nodes
+from sim_fixture import health_taints, installer_events, node, patch_node, release_nodes
 
 from konduktor.burnin.results import Verdict
 from konduktor.burnin.tiers import options_for_tier
@@ -72,16 +72,6 @@ def quarantine(kube: Kube, name: str) -> None:
     verdict = judge_node(NodeEvidence(name, H100, 8, {"passive": log}), options_for_tier("quick"))
     assert verdict.verdict is Verdict.FAIL
     quarantine_failed(kube, [verdict], lambda _: None)
-
-
-def node(kube: Kube, name: str) -> dict[str, Any]:
-    found = kube.get("v1", "Node", name)
-    assert found is not None
-    return found
-
-
-def health_taints(found: dict[str, Any]) -> list[dict[str, Any]]:
-    return [t for t in found["spec"].get("taints", []) if t["key"] == HEALTH_TAINT_KEY]
 
 
 def condition(found: dict[str, Any]) -> dict[str, Any]:

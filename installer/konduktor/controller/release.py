@@ -25,13 +25,11 @@ from konduktor.burnin.results import NodeVerdict, Verdict
 from konduktor.burnin.runner import BurnInRunner, Progress
 from konduktor.burnin.tiers import BurnInOptions
 from konduktor.controller.decide import (
-    Action,
     BreakerState,
     NodeState,
     Plan,
     RecordEvent,
     SetCondition,
-    StartRequalification,
     UpdateNode,
     decide,
     quarantined_by_us,
@@ -68,7 +66,9 @@ def _refuse_foreign(state: NodeState, command: str) -> None:
         )
 
 
-def release_plan(state: NodeState, reason: str, actor: str, now: float) -> tuple[Action, ...]:
+def release_plan(
+    state: NodeState, reason: str, actor: str, now: float
+) -> tuple[UpdateNode | SetCondition | RecordEvent, ...]:
     """The writes that return a node Konduktor quarantined (or only marked GPUHealthy=False); () when there is
     nothing of ours to undo. Refuses a gpu-health taint someone else placed."""
     if not reason.strip():
@@ -96,7 +96,10 @@ def requalification_plan(state: NodeState, verdict: NodeVerdict, now: float) -> 
     anything else records the attempt and keeps it out. The breaker only limits new quarantines."""
     settings = HealthSettings(breaker=BreakerSettings(max_fraction=1.0, max_nodes=1))
     plan = decide((), {state.name: state}, BreakerState(), settings, now, results=[verdict])
-    return replace(plan, actions=tuple(a for a in plan.actions if not isinstance(a, StartRequalification)))
+    # Starting the next requalification is the controller's, after its cooldown.
+    return replace(
+        plan, actions=tuple(a for a in plan.actions if isinstance(a, UpdateNode | SetCondition | RecordEvent))
+    )
 
 
 def release_hints(verdicts: Sequence[NodeVerdict], nodes: Sequence[Mapping[str, Any]]) -> list[str]:
