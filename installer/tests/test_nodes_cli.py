@@ -158,6 +158,10 @@ def test_requalify_releases_on_pass_keeps_the_node_out_on_fail_and_is_safe_to_re
     args = ("--level", "quick", "--namespace", NAMESPACE)
     try:
         quarantine(kube, good)
+        # A manual burn-in PASS changes nothing and says how to release the node.
+        code, _, err = run(capsys, cluster, "burnin", "--nodes", good, *args)
+        assert code == 0 and f"konduktor-install nodes release {good} --reason" in err
+        assert len(health_taints(node(kube, good))) == 1
         code, out, err = run(capsys, cluster, "nodes", "requalify", good, *args)
         assert code == 0, err
         assert out == f"{good}\tPASS\n" and "released" in err
