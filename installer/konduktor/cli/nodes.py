@@ -11,8 +11,8 @@ from typing import Annotated, Literal
 import typer
 
 from konduktor.burnin.tiers import Tier, options_for_tier
-from konduktor.cli.burnin import DEFAULT_NAMESPACE, configured_tier, parse_timeout, say
-from konduktor.cli.console import progress
+from konduktor.cli.burnin import DEFAULT_NAMESPACE, configured_tier, parse_timeout
+from konduktor.cli.console import progress, say
 from konduktor.cli.target import KubeconfigOption, connect
 from konduktor.controller.health_view import NodeHealth, capacity, health_view, render_table
 from konduktor.controller.node_writes import EVENT_NAMESPACE
@@ -48,11 +48,8 @@ def nodes(
     """
     if context.invoked_subcommand is not None:
         return
-    kube = connect(kubeconfig)
-    try:
+    with connect(kubeconfig) as kube:
         views = read_view(kube)
-    finally:
-        kube.close()
     if output == "json":
         sys.stdout.write(json.dumps([view.row() for view in views], indent=2) + "\n")
         return
@@ -73,11 +70,8 @@ def release(
     Exit 0: released, or nothing to release; 3: the gpu-health taint is someone else's (nothing changed);
     2: no such node or no reason.
     """
-    kube = connect(kubeconfig)
-    try:
+    with connect(kubeconfig) as kube:
         release_node(kube, node, reason, say)
-    finally:
-        kube.close()
 
 
 @app.command("requalify")
@@ -98,11 +92,8 @@ def requalify(
     """
     options = options_for_tier(level or configured_tier(None))
     wait_s = parse_timeout(timeout) if timeout else None
-    kube = connect(kubeconfig)
-    try:
+    with connect(kubeconfig) as kube:
         verdict, waited_out = requalify_node(kube, node, options, namespace, wait_s, say, progress)
-    finally:
-        kube.close()
     sys.stdout.write(f"{node}\t{verdict.verdict}\n")
     if waited_out:
         raise typer.Exit(ExitCode.PARTIAL)
