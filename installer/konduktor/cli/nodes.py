@@ -27,7 +27,8 @@ app = typer.Typer()
 
 def read_view(kube: Kube, namespace: str = DEFAULT_NAMESPACE) -> list[NodeHealth]:
     nodes = kube.list("v1", "Node")
-    events = kube.list("v1", "Event", EVENT_NAMESPACE)
+    # Only Warning Events about Nodes: a quarantine is one, and the rest need not cross the network.
+    events = kube.list("v1", "Event", EVENT_NAMESPACE, field_selector="involvedObject.kind=Node,type=Warning")
     jobs = kube.list("batch/v1", "Job", namespace) if kube.get("v1", "Namespace", namespace) else []
     return health_view(nodes, events, jobs)
 
