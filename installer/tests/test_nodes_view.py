@@ -133,7 +133,7 @@ def test_each_state_with_its_reason_owner_and_since() -> None:
     ours = views["b-controller"]
     assert ours.reason == QUARANTINED[QUARANTINE_REASON]
     assert (ours.since, ours.evidence) == ("2027-01-15T07:30:00Z", "Xid 79: GPU fell off the bus")
-    assert views["e-foreign"].reason == f"{HEALTH_TAINT_KEY}=rma placed by someone else"
+    assert views["e-foreign"].reason == f"someone else's taint {HEALTH_TAINT_KEY}=rma"
     assert views["g-suppressed"].since == "2027-01-15T07:00:00Z"
 
 
@@ -188,7 +188,7 @@ def test_the_table_fits_100_columns_and_wide_adds_the_evidence() -> None:
     table = render_table(views, NOW)
     lines = table.splitlines()
     assert all(len(line) <= TABLE_WIDTH for line in lines), table
-    assert lines[0].split() == ["NODE", "STATE", "GPUS", "SINCE", "OWNER", "LAST", "BURN-IN", "REASON"]
+    assert lines[0].split() == ["NODE", "STATE", "GPUS", "SINCE", "OWNER", "BURN-IN", "REASON"]
     assert lines[1].split()[:5] == ["gpu-h100-0001", "quarantined", "10/10", "30m", "konduktor-install"]
     assert lines[1].endswith("…")
     wide = render_table(views, NOW, wide=True)

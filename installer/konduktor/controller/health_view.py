@@ -39,6 +39,7 @@ INSTALLER = "konduktor-install"
 OURS = "konduktor"  # ours by the annotation, its author's Event gone
 SOMEONE_ELSE = "other"  # the gpu-health taint without our annotation: we never remove it
 TABLE_WIDTH = 100
+GAP = "  "  # between columns
 
 
 class Health(StrEnum):
@@ -158,11 +159,7 @@ def node_health(
     elif foreign_taint:
         health, owner = Health.QUARANTINED, SOMEONE_ELSE
         value = next(t.value for t in state.taints if t.key == HEALTH_TAINT_KEY)
-        reason = (
-            f"{HEALTH_TAINT_KEY}={value} placed by someone else"
-            if value
-            else f"{HEALTH_TAINT_KEY} placed by someone else"
-        )
+        reason = f"someone else's taint {HEALTH_TAINT_KEY}" + (f"={value}" if value else "")
     elif state.unschedulable:
         health, reason = Health.CORDONED, "cordoned by someone else (spec.unschedulable)"
     elif state.gpu_healthy is False:
@@ -256,7 +253,7 @@ def _cells(view: NodeHealth, now: float, wide: bool) -> list[str]:
 def render_table(views: Sequence[NodeHealth], now: float, wide: bool = False) -> str:
     """Columns as kubectl aligns them. The default table fits TABLE_WIDTH columns: the reason, last, is cut to
     fit; `wide` adds the product, the timestamp and the evidence, uncut."""
-    headers = ["NODE", "STATE", "GPUS", "SINCE", "OWNER", "LAST BURN-IN", "REASON"]
+    headers = ["NODE", "STATE", "GPUS", "SINCE", "OWNER", "BURN-IN", "REASON"]
     if wide:
         headers += ["PRODUCT", "SINCE (UTC)", "EVIDENCE"]
     rows = [headers, *(_cells(view, now, wide) for view in views)]
@@ -264,9 +261,9 @@ def render_table(views: Sequence[NodeHealth], now: float, wide: bool = False) ->
     lines = []
     for row in rows:
         if wide:
-            line = "   ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
+            line = GAP.join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
         else:
-            head = "   ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + "   "
+            head = GAP.join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + GAP
             room = max(TABLE_WIDTH - len(head), 8)
             reason = row[-1] if len(row[-1]) <= room else row[-1][: room - 1] + "…"
             line = (head + reason).rstrip()
