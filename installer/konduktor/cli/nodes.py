@@ -13,7 +13,7 @@ import typer
 from konduktor.burnin.tiers import Tier, options_for_tier
 from konduktor.cli.burnin import DEFAULT_NAMESPACE, configured_tier, parse_timeout
 from konduktor.cli.console import progress, say
-from konduktor.cli.target import KubeconfigOption, connect
+from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
 from konduktor.controller.health_view import NodeHealth, capacity, health_view, render_table
 from konduktor.controller.node_writes import EVENT_NAMESPACE
 from konduktor.controller.release import release_node, requalify_node
@@ -35,11 +35,13 @@ def read_view(kube: Kube, namespace: str = DEFAULT_NAMESPACE) -> list[NodeHealth
 
 @app.callback(invoke_without_command=True)
 def nodes(
-    context: typer.Context,
+    invocation: typer.Context,
     output: Annotated[
         NodesFormat, typer.Option("-o", "--output", help="table (100 columns), wide (+ evidence), or json.")
     ] = "table",
     kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    sim: SimOption = None,
 ) -> None:
     """Every GPU node with its health: state, reason, since when, quarantine owner, last burn-in verdict.
 
@@ -47,9 +49,9 @@ def nodes(
     quarantine), opted-out. Owners: konduktor-health (the controller), konduktor-install (burnin --quarantine),
     konduktor (ours, its Event expired), other (a gpu-health taint someone else placed).
     """
-    if context.invoked_subcommand is not None:
+    if invocation.invoked_subcommand is not None:
         return
-    with connect(kubeconfig) as kube:
+    with connect(kubeconfig, context, sim, read_only=True) as kube:
         views = read_view(kube)
     if output == "json":
         sys.stdout.write(json.dumps([view.row() for view in views], indent=2) + "\n")
@@ -64,6 +66,8 @@ def release(
     node: Annotated[str, typer.Argument(help="The node to return to service.", show_default=False)],
     reason: Annotated[str, typer.Option("--reason", help="Why, for the Event (e.g. the repair ticket).")],
     kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    sim: SimOption = None,
 ) -> None:
     """Return a node Konduktor quarantined to service: taint and quarantine annotations removed, GPUHealthy=True,
     an Event naming who and why.
@@ -71,7 +75,7 @@ def release(
     Exit 0: released, or nothing to release; 3: the gpu-health taint is someone else's (nothing changed);
     2: no such node or no reason.
     """
-    with connect(kubeconfig) as kube:
+    with connect(kubeconfig, context, sim) as kube:
         release_node(kube, node, reason, say)
 
 
@@ -82,7 +86,9 @@ def requalify(
         Tier | None, typer.Option("--level", help="The burn-in level (default: standard, as burnin).")
     ] = None,
     kubeconfig: KubeconfigOption = None,
-    namespace: Annotated[str, typer.Option("--namespace", help="Where the Job runs.")] = DEFAULT_NAMESPACE,
+    context: ContextOption = None,
+    sim: SimOption = None,
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="Where the Job runs.")] = DEFAULT_NAMESPACE,
     timeout: Annotated[str | None, typer.Option("--timeout", help="How long to wait for the Job, e.g. 45m.")] = None,
 ) -> None:
     """Burn in a quarantined node now and act as the controller's requalification does: release it on PASS,
@@ -93,7 +99,7 @@ def requalify(
     """
     options = options_for_tier(level or configured_tier(None))
     wait_s = parse_timeout(timeout) if timeout else None
-    with connect(kubeconfig) as kube:
+    with connect(kubeconfig, context, sim) as kube:
         verdict, waited_out = requalify_node(kube, node, options, namespace, wait_s, say, progress)
     sys.stdout.write(f"{node}\t{verdict.verdict}\n")
     if waited_out:
