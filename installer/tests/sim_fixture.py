@@ -58,6 +58,16 @@ def installer_events(kube: Kube) -> list[dict[str, Any]]:
     return [e for e in events if e.get("source", {}).get("component") == "konduktor-install"]
 
 
+def node(kube: Kube, name: str) -> dict[str, Any]:
+    found = kube.get("v1", "Node", name)
+    assert found is not None
+    return found
+
+
+def health_taints(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return [t for t in obj["spec"].get("taints", []) if t["key"] == HEALTH_TAINT_KEY]
+
+
 def patch_node(kube: Kube, name: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     """A conditional merge patch computed from a fresh read of the Node, retried on conflict."""
     for _ in range(10):

@@ -25,7 +25,7 @@ from conftest import Sim
 from garbage_api import serving
 from loki_api import LokiApi
 from ruamel.yaml import YAML
-from sim_fixture import patch_node
+from sim_fixture import health_taints, node, patch_node
 
 from konduktor.burnin.manifests import NODE_ANNOTATION, node_job
 from konduktor.burnin.tiers import options_for_tier
@@ -78,16 +78,6 @@ XID_43 = "NVRM: Xid (PCI:0000:ab:00): 43, pid=2003, name=python, Ch 00000008"
 
 
 # --- the cluster side ------------------------------------------------------------------------------------------
-
-
-def node(kube: Kube, name: str) -> dict[str, Any]:
-    found = kube.get("v1", "Node", name)
-    assert found is not None
-    return found
-
-
-def health_taints(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    return [t for t in obj["spec"].get("taints", []) if t["key"] == HEALTH_TAINT_KEY]
 
 
 def gpu_condition(obj: dict[str, Any]) -> dict[str, Any] | None:

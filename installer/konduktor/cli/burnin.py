@@ -29,6 +29,7 @@ from konduktor.cli.quotas import load_checked
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
 from konduktor.config.model import UNSCHEDULABLE_SECONDS, Config, duration_seconds
 from konduktor.controller.quarantine import quarantine_failed
+from konduktor.controller.release import release_hints
 from konduktor.errors import UsageError
 from konduktor.kube.client import Kube
 from konduktor.quotas.manifests import to_yaml
@@ -147,6 +148,8 @@ def burn_in(
     verdicts, waited_out = runner.run(targets, wait_s)
     if quarantine:
         quarantine_failed(kube, verdicts, say)
+    for hint in release_hints(verdicts, kube.list("v1", "Node")):
+        say(hint)
     counts = ", ".join(f"{sum(v.verdict is s for v in verdicts)} {s.value}" for s in Verdict)
     say(f"burn-in {run}: {counts}")
     return BurnInReport(run, options.tier.value, DEFAULT_THRESHOLDS.version, verdicts, runner.pairs), waited_out

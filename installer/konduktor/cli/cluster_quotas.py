@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -10,6 +11,7 @@ import typer
 from konduktor.cli.console import OutputFormat, err, print_rows, say
 from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, Target, connect, running_target
+from konduktor.controller.health_view import capacity, health_view
 from konduktor.errors import UsageError
 from konduktor.kube.sync import Change
 from konduktor.quotas.removal import DrainPolicy
@@ -123,6 +125,7 @@ def explain(
     with connect(kubeconfig, context, sim, read_only=True) as kube:
         require_kueue(kube)
         queues = kube.list(KUEUE_API, "ClusterQueue")
+        gpus = capacity(health_view(kube.list("v1", "Node")))
     rows = [u.row() for u in team_usage(queues) if team is None or team in (u.team, u.cluster_queue)]
     if team is not None and not rows:
         known = sorted({q["metadata"]["name"] for q in queues})
@@ -140,3 +143,6 @@ def explain(
         "pending_workloads",
     ]
     print_rows(rows, columns, output)
+    if output == "table":  # quarantined GPUs still count in the quotas above: capacity the teams cannot use
+        for line in gpus:
+            sys.stdout.write(f"capacity: {line.describe()}\n")

@@ -44,6 +44,11 @@ class InstallerCommands(LazyGroup):
             "Which node of a job had a GPU fault in its time window, with evidence. Exit 0: a culprit; 1: none.",
         ),
         LazyCommand(
+            "nodes",
+            "konduktor.cli.nodes:app",
+            "Every GPU node with its health: state, reason, since when, quarantine owner, last burn-in verdict.",
+        ),
+        LazyCommand(
             "up",
             "konduktor.cli.up:up",
             "Install or upgrade Konduktor from a config: the simulated cluster when no kubeconfig is given.",

@@ -37,6 +37,7 @@ from konduktor.cli.target import (
 )
 from konduktor.config.load import LoadedConfig
 from konduktor.config.model import Config
+from konduktor.controller.health_view import capacity, health_view
 from konduktor.errors import ExitCode, KonduktorError, PartialApply, PreflightFailed, UsageError
 from konduktor.helm.release import (
     CHARTS,
@@ -457,6 +458,7 @@ def status(
         controllers = kube.list(
             "apps/v1", "Deployment", NAMESPACE, label_selector="app.kubernetes.io/component=health-controller"
         )
+        gpus = capacity(health_view(kube.list("v1", "Node")))
     rows: list[dict[str, Any]] = [
         {
             "component": "release",
@@ -473,6 +475,8 @@ def status(
             {"component": f"queue {q.team}", "state": f"{q.row()['used']}/{q.row()['nominal']} {q.flavor} GPUs used"}
             for q in queues
         ],
+        # Quarantined and cordoned GPUs are capacity the queues' quotas still count on.
+        *[{"component": f"gpus {c.product}", "state": c.describe()} for c in gpus],
     ]
     print_rows(rows, ["component", "state"], output)
     if release is None:

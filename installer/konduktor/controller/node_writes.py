@@ -12,11 +12,18 @@ from a fresh read, so a taint added by someone else at the same moment is never 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from konduktor.controller.decide import CONDITION_TYPE, RecordEvent, SetCondition, UpdateNode
+from konduktor.controller.decide import (
+    CONDITION_TYPE,
+    Action,
+    RecordEvent,
+    SetCondition,
+    StartRequalification,
+    UpdateNode,
+)
 from konduktor.kube.client import ApiError, Kube
 
 # The controller's own field manager: the Node's other status fields (capacity, allocatable) belong to their
@@ -136,3 +143,21 @@ def update_node(kube: Kube, update: UpdateNode, node: dict[str, Any] | None = No
                 raise
             node = kube.get("v1", "Node", update.node)
     raise ApiError(f"node {update.node} kept changing; gave up after {CONFLICT_RETRIES} conflicts", status=409)
+
+
+def make_writes(
+    kube: Kube, actions: Sequence[Action], component: str, instance: str, done: Callable[[Action], None]
+) -> None:
+    """The installer's writes of a plan, in order (the controller's own go through its actuator, with metrics);
+    `done` is called after each. Starting a requalification is the controller's, never planned here."""
+    for action in actions:
+        now = time.time()
+        if isinstance(action, UpdateNode):
+            update_node(kube, action)
+        elif isinstance(action, SetCondition):
+            kube.apply_status(condition_status(action, now), field_manager=FIELD_MANAGER)
+        elif isinstance(action, RecordEvent):
+            kube.create(event(action, kube.get("v1", "Node", action.node), component, instance, now))
+        elif isinstance(action, StartRequalification):
+            continue
+        done(action)

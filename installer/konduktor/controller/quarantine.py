@@ -24,7 +24,7 @@ from konduktor.controller.decide import (
     UpdateNode,
     decide,
 )
-from konduktor.controller.node_writes import FIELD_MANAGER, condition_status, event, update_node
+from konduktor.controller.node_writes import make_writes
 from konduktor.controller.nodes import node_state
 from konduktor.controller.settings import BreakerSettings, HealthSettings
 from konduktor.kube.client import Kube
@@ -55,7 +55,10 @@ def quarantine_plan(verdicts: Sequence[NodeVerdict], nodes: Sequence[Mapping[str
 def describe_action(action: UpdateNode | SetCondition | RecordEvent | StartRequalification) -> str:
     if isinstance(action, UpdateNode):
         taints = ", ".join(f"{t.key}={t.value}:{t.effect}" for t in action.add_taints)
-        return f"{action.node}: tainted {taints}" if taints else f"{action.node}: annotations updated"
+        removed = ", ".join(f"{t.key}:{t.effect}" for t in action.remove_taints)
+        if taints:
+            return f"{action.node}: tainted {taints}"
+        return f"{action.node}: untainted {removed}" if removed else f"{action.node}: annotations updated"
     if isinstance(action, SetCondition):
         return f"{action.node}: {CONDITION_TYPE}={'True' if action.healthy else 'False'} ({action.reason})"
     if isinstance(action, RecordEvent):
@@ -72,11 +75,4 @@ def quarantine_failed(kube: Kube, verdicts: Sequence[NodeVerdict], say: Callable
     plan = quarantine_plan(verdicts, kube.list("v1", "Node"), now)
     for notice in plan.notices:
         say(f"quarantine: {notice.node or ''}: {notice.message}")
-    for action in plan.actions:
-        if isinstance(action, UpdateNode):
-            update_node(kube, action)
-        elif isinstance(action, SetCondition):
-            kube.apply_status(condition_status(action, now), field_manager=FIELD_MANAGER)
-        elif isinstance(action, RecordEvent):
-            kube.create(event(action, kube.get("v1", "Node", action.node), COMPONENT, COMPONENT, now))
-        say(f"quarantine: {describe_action(action)}")
+    make_writes(kube, plan.actions, COMPONENT, COMPONENT, lambda action: say(f"quarantine: {describe_action(action)}"))

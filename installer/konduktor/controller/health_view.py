@@ -1,0 +1,271 @@
+"""The GPU nodes as on-call sees them: health state, reason, evidence, since when, last burn-in verdict, and who
+quarantined each one; and the GPUs that quarantines and cordons take out of the cluster's capacity.
+
+Pure: the caller passes the Nodes, the Node Events and the burn-in Jobs as the API returned them. The Node is
+read with the controller's own reading (`controller.nodes.node_state`) and judged with its own ownership rule
+(`decide.quarantined_by_us`), so this view never disagrees with what the controller will do.
+
+Who quarantined a node is told by the newest quarantine Event: the health controller records its own as
+`konduktor-health`, `konduktor-install burnin --quarantine` as `konduktor-install`. The API server keeps Events
+for an hour by default; after that the owner reads `konduktor` (a quarantine of ours, its author forgotten).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from konduktor.controller.decide import CONDITION_TYPE, NodeState, quarantined_by_us
+from konduktor.controller.nodes import expected_gpus, is_gpu_node, node_state
+from konduktor.controller.requalification import run_of
+from konduktor.controller.settings import HealthSettings
+from konduktor.kube.timestamps import parse_time
+from konduktor.vocabulary import (
+    GPU_RESOURCE,
+    HEALTH_TAINT_KEY,
+    PRODUCT_LABEL,
+    QUARANTINE_REASON,
+    QUARANTINED_AT,
+    REQUALIFICATION_RESULT,
+    REQUALIFIED_AT,
+)
+
+# The components that write quarantine Events (`controller.actuator`, `controller.quarantine`).
+CONTROLLER = "konduktor-health"
+INSTALLER = "konduktor-install"
+OURS = "konduktor"  # ours by the annotation, its author's Event gone
+SOMEONE_ELSE = "other"  # the gpu-health taint without our annotation: we never remove it
+TABLE_WIDTH = 100
+GAP = "  "  # between columns
+
+
+class Health(StrEnum):
+    HEALTHY = "healthy"
+    REQUALIFYING = "requalifying"  # quarantined, a burn-in Job running on it
+    QUARANTINED = "quarantined"  # the gpu-health taint: ours, or someone else's (owner says which)
+    CORDONED = "cordoned"  # spec.unschedulable, set by someone else (Konduktor never cordons)
+    UNHEALTHY = "unhealthy"  # GPUHealthy=False without a quarantine (breaker open, or opted out)
+    OPTED_OUT = "opted-out"  # the controller acts on nothing here
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    """One GPU node's health; the JSON shape of `konduktor-install nodes -o json` (one object per node)."""
+
+    node: str
+    state: Health
+    reason: str | None
+    evidence: str | None  # the GPUHealthy condition's message
+    since: str | None  # RFC 3339, UTC
+    quarantine_owner: str | None  # konduktor-health, konduktor-install, konduktor, other
+    last_verdict: str | None  # PASS, WARN, FAIL, ERROR, SKIPPED, RELEASED (a manual release)
+    last_verdict_at: str | None
+    last_verdict_detail: str | None
+    product: str | None
+    gpus: int  # status.capacity nvidia.com/gpu
+    gpus_allocatable: int
+    cordoned: bool
+    opted_out: bool
+
+    @property
+    def out_of_service(self) -> bool:
+        return self.state in (Health.QUARANTINED, Health.REQUALIFYING)
+
+    def row(self) -> dict[str, Any]:
+        row = asdict(self)
+        row["state"] = self.state.value
+        return row
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """GPUs of one product, and those a quarantine or a cordon keeps from new work."""
+
+    product: str
+    gpus: int
+    quarantined: int
+    cordoned: int  # on nodes cordoned and not quarantined
+
+    def describe(self) -> str:
+        lost = [f"{n} {what}" for n, what in ((self.quarantined, "quarantined"), (self.cordoned, "cordoned")) if n]
+        return f"{self.gpus} {self.product} GPUs" + (f", {', '.join(lost)}" if lost else "")
+
+
+def _count(node: Mapping[str, Any], field: str) -> int:
+    value = str((node.get("status", {}).get(field) or {}).get(GPU_RESOURCE, "0"))
+    return int(value) if value.isdigit() else 0
+
+
+def _condition(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    conditions = node.get("status", {}).get("conditions") or ()
+    found: Mapping[str, Any] = next((c for c in conditions if c.get("type") == CONDITION_TYPE), {})
+    return found
+
+
+def _stamp(when: float | None) -> str | None:
+    return None if when is None else datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def quarantine_authors(events: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Node -> the component of its newest quarantine Event ("quarantined (NoSchedule): ...")."""
+    newest: dict[str, tuple[float, str]] = {}
+    for event in events:
+        involved = event.get("involvedObject", {})
+        if involved.get("kind") != "Node" or not str(event.get("message", "")).startswith("quarantined ("):
+            continue
+        at = parse_time(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp")) or 0.0
+        component = event.get("reportingComponent") or event.get("source", {}).get("component") or OURS
+        name = involved.get("name", "")
+        if name not in newest or at >= newest[name][0]:
+            newest[name] = (at, component)
+    return {name: component for name, (_, component) in newest.items()}
+
+
+def running_burnins(jobs: Iterable[Mapping[str, Any]]) -> set[str]:
+    """Nodes with a burn-in or requalification Job that has not finished."""
+    return {run.node for run in map(run_of, jobs) if run is not None and run.finished_at is None}
+
+
+def _verdict(annotations: Mapping[str, str]) -> tuple[str | None, str | None]:
+    result = annotations.get(REQUALIFICATION_RESULT)
+    if not result:
+        return None, None
+    word, _, detail = result.partition(":")
+    return word.strip(), detail.strip() or None
+
+
+def node_health(
+    node: Mapping[str, Any],
+    state: NodeState,
+    authors: Mapping[str, str],
+    running: set[str],
+    settings: HealthSettings,
+) -> NodeHealth:
+    annotations = state.annotations
+    condition = _condition(node)
+    opted_out = state.labels.get(settings.opt_out_label) == "true"
+    foreign_taint = any(t.key == HEALTH_TAINT_KEY for t in state.taints) and not quarantined_by_us(state)
+    since: float | None = parse_time(condition.get("lastTransitionTime"))
+    owner: str | None = None
+    reason: str | None = condition.get("reason") or None
+    if quarantined_by_us(state):
+        health = Health.REQUALIFYING if state.name in running else Health.QUARANTINED
+        owner = authors.get(state.name, OURS)
+        reason = annotations.get(QUARANTINE_REASON) or reason
+        since = parse_time(annotations.get(QUARANTINED_AT)) or since
+    elif foreign_taint:
+        health, owner = Health.QUARANTINED, SOMEONE_ELSE
+        value = next(t.value for t in state.taints if t.key == HEALTH_TAINT_KEY)
+        reason = f"someone else's taint {HEALTH_TAINT_KEY}" + (f"={value}" if value else "")
+    elif state.unschedulable:
+        health, reason = Health.CORDONED, "cordoned by someone else (spec.unschedulable)"
+    elif state.gpu_healthy is False:
+        health = Health.UNHEALTHY
+    elif opted_out:
+        health, reason = Health.OPTED_OUT, f"{settings.opt_out_label}=true"
+    else:
+        health = Health.HEALTHY
+    verdict, detail = _verdict(annotations)
+    return NodeHealth(
+        node=state.name,
+        state=health,
+        reason=reason,
+        evidence=condition.get("message") or None,
+        since=_stamp(since),
+        quarantine_owner=owner,
+        last_verdict=verdict,
+        last_verdict_at=_stamp(parse_time(annotations.get(REQUALIFIED_AT))),
+        last_verdict_detail=detail,
+        product=state.labels.get(PRODUCT_LABEL),
+        gpus=_count(node, "capacity") or _count(node, "allocatable"),
+        gpus_allocatable=_count(node, "allocatable"),
+        cordoned=state.unschedulable,
+        opted_out=opted_out,
+    )
+
+
+def health_view(
+    nodes: Iterable[Mapping[str, Any]],
+    events: Iterable[Mapping[str, Any]] = (),
+    jobs: Iterable[Mapping[str, Any]] = (),
+    settings: HealthSettings | None = None,
+) -> list[NodeHealth]:
+    """Every GPU node's health, by name."""
+    settings = settings or HealthSettings()
+    authors, running = quarantine_authors(events), running_burnins(jobs)
+    views = []
+    for node in nodes:
+        expected = expected_gpus(dict(node), settings)
+        if not is_gpu_node(dict(node), expected):
+            continue
+        state = node_state(dict(node), expected, node["metadata"]["name"] in running)
+        views.append(node_health(node, state, authors, running, settings))
+    return sorted(views, key=lambda view: view.node)
+
+
+def capacity(views: Sequence[NodeHealth]) -> list[Capacity]:
+    """Per GPU product: GPUs, and those out of service (a cordoned node that is also quarantined counts once)."""
+    products: dict[str, list[NodeHealth]] = {}
+    for view in views:
+        products.setdefault(view.product or "unlabelled", []).append(view)
+    return [
+        Capacity(
+            product,
+            sum(v.gpus for v in members),
+            sum(v.gpus for v in members if v.out_of_service),
+            sum(v.gpus for v in members if v.cordoned and not v.out_of_service),
+        )
+        for product, members in sorted(products.items())
+    ]
+
+
+def age(stamp: str | None, now: float) -> str:
+    """kubectl's age: 45s, 12m, 3h, 2d."""
+    at = parse_time(stamp)
+    if at is None:
+        return "-"
+    seconds = max(0, int(now - at))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _cells(view: NodeHealth, now: float, wide: bool) -> list[str]:
+    verdict = f"{view.last_verdict} {age(view.last_verdict_at, now)} ago" if view.last_verdict else "-"
+    cells = [
+        view.node,
+        view.state.value,
+        f"{view.gpus_allocatable}/{view.gpus}",
+        age(view.since, now),
+        view.quarantine_owner or "-",
+        verdict,
+        view.reason or "-",
+    ]
+    if wide:
+        cells += [view.product or "-", view.since or "-", view.evidence or "-"]
+    return cells
+
+
+def render_table(views: Sequence[NodeHealth], now: float, wide: bool = False) -> str:
+    """Columns as kubectl aligns them. The default table fits TABLE_WIDTH columns: the reason, last, is cut to
+    fit; `wide` adds the product, the timestamp and the evidence, uncut."""
+    headers = ["NODE", "STATE", "GPUS", "SINCE", "OWNER", "BURN-IN", "REASON"]
+    if wide:
+        headers += ["PRODUCT", "SINCE (UTC)", "EVIDENCE"]
+    rows = [headers, *(_cells(view, now, wide) for view in views)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(headers))]
+    lines = []
+    for row in rows:
+        if wide:
+            line = GAP.join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
+        else:
+            head = GAP.join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + GAP
+            room = max(TABLE_WIDTH - len(head), 8)
+            reason = row[-1] if len(row[-1]) <= room else row[-1][: room - 1] + "…"
+            line = (head + reason).rstrip()
+        lines.append(line)
+    return "\n".join(lines) + "\n"

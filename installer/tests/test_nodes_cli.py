@@ -1,0 +1,182 @@
+"""`konduktor-install nodes`, `nodes release` and `nodes requalify` on the simulated cluster.
+
+A node is quarantined the way an operator does it (`burnin --quarantine`'s writes, from a recorded FAIL); the
+requalification burn-in runs real Jobs on the fake nodes, whose GPU agent prints a healthy H100, or one with
+uncorrected ECC errors when the node carries the sim's fault annotation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Sim
+from sim_fixture import health_taints, installer_events, node, patch_node, release_nodes
+
+from konduktor.burnin.results import Verdict
+from konduktor.burnin.tiers import options_for_tier
+from konduktor.burnin.verdict import NodeEvidence, judge_node
+from konduktor.cli.main import main
+from konduktor.controller.decide import CONDITION_TYPE
+from konduktor.controller.health_view import TABLE_WIDTH
+from konduktor.controller.quarantine import quarantine_failed
+from konduktor.errors import ExitCode
+from konduktor.kube.client import Kube
+from konduktor.sim.gpus import FAULTS_ANNOTATION
+from konduktor.vocabulary import HEALTH_TAINT_KEY, QUARANTINED_AT
+
+DATA = Path(__file__).parent / "data" / "burnin"
+H100 = "NVIDIA-H100-80GB-HBM3"
+NODES = [f"gpu-h100-{i:04d}" for i in range(4)]
+NAMESPACE = "konduktor-nodes-test"
+ROW_KEYS = {
+    "node",
+    "state",
+    "reason",
+    "evidence",
+    "since",
+    "quarantine_owner",
+    "last_verdict",
+    "last_verdict_at",
+    "last_verdict_detail",
+    "product",
+    "gpus",
+    "gpus_allocatable",
+    "cordoned",
+    "opted_out",
+}
+
+
+@pytest.fixture
+def cluster(sim: Sim) -> Iterator[Sim]:
+    release_nodes(sim.kube, NODES)
+    yield sim
+    release_nodes(sim.kube, NODES)
+    for event in sim.kube.list("v1", "Event", "default"):
+        if event.get("reason") == "ReleasedManually":
+            sim.kube.delete("v1", "Event", event["metadata"]["name"], "default")
+
+
+def run(capsys: pytest.CaptureFixture[str], sim: Sim, *args: str) -> tuple[int, str, str]:
+    code = main([*args, "--kubeconfig", str(sim.kubeconfig)])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    return code, captured.out, captured.err
+
+
+def quarantine(kube: Kube, name: str) -> None:
+    log = (DATA / "passive_h100_faulty.txt").read_text()
+    verdict = judge_node(NodeEvidence(name, H100, 8, {"passive": log}), options_for_tier("quick"))
+    assert verdict.verdict is Verdict.FAIL
+    quarantine_failed(kube, [verdict], lambda _: None)
+
+
+def condition(found: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in found["status"].get("conditions", []) if c["type"] == CONDITION_TYPE)
+
+
+def events(kube: Kube, name: str, reason: str) -> list[dict[str, Any]]:
+    return [e for e in installer_events(kube) if e["involvedObject"]["name"] == name and e["reason"] == reason]
+
+
+@pytest.mark.sim
+def test_list_shows_a_quarantined_node_with_reason_since_and_owner(
+    capsys: pytest.CaptureFixture[str], cluster: Sim
+) -> None:
+    quarantine(cluster.kube, NODES[1])
+    code, out, _ = run(capsys, cluster, "nodes", "-o", "json")
+    assert code == 0
+    rows = {row["node"]: row for row in json.loads(out)}
+    assert set(NODES) <= set(rows) and all(set(row) == ROW_KEYS for row in rows.values())
+    bad = rows[NODES[1]]
+    assert (bad["state"], bad["quarantine_owner"], bad["gpus"]) == ("quarantined", "konduktor-install", 10)
+    assert bad["reason"].startswith("BurnInFailed") and bad["evidence"]
+    assert bad["since"] == node(cluster.kube, NODES[1])["metadata"]["annotations"][QUARANTINED_AT]
+    assert rows[NODES[0]]["state"] == "healthy" and rows[NODES[0]]["quarantine_owner"] is None
+
+    code, out, _ = run(capsys, cluster, "nodes")
+    assert code == 0 and all(len(line) <= TABLE_WIDTH for line in out.splitlines())
+    [line] = [line for line in out.splitlines() if line.startswith(NODES[1])]
+    assert line.split()[1:3] == ["quarantined", "10/10"] and "BurnInFailed" in line
+    assert f"capacity: 40 {H100} GPUs, 10 quarantined" in out
+
+    for command in (["status"], ["quotas", "explain"]):
+        code, out, _ = run(capsys, cluster, *command)
+        assert f"40 {H100} GPUs, 10 quarantined" in out, command
+
+
+@pytest.mark.sim
+def test_release_clears_taint_and_condition_records_an_event_and_is_safe_to_rerun(
+    capsys: pytest.CaptureFixture[str], cluster: Sim
+) -> None:
+    kube, name = cluster.kube, NODES[1]
+    quarantine(kube, name)
+    code, _, err = run(capsys, cluster, "nodes", "release", name, "--reason", "GPU 3 reseated, ticket 42")
+    assert code == 0, err
+    found = node(kube, name)
+    assert health_taints(found) == [] and QUARANTINED_AT not in found["metadata"]["annotations"]
+    assert (condition(found)["status"], condition(found)["reason"]) == ("True", "ReleasedManually")
+    [recorded] = events(kube, name, "ReleasedManually")
+    assert recorded["type"] == "Normal" and recorded["message"].endswith(": GPU 3 reseated, ticket 42")
+    assert recorded["message"].startswith("released by ")
+
+    code, _, err = run(capsys, cluster, "nodes", "release", name, "--reason", "again")
+    assert code == 0 and "nothing to release" in err
+    assert len(events(kube, name, "ReleasedManually")) == 1
+    code, out, _ = run(capsys, cluster, "nodes", "-o", "json")
+    released = next(row for row in json.loads(out) if row["node"] == name)
+    assert (released["state"], released["last_verdict"]) == ("healthy", "RELEASED")
+
+
+@pytest.mark.sim
+def test_release_refuses_a_taint_someone_else_placed_and_changes_nothing(
+    capsys: pytest.CaptureFixture[str], cluster: Sim
+) -> None:
+    kube, name = cluster.kube, NODES[2]
+    taint = {"key": HEALTH_TAINT_KEY, "value": "rma", "effect": "NoSchedule"}
+    patch_node(kube, name, lambda found: {"spec": {"taints": [*found["spec"].get("taints", []), taint]}})
+    before = node(kube, name)
+    code, _, err = run(capsys, cluster, "nodes", "release", name, "--reason", "not mine")
+    assert code == ExitCode.CHECK_FAILED and "not placed by Konduktor" in err and "kubectl taint node" in err
+    assert node(kube, name)["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert events(kube, name, "ReleasedManually") == []
+    code, out, _ = run(capsys, cluster, "nodes", "-o", "json")
+    row = next(row for row in json.loads(out) if row["node"] == name)
+    assert (row["state"], row["quarantine_owner"]) == ("quarantined", "other")
+    code, _, _ = run(capsys, cluster, "nodes", "requalify", name, "--level", "quick", "--namespace", NAMESPACE)
+    assert code == ExitCode.CHECK_FAILED
+
+
+@pytest.mark.sim
+def test_requalify_releases_on_pass_keeps_the_node_out_on_fail_and_is_safe_to_rerun(
+    capsys: pytest.CaptureFixture[str], cluster: Sim
+) -> None:
+    kube, good, bad = cluster.kube, NODES[1], NODES[3]
+    args = ("--level", "quick", "--namespace", NAMESPACE)
+    try:
+        quarantine(kube, good)
+        # A manual burn-in PASS changes nothing and says how to release the node.
+        code, _, err = run(capsys, cluster, "burnin", "--nodes", good, *args)
+        assert code == 0 and f"konduktor-install nodes release {good} --reason" in err
+        assert len(health_taints(node(kube, good))) == 1
+        code, out, err = run(capsys, cluster, "nodes", "requalify", good, *args)
+        assert code == 0, err
+        assert out == f"{good}\tPASS\n" and "released" in err
+        found = node(kube, good)
+        assert health_taints(found) == [] and condition(found)["status"] == "True"
+        assert len(events(kube, good, "RequalificationPassed")) == 1
+        code, _, err = run(capsys, cluster, "nodes", "requalify", good, *args)
+        assert code == ExitCode.CHECK_FAILED and "not quarantined by Konduktor" in err
+
+        patch_node(kube, bad, lambda _: {"metadata": {"annotations": {FAULTS_ANNOTATION: "3=ecc"}}})
+        quarantine(kube, bad)
+        code, out, err = run(capsys, cluster, "nodes", "requalify", bad, *args)
+        assert code == ExitCode.NEGATIVE and out == f"{bad}\tFAIL\n" and "stays quarantined" in err
+        found = node(kube, bad)
+        assert len(health_taints(found)) == 1 and condition(found)["status"] == "False"
+        assert len(events(kube, bad, "RequalificationFailed")) == 1
+    finally:
+        kube.delete("v1", "Namespace", NAMESPACE)

@@ -1,0 +1,250 @@
+"""The node-health view and the release decisions, on Node objects as the API returns them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict
+from konduktor.controller.decide import CONDITION_TYPE, RecordEvent, SetCondition, UpdateNode
+from konduktor.controller.health_view import TABLE_WIDTH, Health, capacity, health_view, render_table
+from konduktor.controller.nodes import node_state
+from konduktor.controller.release import release_hints, release_plan, requalification_plan
+from konduktor.errors import ChangeRefused, ExitCode, UsageError
+from konduktor.vocabulary import (
+    HEALTH_TAINT_KEY,
+    QUARANTINE_REASON,
+    QUARANTINED_AT,
+    REQUALIFICATION_RESULT,
+    REQUALIFIED_AT,
+)
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+TAINT = {"key": HEALTH_TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}
+
+
+def node(
+    name: str,
+    *,
+    taints: tuple[dict[str, str], ...] = (),
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    healthy: str | None = None,
+    message: str = "",
+    unschedulable: bool = False,
+    gpus: int = 10,
+) -> dict[str, Any]:
+    conditions = [{"type": "Ready", "status": "True"}]
+    if healthy is not None:
+        conditions.append(
+            {
+                "type": CONDITION_TYPE,
+                "status": healthy,
+                "reason": "Xid79" if healthy == "False" else "RequalificationPassed",
+                "message": message,
+                "lastTransitionTime": "2027-01-15T07:00:00Z",
+            }
+        )
+    return {
+        "metadata": {
+            "name": name,
+            "resourceVersion": "7",
+            "labels": {"nvidia.com/gpu.product": H100, **(labels or {})},
+            "annotations": annotations or {},
+        },
+        "spec": {"taints": list(taints), **({"unschedulable": True} if unschedulable else {})},
+        "status": {
+            "capacity": {"nvidia.com/gpu": "10"},
+            "allocatable": {"nvidia.com/gpu": str(gpus)},
+            "conditions": conditions,
+        },
+    }
+
+
+QUARANTINED = {QUARANTINED_AT: "2027-01-15T07:30:00Z", QUARANTINE_REASON: "Xid79 GPU_HAS_FALLEN_OFF_THE_BUS on GPU3"}
+
+
+def quarantined(name: str, **extra: Any) -> dict[str, Any]:
+    return node(
+        name,
+        taints=extra.pop("taints", (TAINT,)),
+        annotations={**QUARANTINED, **extra.pop("annotations", {})},
+        healthy="False",
+        message="Xid 79: GPU fell off the bus",
+        **extra,
+    )
+
+
+def event(name: str, component: str, at: str, message: str = "quarantined (NoSchedule): Xid 79") -> dict[str, Any]:
+    return {
+        "involvedObject": {"kind": "Node", "name": name},
+        "message": message,
+        "lastTimestamp": at,
+        "reportingComponent": component,
+        "source": {"component": component},
+    }
+
+
+def job(name: str, finished: bool) -> dict[str, Any]:
+    conditions = [{"type": "Complete", "status": "True", "lastTransitionTime": "2027-01-15T07:40:00Z"}]
+    return {
+        "metadata": {"name": f"burnin-{name}", "annotations": {"konduktor.ai/node": name}},
+        "status": {"conditions": conditions, "completionTime": "2027-01-15T07:40:00Z"} if finished else {},
+    }
+
+
+def test_each_state_with_its_reason_owner_and_since() -> None:
+    cpu = {"metadata": {"name": "cpu-0", "labels": {}}, "spec": {}, "status": {"capacity": {"cpu": "8"}}}
+    nodes = [
+        node("a-healthy", healthy="True"),
+        quarantined("b-controller"),
+        quarantined("c-manual"),
+        quarantined("d-requalifying"),
+        node("e-foreign", taints=({"key": HEALTH_TAINT_KEY, "value": "rma", "effect": "NoSchedule"},)),
+        node("f-cordoned", unschedulable=True),
+        node("g-suppressed", healthy="False", message="breaker open"),
+        node("h-opted-out", labels={"konduktor.ai/gpu-health-opt-out": "true"}),
+        quarantined("i-forgotten"),
+        cpu,
+    ]
+    events = [
+        event("b-controller", "konduktor-health", "2027-01-15T07:30:00Z"),
+        event("c-manual", "konduktor-health", "2027-01-14T07:30:00Z"),
+        event("c-manual", "konduktor-install", "2027-01-15T07:30:00Z"),  # the newest quarantine says who
+        event("i-forgotten", "konduktor-health", "2027-01-15T07:31:00Z", message="released: PASS"),
+    ]
+    jobs = [job("d-requalifying", finished=False), job("b-controller", finished=True)]
+    views = {v.node: v for v in health_view(nodes, events, jobs)}
+    assert list(views) == sorted(n["metadata"]["name"] for n in nodes[:-1])  # GPU nodes only, by name
+    states = {name: (v.state, v.quarantine_owner) for name, v in views.items()}
+    assert states == {
+        "a-healthy": (Health.HEALTHY, None),
+        "b-controller": (Health.QUARANTINED, "konduktor-health"),
+        "c-manual": (Health.QUARANTINED, "konduktor-install"),
+        "d-requalifying": (Health.REQUALIFYING, "konduktor"),
+        "e-foreign": (Health.QUARANTINED, "other"),
+        "f-cordoned": (Health.CORDONED, None),
+        "g-suppressed": (Health.UNHEALTHY, None),
+        "h-opted-out": (Health.OPTED_OUT, None),
+        "i-forgotten": (Health.QUARANTINED, "konduktor"),
+    }
+    ours = views["b-controller"]
+    assert ours.reason == QUARANTINED[QUARANTINE_REASON]
+    assert (ours.since, ours.evidence) == ("2027-01-15T07:30:00Z", "Xid 79: GPU fell off the bus")
+    assert views["e-foreign"].reason == f"someone else's taint {HEALTH_TAINT_KEY}=rma"
+    assert views["g-suppressed"].since == "2027-01-15T07:00:00Z"
+
+
+def test_last_verdict_from_the_requalification_annotations() -> None:
+    stamps = {REQUALIFIED_AT: "2027-01-15T07:50:00Z", REQUALIFICATION_RESULT: "FAIL: ecc: GPU3 uncorrected"}
+    [view] = health_view([quarantined("a", annotations=stamps)])
+    assert (view.last_verdict, view.last_verdict_at, view.last_verdict_detail) == (
+        "FAIL",
+        "2027-01-15T07:50:00Z",
+        "ecc: GPU3 uncorrected",
+    )
+    [never] = health_view([node("b")])
+    assert (never.last_verdict, never.last_verdict_at) == (None, None)
+
+
+def test_the_json_shape_is_pinned() -> None:
+    [view] = health_view([quarantined("a", gpus=9)], [event("a", "konduktor-health", "2027-01-15T07:30:00Z")])
+    assert view.row() == {
+        "node": "a",
+        "state": "quarantined",
+        "reason": "Xid79 GPU_HAS_FALLEN_OFF_THE_BUS on GPU3",
+        "evidence": "Xid 79: GPU fell off the bus",
+        "since": "2027-01-15T07:30:00Z",
+        "quarantine_owner": "konduktor-health",
+        "last_verdict": None,
+        "last_verdict_at": None,
+        "last_verdict_detail": None,
+        "product": H100,
+        "gpus": 10,
+        "gpus_allocatable": 9,
+        "cordoned": False,
+        "opted_out": False,
+    }
+
+
+def test_capacity_counts_quarantined_and_cordoned_gpus_once() -> None:
+    views = health_view(
+        [node("a"), quarantined("b"), quarantined("c", unschedulable=True), node("d", unschedulable=True)]
+    )
+    [h100] = capacity(views)
+    assert (h100.gpus, h100.quarantined, h100.cordoned) == (40, 20, 10)
+    assert h100.describe() == f"40 {H100} GPUs, 20 quarantined, 10 cordoned"
+    assert capacity(health_view([node("a")]))[0].describe() == f"10 {H100} GPUs"
+
+
+def test_the_table_fits_100_columns_and_wide_adds_the_evidence() -> None:
+    long_reason = {QUARANTINE_REASON: "Xid79 " + "GPU_HAS_FALLEN_OFF_THE_BUS " * 6}
+    views = health_view(
+        [quarantined("gpu-h100-0001", annotations=long_reason), node("gpu-h100-0002")],
+        [event("gpu-h100-0001", "konduktor-install", "2027-01-15T07:30:00Z")],
+    )
+    table = render_table(views, NOW)
+    lines = table.splitlines()
+    assert all(len(line) <= TABLE_WIDTH for line in lines), table
+    assert lines[0].split() == ["NODE", "STATE", "GPUS", "SINCE", "OWNER", "BURN-IN", "REASON"]
+    assert lines[1].split()[:5] == ["gpu-h100-0001", "quarantined", "10/10", "30m", "konduktor-install"]
+    assert lines[1].endswith("…")
+    wide = render_table(views, NOW, wide=True)
+    assert "Xid 79: GPU fell off the bus" in wide and "EVIDENCE" in wide and "Xid 79" not in table
+
+
+# --- release --------------------------------------------------------------------------------------------------------
+
+
+def test_release_removes_our_taint_and_annotations_sets_the_condition_and_says_who() -> None:
+    state = node_state(quarantined("a", taints=(TAINT, {"key": "other", "effect": "NoSchedule"})), None, False)
+    update, condition, recorded = release_plan(state, "GPU3 replaced", "alice", NOW)
+    assert isinstance(update, UpdateNode) and isinstance(condition, SetCondition) and isinstance(recorded, RecordEvent)
+    assert [t.key for t in update.remove_taints] == [HEALTH_TAINT_KEY]  # only ours
+    assert update.annotations == {
+        QUARANTINED_AT: None,
+        QUARANTINE_REASON: None,
+        REQUALIFIED_AT: "2027-01-15T08:00:00Z",
+        REQUALIFICATION_RESULT: "RELEASED: released by alice: GPU3 replaced",
+    }
+    assert (condition.healthy, condition.reason) == (True, "ReleasedManually")
+    assert (recorded.event_type, recorded.message) == ("Normal", "released by alice: GPU3 replaced")
+
+
+def test_release_finishes_a_half_done_manual_release_and_has_nothing_to_do_twice() -> None:
+    # The old runbook removed the taint and the annotations by hand and left the condition behind.
+    leftover = node_state(node("a", healthy="False"), None, False)
+    assert [type(a) for a in release_plan(leftover, "repaired", "bob", NOW)] == [UpdateNode, SetCondition, RecordEvent]
+    assert release_plan(node_state(node("b", healthy="True"), None, False), "again", "bob", NOW) == ()
+
+
+def test_release_refuses_a_taint_someone_else_placed_and_needs_a_reason() -> None:
+    foreign = node_state(node("a", taints=(TAINT,)), None, False)
+    with pytest.raises(ChangeRefused) as refused:
+        release_plan(foreign, "repaired", "alice", NOW)
+    assert refused.value.exit_code == ExitCode.CHECK_FAILED and "kubectl taint node a" in (refused.value.hint or "")
+    with pytest.raises(UsageError):
+        release_plan(node_state(quarantined("b"), None, False), "  ", "alice", NOW)
+
+
+def verdict(name: str, result: Verdict) -> NodeVerdict:
+    return NodeVerdict(name, H100, "h100-sxm5", result, (CheckResult("ecc", result, "passive", "ecc"),))
+
+
+def test_requalification_releases_on_pass_and_keeps_the_node_out_otherwise() -> None:
+    state = node_state(quarantined("a"), None, False)
+    passed = requalification_plan(state, verdict("a", Verdict.PASS), NOW).actions
+    assert any(isinstance(a, UpdateNode) and a.remove_taints for a in passed)
+    assert [a.reason for a in passed if isinstance(a, RecordEvent)] == ["RequalificationPassed"]
+    failed = requalification_plan(state, verdict("a", Verdict.FAIL), NOW).actions
+    assert not any(isinstance(a, UpdateNode) and a.remove_taints for a in failed)
+    [update] = [a for a in failed if isinstance(a, UpdateNode)]
+    assert update.annotations[REQUALIFICATION_RESULT] == "FAIL: ecc: ecc"
+
+
+def test_a_manual_burnin_pass_on_a_quarantined_node_says_how_to_release_it() -> None:
+    nodes = [quarantined("a"), node("b"), quarantined("c")]
+    hints = release_hints([verdict("a", Verdict.PASS), verdict("b", Verdict.PASS), verdict("c", Verdict.FAIL)], nodes)
+    assert len(hints) == 1 and "konduktor-install nodes release a --reason" in hints[0]
