@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ from konduktor.sim import argocd as sim_argocd
 from konduktor.sim.argocd import ArgoCD, GitRepo
 from konduktor.sim.cluster import SimCluster
 from konduktor.sim.pools import spec_from
-from konduktor.tools.pinned import Toolbox, module_dir
+from konduktor.tools.pinned import Toolbox
 from konduktor.waiting import wait_until
 
 APP = "bench-quotas"
@@ -51,14 +50,7 @@ def main() -> None:
     cluster.up(spec_from(example, None, job_seconds=2))
     kube = Kube(cluster.kubeconfig)
     home = Path(tempfile.mkdtemp(prefix="argocd-"))
-    instance = ArgoCD(
-        binary=toolbox.path("argocd"),
-        module_dir=module_dir(toolbox.tools["argo-cd"]),
-        kubeconfig=cluster.kubeconfig,
-        home=home,
-        tool_dirs=[toolbox.path("helm").parent, toolbox.path("kustomize").parent],
-        render_command=[str(Path(sys.executable).parent / "konduktor-install"), "render"],
-    )
+    instance = ArgoCD.pinned(toolbox, cluster.kubeconfig, home)
     repo = GitRepo(Path(tempfile.mkdtemp(prefix="gitops-repo-")))
     try:
         started = time.monotonic()

@@ -8,9 +8,7 @@ applies is exactly what `konduktor-install up` would.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +17,7 @@ from conftest import EXAMPLE, Sim
 from konduktor.kube.client import Kube
 from konduktor.sim import argocd as sim_argocd
 from konduktor.sim.argocd import ArgoCD, GitRepo, application_status, quotas_application, refresh, synced_healthy
-from konduktor.tools.pinned import Toolbox, module_dir
+from konduktor.tools.pinned import Toolbox
 from konduktor.vocabulary import TEAM_LABEL
 from konduktor.waiting import wait_until
 
@@ -43,14 +41,7 @@ class Repo(GitRepo):
 def argocd(sim: Sim, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ArgoCD, Repo]]:
     toolbox = Toolbox()
     home = tmp_path_factory.mktemp("argocd")
-    instance = ArgoCD(
-        binary=toolbox.path("argocd"),
-        module_dir=module_dir(toolbox.tools["argo-cd"]),
-        kubeconfig=sim.kubeconfig,
-        home=home,
-        tool_dirs=[toolbox.path("helm").parent, toolbox.path("kustomize").parent],
-        render_command=[str(Path(sys.executable).parent / "konduktor-install"), "render"],
-    )
+    instance = ArgoCD.pinned(toolbox, sim.kubeconfig, home)
     repo = Repo(tmp_path_factory.mktemp("gitops-repo"))
     try:
         instance.start(sim.kube, os.environ)

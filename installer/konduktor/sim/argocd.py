@@ -14,6 +14,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
 from konduktor.kube.documents import load_documents
 from konduktor.sim.cluster import free_port, stop_process, tail
+from konduktor.tools.pinned import Toolbox, module_dir
 from konduktor.waiting import wait_until
 
 NAMESPACE = "argocd"
@@ -333,6 +335,19 @@ class ArgoCD:
         self.reconciliation_seconds = reconciliation_seconds
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.ports = Ports(free_port(), free_port(), free_port(), free_port())
+
+    @classmethod
+    def pinned(cls, toolbox: Toolbox, kubeconfig: Path, home: Path) -> ArgoCD:
+        """The pinned Argo CD build, with the pinned helm and kustomize, and this installation's
+        `konduktor-install render` as the plugin."""
+        return cls(
+            binary=toolbox.path("argocd"),
+            module_dir=module_dir(toolbox.tools["argo-cd"]),
+            kubeconfig=kubeconfig,
+            home=home,
+            tool_dirs=[toolbox.path("helm").parent, toolbox.path("kustomize").parent],
+            render_command=[str(Path(sys.executable).parent / "konduktor-install"), "render"],
+        )
 
     def log(self, role: str) -> Path:
         return self.home / f"{role}.log"
