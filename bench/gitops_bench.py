@@ -58,7 +58,7 @@ def main() -> None:
         print(
             f"Argo CD started (CRDs, settings, Redis and 3 processes): {time.monotonic() - started:.1f} s",
         )
-        quotas = dict.fromkeys(TEAMS, 20)
+        quotas = dict.fromkeys(TEAMS, 16)
         revision = repo.commit_config(FOLDER, sim_argocd.team_config(example, "bench-lab", quotas), "two teams")
         started = time.monotonic()
         kube.apply(sim_argocd.quotas_application(APP, repo.url, FOLDER))
@@ -71,7 +71,7 @@ def main() -> None:
         print(f"first sync, Application created -> Synced and Healthy: {time.monotonic() - started:.1f} s")
         latencies = []
         for change in range(args.changes):
-            quotas["bench-a"] = 21 + change
+            quotas["bench-a"] = 17 + change
             repo.commit_config(FOLDER, sim_argocd.team_config(example, "bench-lab", quotas), "quota change")
             started = time.monotonic()
             sim_argocd.refresh(kube, APP)
