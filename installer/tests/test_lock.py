@@ -92,3 +92,13 @@ def test_go_builds_keep_the_checksum_database_on() -> None:
     assert go_environment({"GOSUMDB": "sum.golang.org https://sum.example"})["GOSUMDB"].startswith("sum.golang.org")
     with pytest.raises(KonduktorError, match="GOSUMDB=off"):
         go_environment({"GOSUMDB": "off"})
+
+
+def test_a_tool_that_pins_a_newer_go_builds_with_that_toolchain_only() -> None:
+    """Argo CD asks for Go 1.27: its build fetches that toolchain; every other tool builds with the machine's Go."""
+    tools = load_tools()
+    argocd = tools["argo-cd"]
+    assert argocd.toolchain is not None and argocd.toolchain.startswith("go1.27")
+    assert go_environment({}, argocd.toolchain)["GOTOOLCHAIN"] == argocd.toolchain
+    assert go_environment({})["GOTOOLCHAIN"] == "local"
+    assert all(tool.toolchain is None for name, tool in tools.items() if name != "argo-cd")

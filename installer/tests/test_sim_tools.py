@@ -234,7 +234,7 @@ def test_progress_without_a_terminal_prints_each_step_and_throttles_its_detail(
 def test_tools_needed_by_up_leave_out_the_test_tools() -> None:
     toolbox = Toolbox()
     assert set(toolbox.needed_by("up")) == {"kubernetes", "etcd", "kwok", "kueue", "helm"}
-    assert set(toolbox.needed_by("test")) == {"prometheus", "kustomize", "helm-docs", "alertmanager"}
+    assert set(toolbox.needed_by("test")) == {"prometheus", "kustomize", "helm-docs", "alertmanager", "argo-cd"}
     assert main(["tools", "install", "--for", "nothing"]) == 2
 
 
@@ -323,3 +323,11 @@ def test_build_progress_counts_the_packages_go_compiles(tmp_path: Path, monkeypa
     assert counts[-1][0] == counts[-1][1]
     assert [done for done, _ in counts] == sorted(done for done, _ in counts)
     assert subprocess.run([str(tmp_path / "hello-bin")], capture_output=True, text=True, check=True).stdout == "HI\n"
+
+
+def test_argocd_is_one_binary_under_its_role_names() -> None:
+    """Upstream's multi-call binary: the role is the name it is started under."""
+    argocd = load_tools()["argo-cd"]
+    assert argocd.built_binaries() == ["argocd"]
+    assert {"argocd-application-controller", "argocd-repo-server", "argocd-cmp-server"} <= set(argocd.binaries())
+    assert "github.com/argoproj/argo-cd/v3/common.version=3.6.1" in argocd.linker_flags()

@@ -86,6 +86,13 @@ def namespaces(config: Config) -> list[KubeObject]:
         for namespace in team.namespaces:
             metadata = _metadata(config, namespace, team=team_name)
             metadata["labels"].update(pod_security_labels(team))
+            # A team dropped from config.yaml loses its queues and RoleBindings, never its namespace with its
+            # workloads and data: Argo CD's prune passes over it, and the namespace left behind does not keep the
+            # application OutOfSync (`up` never deletes namespaces either).
+            metadata["annotations"] = {
+                "argocd.argoproj.io/sync-options": "Prune=false",
+                "argocd.argoproj.io/compare-options": "IgnoreExtraneous",
+            }
             objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": metadata})
     return objects
 

@@ -54,14 +54,25 @@ class Tool:
     # Directories a package embeds that the module zip lacks (generated, git-ignored web UIs): the build uses a
     # writable copy of the module with a placeholder page in each.
     placeholder_embeds: tuple[str, ...] = field(default=())
+    # Go toolchain the tool needs when newer than the machine's (fetched from the module proxy like a module).
+    toolchain: str | None = None
+    # Names under which the binary is linked as well (a multi-call binary picks its role from argv[0]).
+    aliases: tuple[str, ...] = field(default=())
+    # The k8s.io/* version the tool's own go.mod replaces the libraries with, when it needs newer ones than
+    # the cluster's Kubernetes.
+    kubernetes_libraries: str | None = None
 
     def package_paths(self) -> list[str]:
         return [self.module if p == "." else f"{self.module}/{p}" for p in self.packages]
 
     def binaries(self) -> list[str]:
+        """The binaries built, one per package, then the aliases."""
+        return [*self.built_binaries(), *self.aliases]
+
+    def built_binaries(self) -> list[str]:
         names = []
         for package in self.packages:
-            if package == ".":
+            if package == "." or (self.binary and len(self.packages) == 1):
                 names.append(self.binary or self.module.rstrip("/").split("/")[-1])
             else:
                 names.append(package.rstrip("/").split("/")[-1])
@@ -97,6 +108,9 @@ def load_tools(path: Path = VERSIONS_FILE) -> dict[str, Tool]:
             tags=tuple(entry.get("tags", ())),
             needed_by=tuple(entry.get("needed-by", ())),
             placeholder_embeds=tuple(entry.get("placeholder-embeds", ())),
+            toolchain=entry.get("toolchain"),
+            aliases=tuple(entry.get("aliases", ())),
+            kubernetes_libraries=entry.get("kubernetes-libraries"),
         )
         for name, entry in table.items()
     }
@@ -212,8 +226,9 @@ def lock_problems(tools: Mapping[str, Tool], directory: Path = LOCKED_MODULES) -
             problems.append(f"{tool.name}: go.mod requires {tool.module} {version}, versions.toml pins {tool.version}")
         if sorted(directives(gomod, "tool")) != sorted(tool.package_paths()):
             problems.append(f"{tool.name}: go.mod's tool directives are not {', '.join(tool.package_paths())}")
-        if f"k8s.io/api => k8s.io/api {published}" not in gomod and tool.name != "kubernetes":
-            problems.append(f"{tool.name}: go.mod does not pin the Kubernetes libraries at {published}")
+        libraries = tool.kubernetes_libraries or published
+        if f"k8s.io/api => k8s.io/api {libraries}" not in gomod and tool.name != "kubernetes":
+            problems.append(f"{tool.name}: go.mod does not pin the Kubernetes libraries at {libraries}")
         for line in (f"{tool.module} {tool.version} h1:", f"{tool.module} {tool.version}/go.mod h1:"):
             if line not in gosum:
                 problems.append(f"{tool.name}: go.sum has no `{line}` line")
@@ -266,16 +281,17 @@ def duration(seconds: float) -> str:
 Progress = Callable[[str], None]
 
 
-def go_environment(base: Mapping[str, str]) -> dict[str, str]:
+def go_environment(base: Mapping[str, str], toolchain: str | None = None) -> dict[str, str]:
     """The go command's environment for building tools: the committed go.mod is read-only, and every module is
-    checked against go.sum and the checksum database."""
+    checked against go.sum and the checksum database. The machine's Go builds, unless the tool pins a toolchain
+    (the go command fetches it from the module proxy, checked like any module)."""
     if base.get("GOSUMDB", "").strip() == "off":
         raise KonduktorError(
             "GOSUMDB=off: the pinned tools are built only from modules the checksum database vouches for",
             hint="unset GOSUMDB, or point it at a checksum database mirror (GOSUMDB='sum.golang.org <URL>')",
         )
     env = dict(base)
-    env.update(CGO_ENABLED="0", GOFLAGS="-mod=readonly", GOTOOLCHAIN=env.get("GOTOOLCHAIN", "local"))
+    env.update(CGO_ENABLED="0", GOFLAGS="-mod=readonly", GOTOOLCHAIN=toolchain or env.get("GOTOOLCHAIN", "local"))
     env["GOSUMDB"] = env.get("GOSUMDB") or "sum.golang.org"
     env.update(dict.fromkeys(CHECKSUM_EXEMPTIONS, ""))
     return env
@@ -290,7 +306,7 @@ class GoBuild:
         self.progress = progress
         self.tail: collections.deque[str] = collections.deque(maxlen=40)
         self.log = workdir / "build.log"
-        self.env = go_environment(os.environ)
+        self.env = go_environment(os.environ, tool.toolchain)
 
     def download(self, module: Tool) -> dict[str, str]:
         """Fetches a module (of this tool, or the Kubernetes libraries) and returns go's description of it."""
@@ -302,8 +318,8 @@ class GoBuild:
             step=f"downloading {module.module}@{module.version}",
             check=False,
         )
-        try:
-            info: dict[str, str] = json.loads(output)
+        try:  # the JSON follows any notes go prints first ("go: downloading go1.27.2" for a pinned toolchain)
+            info: dict[str, str] = json.loads(output[output.find("{") :] if "{" in output else output)
         except ValueError:
             info = {"Error": output.strip()}
         if "Error" in info or "GoMod" not in info:
@@ -352,7 +368,11 @@ class GoBuild:
         """Writes the tool's build module (go.mod, go.sum) into the work directory, resolved through the module
         proxy and verified against the checksum database: what `tools lock` commits."""
         tool = self.tool
-        kubernetes_replaces = staging_replaces(Path(self.download(kubernetes)["GoMod"]).read_text(), kubernetes.version)
+        kubernetes_replaces = (
+            []  # the tool's own replaces pin every k8s.io/* module it uses
+            if tool.kubernetes_libraries
+            else staging_replaces(Path(self.download(kubernetes)["GoMod"]).read_text(), kubernetes.version)
+        )
         source = self.download(tool)
         replaces, excludes = wrapper_directives(Path(source["GoMod"]).read_text(), kubernetes_replaces)
         (self.workdir / "go.mod").write_text(wrapper_gomod(tool, replaces, excludes))
@@ -510,7 +530,7 @@ def build(
             )
             go.resolve(kubernetes)
         go.patch_embeds()
-        binaries = tool.binaries()
+        binaries = tool.built_binaries()
 
         def status(binary: str, compiled: int, total: int) -> str:
             text = f"compiling {binary} · {compiled}/{total} packages, {duration(time.monotonic() - started)}"
@@ -521,11 +541,13 @@ def build(
 
         for package, binary in zip(tool.package_paths(), binaries, strict=True):
             go.compile(package, binary, bindir / binary, status)
+        for alias in tool.aliases:  # a relative link: the binary's role is the name it is started under
+            (bindir / alias).symlink_to(binaries[0])
         seconds = time.monotonic() - started
         manifest = {
             "module": tool.module,
             "version": tool.version,
-            "binaries": {name: str(bindir / name) for name in binaries},
+            "binaries": {name: str(bindir / name) for name in tool.binaries()},
             "flags": tool.build_flags(),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "seconds": round(seconds, 1),
