@@ -7,6 +7,7 @@ applies is exactly what `konduktor-install up` would.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 from conftest import EXAMPLE, Sim
 
+from konduktor.cli.main import main
 from konduktor.kube.client import Kube
 from konduktor.sim import argocd as sim_argocd
 from konduktor.sim.argocd import ArgoCD, GitRepo, application_status, quotas_application, refresh, synced_healthy
@@ -71,7 +73,9 @@ def generations(kube: Kube) -> dict[str, int]:
     return {team: kube.get(CQ, "ClusterQueue", team)["metadata"]["generation"] for team in TEAMS}  # type: ignore[index]
 
 
-def test_config_in_git_syncs_and_quota_change_applies(sim: Sim, argocd: tuple[ArgoCD, Repo]) -> None:
+def test_config_in_git_syncs_and_quota_change_applies(
+    sim: Sim, argocd: tuple[ArgoCD, Repo], capsys: pytest.CaptureFixture[str]
+) -> None:
     instance, repo = argocd
     first = repo.commit_config(team_config({"gitops-a": 16, "gitops-b": 16}), "two teams")
     sim.kube.apply(quotas_application(APP, repo.url, CONFIG_PATH))
@@ -98,6 +102,11 @@ def test_config_in_git_syncs_and_quota_change_applies(sim: Sim, argocd: tuple[Ar
     wait_until("the refresh to be compared with git", lambda: not refresh_pending(sim.kube), timeout=120)
     assert synced_to(sim.kube, second)
     assert generations(sim.kube) == after
+
+    # `konduktor-install status` shows the application's sync and health.
+    assert main(["status", "--kubeconfig", str(sim.kubeconfig), "-o", "json"]) in (0, 1)  # 1: no release here
+    rows = json.loads(capsys.readouterr().out)
+    assert {"component": f"argocd argocd/{APP}", "state": "Synced Healthy"} in rows
 
 
 def refresh_pending(kube: Kube) -> bool:

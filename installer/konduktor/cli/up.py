@@ -459,6 +459,7 @@ def status(
             "apps/v1", "Deployment", NAMESPACE, label_selector="app.kubernetes.io/component=health-controller"
         )
         gpus = capacity(health_view(kube.list("v1", "Node")))
+        applications = gitops_applications(kube)
     rows: list[dict[str, Any]] = [
         {
             "component": "release",
@@ -477,10 +478,34 @@ def status(
         ],
         # Quarantined and cordoned GPUs are capacity the queues' quotas still count on.
         *[{"component": f"gpus {c.product}", "state": c.describe()} for c in gpus],
+        *[
+            {
+                "component": f"argocd {app['metadata']['namespace']}/{app['metadata']['name']}",
+                "state": " ".join(application_state(app)),
+            }
+            for app in applications
+        ],
     ]
     print_rows(rows, ["component", "state"], output)
     if release is None:
         raise typer.Exit(ExitCode.NEGATIVE)
+
+
+ARGOCD_APPLICATION_CRD = "applications.argoproj.io"
+
+
+def gitops_applications(kube: Kube) -> list[dict[str, Any]]:
+    """Konduktor's Argo CD Applications (overlays/argocd names them konduktor and konduktor-*), where Argo CD runs."""
+    if kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", ARGOCD_APPLICATION_CRD) is None:
+        return []
+    applications = kube.list("argoproj.io/v1alpha1", "Application")
+    return [a for a in applications if a["metadata"]["name"].split("-")[0] == "konduktor"]
+
+
+def application_state(application: dict[str, Any]) -> tuple[str, str]:
+    """(sync status, health status) as Argo CD reports them; Unknown before its first comparison."""
+    status = application.get("status") or {}
+    return (status.get("sync") or {}).get("status", "Unknown"), (status.get("health") or {}).get("status", "Unknown")
 
 
 def down(
