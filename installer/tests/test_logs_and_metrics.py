@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from conftest import Sim
-from test_umbrella import NAMESPACE, render_umbrella, values
+from test_umbrella import NAMESPACE, render_umbrella, rendered_health_settings, values
 
 from konduktor.controller.settings import HealthSettings
 from konduktor.kube.documents import load_documents
@@ -28,7 +28,7 @@ def policy(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
     return found
 
 
-def test_loki_is_multi_tenant_and_every_client_names_the_platforms_tenant() -> None:
+def test_loki_is_multi_tenant_and_every_client_names_the_platforms_tenant(tmp_path: Path) -> None:
     settings = values()
     tenant = settings["monitoring"]["lokiTenant"]
     assert settings["loki"]["loki"]["auth_enabled"] is True
@@ -37,7 +37,7 @@ def test_loki_is_multi_tenant_and_every_client_names_the_platforms_tenant() -> N
     [source] = [s for s in settings["kube-prometheus-stack"]["grafana"]["additionalDataSources"] if s["type"] == "loki"]
     assert source["jsonData"]["httpHeaderName1"] == TENANT_HEADER
     assert source["secureJsonData"]["httpHeaderValue1"] == tenant
-    controller = HealthSettings.model_validate(settings["konduktor-core"]["controller"]["settings"])
+    controller = HealthSettings.model_validate(rendered_health_settings(tmp_path))
     assert controller.loki is not None and controller.loki.tenant == tenant
 
 

@@ -157,6 +157,7 @@ def edited_example(tmp_path: Path, edit: Any) -> Path:
         }
         for name, team in data["teams"].items()
     }
+    data["alerts"]["routes"]["teams"] = {f"sync-{name}": r for name, r in data["alerts"]["routes"]["teams"].items()}
     edit(data)
     path = tmp_path / "config.yaml"
     with path.open("w") as handle:

@@ -6,6 +6,7 @@ written by `publish_capacity` with an administrator's rights, as the platform do
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -244,8 +245,10 @@ def test_without_published_capacity_why_still_answers_and_publish_capacity_publi
     code, out, _ = konduktor(clean, capsys, "queue", "-n", TEAM, "-o", "json")
     assert code == 0 and json.loads(out)["capacityPublished"] is False
     assert installer_main(["publish-capacity", "--kubeconfig", str(clean.kubeconfig)]) == 0
-    published = "published ConfigMap konduktor-capacity in 2 team namespaces: 4 GPU nodes, 2 queue rows"
-    assert published in capsys.readouterr().err
+    # Every team namespace on the shared cluster gets it (other tests' teams too): the count is not this test's.
+    said = capsys.readouterr().err
+    assert re.search(r"published ConfigMap konduktor-capacity in \d+ team namespaces: 4 GPU nodes", said), said
+    assert clean.kube.get("v1", "ConfigMap", CAPACITY_CONFIGMAP, TEAM) is not None
     code, out, _ = konduktor(clean, capsys, "queue", "-n", TEAM, "-o", "json")
     view = json.loads(out)
     assert view["capacityPublished"] is True and view["queues"][0]["quota"][0]["nominal"] == 20

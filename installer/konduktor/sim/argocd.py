@@ -238,6 +238,9 @@ def team_config(example: Path, cluster: str, quotas: Mapping[str, int | str]) ->
         }
         for team, quota in quotas.items()
     }
+    # The example's per-team alert routes name its own teams.
+    routes = (config.get("alerts") or {}).get("routes") or {}
+    routes.pop("teams", None)
     return config
 
 
