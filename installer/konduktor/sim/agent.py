@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from konduktor.burnin.manifests import APP_LABEL, BURNIN_APP
-from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.client import Kube
 from konduktor.sim.gpus import FAULTS_ANNOTATION, LOGS_ANNOTATION, FakeNode, FaultSpecError, parse_faults, step_log
 from konduktor.vocabulary import GPU_RESOURCE, PRODUCT_LABEL
 
@@ -125,7 +125,9 @@ class Agent:
                             self.serve(event["object"])
                 finally:
                     stream.close()
-            except ApiError as problem:
+            except Exception as problem:
+                # The agent lives as long as the simulated cluster: an API server restart or outage (refused
+                # connections, a dropped watch, an error status) ends one pass, never the agent.
                 logger.warning("%s; listing again in 1 s", problem)
                 time.sleep(1)
 
