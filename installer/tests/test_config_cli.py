@@ -148,3 +148,30 @@ def test_config_cli_render_never_reads_a_format_as_a_path(
 def test_config_cli_schema(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "schema")
     assert code == 0 and out == config_schema_text()
+
+
+def test_config_cli_validate_json_reports_every_error_with_its_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, _ = run(capsys, "validate", str(EXAMPLES / "config.yaml"), "-o", "json")
+    assert code == 0
+    assert json.loads(out) == {
+        "file": str(EXAMPLES / "config.yaml"),
+        "valid": True,
+        "errors": [],
+        "warnings": [],
+        "teams": 2,
+        "gpuTypes": 1,
+        "gpus": 40,
+    }
+    path = write_config(tmp_path, edited({"kueue": {"sharing": "greedy"}, "teams": {"team-a": {"namespace": "x"}}}))
+    code, out, err = run(capsys, "validate", str(path), "-o", "json")
+    report = json.loads(out)
+    assert (code, err, report["valid"]) == (2, "", False)
+    assert {(e["path"], e["severity"]) for e in report["errors"]} >= {
+        ("kueue.sharing", "error"),
+        ("teams.team-a.namespace", "error"),
+    }
+    assert all(isinstance(e["line"], int) for e in report["errors"])
+    code, _, err = run(capsys, "validate", str(path), "-o", "yaml")
+    assert code == 2 and "-o yaml: not an output format" in err

@@ -4,6 +4,7 @@ accepting every example. The session cluster is examples/config.yaml's: 4 nodes 
 from __future__ import annotations
 
 import copy
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -183,10 +184,10 @@ def test_apply_diff_update_and_prune(sim: Sim, tmp_path: Path, capsys: pytest.Ca
         data["teams"]["sync-team-a"]["gpus"]["h100-sync"]["lendLimit"] = 8
 
     lowered = edited_example(tmp_path, lower)
-    assert main(["quotas", "diff", str(lowered), "--kubeconfig", kubeconfig]) == 1
-    changed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
-    assert changed == [line for line in changed if line.startswith("update") and "ClusterQueue sync-team-a" in line]
-    assert len(changed) == 1
+    assert main(["quotas", "diff", str(lowered), "--kubeconfig", kubeconfig, "-o", "json"]) == 1
+    [changed] = json.loads(capsys.readouterr().out)
+    assert (changed["action"], changed["kind"], changed["name"]) == ("update", "ClusterQueue", "sync-team-a")
+    assert changed["fields"] == ["spec"]
     assert main(["quotas", "apply", str(lowered), "--kubeconfig", kubeconfig]) == 0
     queue = sim.kube.get(KUEUE_API, "ClusterQueue", "sync-team-a")
     assert queue is not None

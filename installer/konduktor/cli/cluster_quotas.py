@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -102,13 +103,19 @@ def diff(
     context: ContextOption = None,
     sim: SimOption = None,
     adopt: AdoptOption = None,
+    output: Annotated[str, typer.Option("-o", "--output", help="text (one line a change) or json.")] = "text",
 ) -> None:
     """What `quotas apply` would change. Exit 0: nothing; 1: changes pending; 3: apply would refuse (an object
     belongs to someone else); 2 or 5: error."""
+    if output not in ("text", "json"):
+        raise UsageError(f"-o {output}: not an output format", hint="-o text or -o json")
     target = running_target(kubeconfig, context, sim, read_only=True)
     changes = sync_config(config, target, prune=True, dry_run=True, takeover=Takeover(adopt or ()))
-    for change in changes:
-        if change.action != "unchanged":
+    pending = [change for change in changes if change.action != "unchanged"]
+    if output == "json":
+        typer.echo(json.dumps([change.as_json() for change in pending], indent=2))
+    else:
+        for change in pending:
             typer.echo(change.describe())
     raise typer.Exit(pending_code(changes))
 

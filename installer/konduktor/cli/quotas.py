@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated, cast, get_args
@@ -12,10 +13,10 @@ from rich.markup import escape
 
 from konduktor.alerts.render import alertmanager_config
 from konduktor.cli.console import err
-from konduktor.config.findings import Finding
+from konduktor.config.findings import ConfigError, Finding
 from konduktor.config.load import LoadedConfig, load_config
 from konduktor.config.schema import config_schema_text
-from konduktor.errors import UsageError
+from konduktor.errors import ExitCode, UsageError
 from konduktor.quotas.manifests import ManifestFormat, serialize, write_directory
 from konduktor.quotas.render import render
 
@@ -29,11 +30,51 @@ def register(app: typer.Typer) -> None:
     app.command("schema")(schema)
 
 
-def validate(config: ConfigArgument) -> None:
+def validate(
+    config: ConfigArgument,
+    output: Annotated[
+        str, typer.Option("-o", "--output", help="text (errors and warnings on stderr) or json (a report on stdout).")
+    ] = "text",
+) -> None:
     """Check a config: every error at once with its line (exit 2); warnings alone exit 0."""
+    if output not in ("text", "json"):
+        raise UsageError(f"-o {output}: not an output format", hint="-o text or -o json")
+    if output == "json":
+        report, code = validation_report(config)
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        raise typer.Exit(code)
     loaded = load_checked(config)
+    err.print(f"{loaded.filename}: valid ({_summary(loaded)})", markup=False)
+
+
+def validation_report(path: Path) -> tuple[dict[str, object], int]:
+    """`validate -o json`: the file, whether it is valid, its errors and warnings with their lines; exit code."""
+    try:
+        loaded = load_config(path)
+    except ConfigError as problem:
+        findings = [f.as_json() for f in problem.findings]
+        report: dict[str, object] = {
+            "file": str(path),
+            "valid": False,
+            "errors": [f for f in findings if f["severity"] == "error"],
+            "warnings": [f for f in findings if f["severity"] == "warning"],
+        }
+        return report, ExitCode.BAD_INPUT
+    config = loaded.config
+    return {
+        "file": str(path),
+        "valid": True,
+        "errors": [],
+        "warnings": [f.as_json() for f in loaded.warnings],
+        "teams": len(config.teams),
+        "gpuTypes": len(config.gpu_types),
+        "gpus": sum(t.capacity for t in config.gpu_types.values()),
+    }, ExitCode.OK
+
+
+def _summary(loaded: LoadedConfig) -> str:
     gpus = sum(t.capacity for t in loaded.config.gpu_types.values())
-    counts = ", ".join(
+    return ", ".join(
         [
             _count(len(loaded.config.teams), "team"),
             _count(len(loaded.config.gpu_types), "GPU type"),
@@ -41,7 +82,6 @@ def validate(config: ConfigArgument) -> None:
             _count(len(loaded.warnings), "warning"),
         ]
     )
-    err.print(f"{loaded.filename}: valid ({counts})", markup=False)
 
 
 def render_manifests(

@@ -41,6 +41,17 @@ class Finding:
     def is_error(self) -> bool:
         return self.severity == "error"
 
+    def as_json(self) -> dict[str, object]:
+        """One finding as `validate -o json` reports it."""
+        return {
+            "severity": self.severity,
+            "line": self.line,
+            "path": format_path(self.path),
+            "message": self.message,
+            "hint": self.hint,
+            "rule": self.rule,
+        }
+
     def located(self, filename: str) -> str:
         """`config.yaml:7: teams.team-a.gpus.h100.quota: must be >= 0`."""
         where = f"{filename}:{self.line}" if self.line is not None else filename

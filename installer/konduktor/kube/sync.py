@@ -56,6 +56,17 @@ class Change:
     fields: tuple[str, ...] = ()  # top-level paths that differ, for updates
     note: str = ""  # why: whose object is refused or adopted, why one is kept
 
+    def as_json(self) -> dict[str, object]:
+        return {
+            "action": self.action,
+            "apiVersion": self.ref.api_version,
+            "kind": self.ref.kind,
+            "namespace": self.ref.namespace,
+            "name": self.ref.name,
+            "fields": list(self.fields),
+            "note": self.note,
+        }
+
     def describe(self) -> str:
         detail = f" ({', '.join(self.fields)})" if self.fields else ""
         note = f": {self.note}" if self.note else ""
