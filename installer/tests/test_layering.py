@@ -38,7 +38,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "preflight": frozenset({"gpu", "config", "quotas", "kube", "burnin"}),
     "controller": frozenset({"gpu", "config", "kube", "burnin", "observability"}),
     "sim": frozenset({"gpu", "config", "kube", "helm", "quotas", "burnin", "tools"}),
-    "queueing": frozenset({"config", "kube", "quotas"}),
+    "queueing": frozenset({"gpu", "config", "kube", "quotas"}),
     "cli": frozenset(
         {
             "gpu",

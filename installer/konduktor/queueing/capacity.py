@@ -14,7 +14,9 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from typing import Any
 
+from konduktor.config.model import selects
 from konduktor.config.quantity import parse_quantity
+from konduktor.gpu.node import allocatable_gpus, taints
 from konduktor.quotas.usage import TeamUsage
 from konduktor.vocabulary import (
     CAPACITY_CONFIGMAP,
@@ -55,10 +57,6 @@ class Capacity:
     published_at: str = ""
 
 
-def _matches(labels: dict[str, str], selector: dict[str, str]) -> bool:
-    return all(labels.get(key) == value for key, value in selector.items())
-
-
 def _gpus(resources: dict[str, Any]) -> int:
     value = resources.get(GPU_RESOURCE)
     return int(parse_quantity(str(value))) if value is not None else 0
@@ -72,8 +70,7 @@ def _pod_gpus(pod: dict[str, Any]) -> int:
 
 
 def _quarantine(node: dict[str, Any]) -> Quarantine | None:
-    taints = node.get("spec", {}).get("taints", [])
-    if not any(t.get("key") == HEALTH_TAINT_KEY for t in taints):
+    if not any(taint.key == HEALTH_TAINT_KEY for taint in taints(node)):
         return None
     annotations = node["metadata"].get("annotations", {})
     return Quarantine(reason=annotations.get(QUARANTINE_REASON, "unknown"), since=annotations.get(QUARANTINED_AT, ""))
@@ -97,13 +94,13 @@ def node_capacity(
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         labels = node["metadata"].get("labels", {})
         flavor = next(
-            (f["metadata"]["name"] for f in flavors if _matches(labels, f.get("spec", {}).get("nodeLabels", {}))),
+            (f["metadata"]["name"] for f in flavors if selects(f.get("spec", {}).get("nodeLabels", {}), labels)),
             None,
         )
         if flavor is None:
             continue
         name = node["metadata"]["name"]
-        gpus = _gpus(node.get("status", {}).get("allocatable", {}))
+        gpus = allocatable_gpus(node) or 0
         found.append(
             NodeCapacity(
                 name=name,
