@@ -17,6 +17,7 @@ from conftest import EXAMPLE, Sim
 
 from konduktor.cli.main import main
 from konduktor.kube.client import Kube
+from konduktor.quotas.render import CONFIG_LABEL, QUOTA_KINDS
 from konduktor.sim import argocd as sim_argocd
 from konduktor.sim.argocd import ArgoCD, GitRepo, application_status, quotas_application, refresh, synced_healthy
 from konduktor.tools.pinned import Toolbox
@@ -29,9 +30,12 @@ TEAMS = ("gitops-a", "gitops-b")
 CQ = "kueue.x-k8s.io/v1beta2"
 
 
+CLUSTER = "gitops-lab"
+
+
 def team_config(quotas: dict[str, int | str]) -> dict[str, Any]:
     """The example cluster's config with teams of this test's own (the session's cluster serves other tests)."""
-    return sim_argocd.team_config(EXAMPLE, "gitops-lab", quotas)
+    return sim_argocd.team_config(EXAMPLE, CLUSTER, quotas)
 
 
 class Repo(GitRepo):
@@ -50,6 +54,22 @@ def argocd(sim: Sim, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
         yield instance, repo
     finally:
         instance.stop()
+        leave_cluster(sim.kube)
+
+
+APPLICATION = ("argoproj.io/v1alpha1", "Application")
+
+
+def leave_cluster(kube: Kube) -> None:
+    """The session's cluster serves other tests: remove the Applications and what they applied."""
+    for app in kube.list("argoproj.io/v1alpha1", "Application", "argocd"):
+        kube.patch(
+            "argoproj.io/v1alpha1", "Application", app["metadata"]["name"], {"metadata": {"finalizers": None}}, "argocd"
+        )
+        kube.delete("argoproj.io/v1alpha1", "Application", app["metadata"]["name"], "argocd")
+    for api_version, kind in reversed(QUOTA_KINDS):
+        for obj in kube.list(api_version, kind, label_selector=f"{CONFIG_LABEL}={CLUSTER}"):
+            kube.delete(api_version, kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
 
 
 def app_status(kube: Kube) -> dict[str, Any]:
@@ -137,7 +157,7 @@ def test_an_invalid_config_fails_visibly_and_applies_nothing(sim: Sim, argocd: t
     _, repo = argocd
     before = {t: gpu_quota(sim.kube.get(CQ, "ClusterQueue", t) or {}) for t in TEAMS}
     config = team_config({"gitops-a": 20, "gitops-b": 16})
-    config["teams"]["gitops-a"]["gpus"]["h100"]["quota"] = "thirty"
+    config["teams"]["gitops-a"]["gpus"][f"h100-{CLUSTER}"]["quota"] = "thirty"
     good = repo.head()
     repo.commit_config(config, "a typo in a quota")
     refresh(sim.kube, APP)
@@ -169,7 +189,7 @@ def test_removing_a_team_prunes_its_queues_and_rolebindings_but_not_its_namespac
     assert local_queues and bindings
     alone = team_config({"gitops-a": 20})
     for limit in ("borrowLimit", "lendLimit"):  # validate refuses them with no other team to borrow from or lend to
-        alone["teams"]["gitops-a"]["gpus"]["h100"].pop(limit, None)
+        alone["teams"]["gitops-a"]["gpus"][f"h100-{CLUSTER}"].pop(limit, None)
     removed = repo.commit_config(alone, "gitops-b leaves")
     refresh(sim.kube, APP)
     wait_until("the team's removal to sync", lambda: synced_to(sim.kube, removed), timeout=180)

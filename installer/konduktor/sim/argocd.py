@@ -227,14 +227,21 @@ def team_config(example: Path, cluster: str, quotas: Mapping[str, int | str]) ->
     """An example config with teams of its own: each a copy of the example's first team, with its GPU quota."""
     config: dict[str, Any] = YAML(typ="safe").load(example.read_text())
     template = next(iter(config["teams"].values()))
-    gpu_type = next(iter(template["gpus"]))
+    example_type = next(iter(template["gpus"]))
+    # Cluster-scoped objects (flavor, priority classes, topology) named after this cluster, so that its objects
+    # never meet those of another config on the same cluster, which would refuse them as someone else's.
+    gpu_type = f"{example_type}-{cluster}"
     config["cluster"]["name"] = cluster
+    config["gpuTypes"] = {gpu_type: config["gpuTypes"][example_type]}
+    config["priorities"] = {f"{cluster}-{name}": value for name, value in (config.get("priorities") or {}).items()}
+    if config.get("topology"):
+        config["topology"]["name"] = f"{cluster}-topology"
     config["teams"] = {
         team: {
             **template,
             "namespaces": [team],
             "groups": [team],
-            "gpus": {gpu_type: {**template["gpus"][gpu_type], "quota": quota}},
+            "gpus": {gpu_type: {**template["gpus"][example_type], "quota": quota}},
         }
         for team, quota in quotas.items()
     }
