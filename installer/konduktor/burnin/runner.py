@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from konduktor.burnin.isolation import NodePair, PairOutcome, plan_pair_tests
@@ -44,7 +45,7 @@ from konduktor.burnin.verdict import NodeEvidence, judge_pair, judge_run, pair_o
 from konduktor.config.model import UNSCHEDULABLE_SECONDS
 from konduktor.errors import PartialApply
 from konduktor.kube.client import Kube
-from konduktor.vocabulary import BURNIN_SERVICE_ACCOUNT, BURNIN_TIER_ANNOTATION, GPU_RESOURCE
+from konduktor.vocabulary import BURNIN_NAMESPACE, BURNIN_SERVICE_ACCOUNT, BURNIN_TIER_ANNOTATION, GPU_RESOURCE
 from konduktor.waiting import wait_until
 
 # Installed with konduktor-core; the admission policy lets only it (and preflight) tolerate the health taint.
@@ -65,6 +66,21 @@ def _silent(_: str) -> None:
 @contextmanager
 def _no_progress(_: str) -> Iterator[Callable[[str], None]]:
     yield _silent
+
+
+@dataclass(frozen=True)
+class BurnInRequest:
+    """One burn-in run: which nodes (none: every GPU node the config's flavors select), at which level, where its
+    Jobs run, under which run id, how long to wait (None: the Jobs' deadline), whether FAIL nodes are quarantined,
+    and how long a pod may stay unschedulable before its node is an ERROR."""
+
+    options: BurnInOptions
+    run_id: str
+    namespace: str = BURNIN_NAMESPACE
+    nodes: tuple[str, ...] = ()
+    wait_s: float | None = None
+    quarantine: bool = False
+    unschedulable_s: float = UNSCHEDULABLE_SECONDS
 
 
 class BurnInRunner:

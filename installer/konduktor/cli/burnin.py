@@ -21,9 +21,9 @@ from konduktor.burnin.manifests import make_run_id
 from konduktor.burnin.plan import exit_code, select_targets
 from konduktor.burnin.report import render_json, render_junit, render_table
 from konduktor.burnin.results import BurnInReport, Verdict
-from konduktor.burnin.runner import BurnInRunner
+from konduktor.burnin.runner import BurnInRequest, BurnInRunner
 from konduktor.burnin.thresholds import DEFAULT_THRESHOLDS
-from konduktor.burnin.tiers import BurnInImages, BurnInOptions, Tier, options_for_tier
+from konduktor.burnin.tiers import BurnInImages, Tier, options_for_tier
 from konduktor.cli.console import err, progress
 from konduktor.cli.quotas import load_checked
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
@@ -117,9 +117,8 @@ def burnin(
             targets = select_targets(kube.list("v1", "Node"), loaded.config if loaded else None, names)
             sys.stdout.write(to_yaml(BurnInRunner(kube, namespace, run, options).objects(targets)))
             return
-        report, waited_out = burn_in(
-            kube, loaded.config if loaded else None, names, options, namespace, run, wait_s, quarantine, unschedulable_s
-        )
+        request = BurnInRequest(options, run, namespace, tuple(names), wait_s, quarantine, unschedulable_s)
+        report, waited_out = burn_in(kube, loaded.config if loaded else None, request)
         sys.stdout.write({"table": render_table, "json": render_json, "junit": render_junit}[output](report))
     code = exit_code(report, waited_out)
     if code == 4:
@@ -128,25 +127,16 @@ def burnin(
         raise typer.Exit(code)
 
 
-def burn_in(
-    kube: Kube,
-    config: Config | None,
-    names: Sequence[str],
-    options: BurnInOptions,
-    namespace: str,
-    run: str,
-    wait_s: float | None,
-    quarantine: bool,
-    unschedulable_s: float = UNSCHEDULABLE_SECONDS,
-) -> tuple[BurnInReport, bool]:
+def burn_in(kube: Kube, config: Config | None, request: BurnInRequest) -> tuple[BurnInReport, bool]:
     """One run on the chosen nodes, judged; FAIL nodes quarantined when asked. (report, whether the wait ended
-    with Jobs still running). A node whose pod stays unschedulable for `unschedulable_s` is an ERROR with the
-    scheduler's reason."""
-    runner = BurnInRunner(kube, namespace, run, options, unschedulable_s, say=say, progress=progress)
-    targets = select_targets(kube.list("v1", "Node"), config, names)
-    say(f"burn-in {run}: {options.tier.value} on {len(targets)} node(s) in {namespace}")
-    verdicts, waited_out = runner.run(targets, wait_s)
-    if quarantine:
+    with Jobs still running). A node whose pod stays unschedulable for `request.unschedulable_s` is an ERROR
+    with the scheduler's reason."""
+    run, options = request.run_id, request.options
+    runner = BurnInRunner(kube, request.namespace, run, options, request.unschedulable_s, say=say, progress=progress)
+    targets = select_targets(kube.list("v1", "Node"), config, request.nodes)
+    say(f"burn-in {run}: {options.tier.value} on {len(targets)} node(s) in {request.namespace}")
+    verdicts, waited_out = runner.run(targets, request.wait_s)
+    if request.quarantine:
         quarantine_failed(kube, verdicts, say)
     for hint in release_hints(verdicts, kube.list("v1", "Node")):
         say(hint)

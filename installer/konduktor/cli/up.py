@@ -21,6 +21,7 @@ import typer
 
 from konduktor.burnin.manifests import make_run_id
 from konduktor.burnin.results import BurnInReport, NodeVerdict, Verdict
+from konduktor.burnin.runner import BurnInRequest
 from konduktor.burnin.tiers import Tier, options_for_tier
 from konduktor.cli.burnin import burn_in
 from konduktor.cli.cluster_quotas import AdoptOption, DrainOption, DrainTimeoutOption
@@ -73,7 +74,6 @@ from konduktor.quotas.sync import (
 from konduktor.quotas.usage import team_usage
 from konduktor.sim.cluster import Progress, SimCluster
 from konduktor.sim.pools import spec_of
-from konduktor.vocabulary import BURNIN_NAMESPACE
 from konduktor.waiting import wait_until
 
 # What the umbrella installs that the simulated cluster cannot run: its fake nodes run no containers, and
@@ -260,13 +260,12 @@ def run_up(request: UpRequest, *, confirm: Confirm | None = None, report: Progre
                 burnin, _ = burn_in(
                     kube,
                     config,
-                    (),
-                    options_for_tier(Tier(config.burnin.level)),
-                    BURNIN_NAMESPACE,
-                    make_run_id(datetime.now(UTC)),
-                    None,
-                    config.burnin.quarantine,
-                    config.burnin.unschedulable_seconds,
+                    BurnInRequest(
+                        options_for_tier(Tier(config.burnin.level)),
+                        make_run_id(datetime.now(UTC)),
+                        quarantine=config.burnin.quarantine,
+                        unschedulable_s=config.burnin.unschedulable_seconds,
+                    ),
                 )
             clock.finish()
         except KonduktorError as problem:
