@@ -21,7 +21,6 @@ import typer
 
 from konduktor.errors import UsageError
 from konduktor.kube.client import Kube
-from konduktor.paths import state_dir
 from konduktor.sim.cluster import DEFAULT_NAME, Progress, SimCluster
 from konduktor.tools.pinned import Toolbox
 
@@ -78,9 +77,8 @@ class Target:
 def simulated_cluster_of(kubeconfig: Path) -> str | None:
     """The name of the simulated cluster whose kubeconfig file this is, if it is one."""
     path = kubeconfig.expanduser().absolute()
-    if path.name != "kubeconfig.yaml" or path.parent.parent != state_dir().absolute():
-        return None
-    return path.parent.name
+    name = path.parent.name
+    return name if SimCluster(name).kubeconfig == path else None
 
 
 def resolve_target(
