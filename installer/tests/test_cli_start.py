@@ -77,6 +77,15 @@ def test_cli_start_imports_nothing_cluster_facing(args: tuple[str, ...]) -> None
     assert heavy(modules) == []
 
 
+def test_cli_start_validate_loads_no_output_writers() -> None:
+    """`validate` prints one line: the YAML writer and rich's tables are for the commands that write them."""
+    code, modules = imported_by("validate", str(EXAMPLES / "config.yaml"))
+    assert code == 0
+    assert sorted(m for m in modules if m.startswith(("ruamel", "rich.table"))) == []
+    code, modules = imported_by("render", str(EXAMPLES / "config.yaml"))
+    assert code == 0 and "ruamel.yaml" in modules  # the same check sees the writer where it is used
+
+
 def test_cli_start_the_heavy_modules_are_real_names() -> None:
     """The list above names modules that exist: `up` on the simulated cluster imports every one of them."""
     code, modules = imported_by("up", "--help")

@@ -3,6 +3,7 @@ and exit codes."""
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from typing import Annotated
@@ -54,6 +55,9 @@ def new_app(name: str, help_text: str, group: type[TyperGroup] = TyperGroup) -> 
 
 def run_app(app: typer.Typer, argv: list[str] | None, prog_name: str) -> int:
     """Run a CLI and map every outcome to an exit code of the one table, `konduktor.errors.ExitCode`."""
+    # The CLI uses no pydantic plugins; looking for them reads every installed distribution's entry points at
+    # each start (tens of ms in a large virtualenv).
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     try:
         # Standalone mode: Typer prints its own usage errors (exit 2) and turns typer.Exit into SystemExit.
         app(args=argv, prog_name=prog_name)

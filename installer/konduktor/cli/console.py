@@ -11,8 +11,6 @@ from typing import Any, Literal
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
-from ruamel.yaml import YAML
 
 from konduktor.errors import KonduktorError
 
@@ -77,11 +75,15 @@ def print_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], output: O
     if output == "json":
         sys.stdout.write(json.dumps(list(rows), indent=2, default=str) + "\n")
     elif output == "yaml":
+        from ruamel.yaml import YAML  # only YAML output needs it; every command's start would pay for it
+
         YAML().dump(
             [{k: (str(v) if not isinstance(v, int | float | bool) else v) for k, v in r.items()} for r in rows],
             sys.stdout,
         )
     else:
+        from rich.table import Table  # only tables need it; `validate` and `render` start faster without
+
         table = Table(*[c.upper() for c in columns], box=None, pad_edge=False)
         for row in rows:
             table.add_row(*["-" if row.get(c) is None else str(row.get(c)) for c in columns])

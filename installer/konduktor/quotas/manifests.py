@@ -8,9 +8,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from ruamel.yaml import YAML
+if TYPE_CHECKING:
+    from ruamel.yaml import YAML
 
 from konduktor.quotas.render import CONFIG_LABEL
 
@@ -20,6 +21,9 @@ FILE_NAME = re.compile(r"^\d{3}-[a-z]+-[a-z0-9.-]+\.(yaml|json)$")
 
 
 def _yaml() -> YAML:
+    # Imported here: `validate` reaches this module through the CLI but never writes YAML.
+    from ruamel.yaml import YAML
+
     yaml = YAML(typ="rt", pure=True)
     yaml.default_flow_style = False
     yaml.width = 4096  # long label values stay on one line, so diffs stay small
