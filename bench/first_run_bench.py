@@ -1,20 +1,24 @@
 """First-run figures: what `scripts/up` costs on a new machine, and what it cost when it built everything.
 
-    .venv/bin/python bench/first_run_bench.py [--bootstrap runtime,dev] [--up]
+    .venv/bin/python bench/first_run_bench.py [--bootstrap runtime,dev] [--up] [--cold-up]
 
 - tool builds: each pinned tool's cold build time from its cache manifest, summed for what `up` needs
   (`scripts/up` builds these) and for the test-only tools (`scripts/test` adds them);
 - bootstrap: `scripts/bootstrap runtime` (and `dev`: test tools and torch) into a new virtualenv in a copy of
   the committed tree, with an empty pip cache (every distribution downloaded), then again (warm);
 - with --up, `scripts/up` end to end with warm tools, in its own state directory: a new simulated cluster,
-  then again.
+  then again;
+- with --cold-up, what a new machine pays: `scripts/up` end to end in a copy of the committed tree with empty
+  pip, Go module, Go build and tool caches (every download and every compile of the tools `up` needs; about
+  11 minutes of both cores), and each tool's build time from that run's manifests.
 
-Nothing is built here: a cold tool build takes ~40 minutes of both cores; the manifests keep each one's time.
+Without --cold-up nothing is built: the manifests of ~/.cache/konduktor keep each tool's cold build time.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -76,10 +80,43 @@ def scripts_up() -> tuple[float, float]:
         shutil.rmtree(state, ignore_errors=True)
 
 
+def cold_scripts_up() -> None:
+    """`scripts/up` on a new machine: a copy of the committed tree and nothing cached, then its tools' figures."""
+    scratch = Path(tempfile.mkdtemp(prefix="konduktor-cold-up-"))
+    tree, caches = (
+        scratch / "tree",
+        {
+            "PIP_CACHE_DIR": scratch / "pip",
+            "GOCACHE": scratch / "go-build",
+            "GOMODCACHE": scratch / "go-mod",
+            "KONDUKTOR_CACHE": scratch / "konduktor",
+            "KONDUKTOR_STATE": scratch / "state",
+        },
+    )
+    tree.mkdir()
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    env = {**os.environ, **{name: str(path) for name, path in caches.items()}}
+    env.pop("VIRTUAL_ENV", None)
+    try:
+        seconds = timed(["scripts/up"], tree, env)
+        print(f"cold scripts/up (empty pip, Go and tool caches): {seconds:.0f} s")
+        for tool in load_tools().values():
+            manifest = caches["KONDUKTOR_CACHE"] / "tools" / f"{tool.name}-{tool.version}" / "manifest.json"
+            if manifest.exists():
+                print(f"  {tool.name:<11} {tool.version:<9} {json.loads(manifest.read_text())['seconds']:8.1f} s")
+    finally:
+        subprocess.run([str(tree / ".venv" / "bin" / "konduktor-install"), "sim", "down"], env=env, check=False)
+        # The Go module cache is read-only by design; make it removable.
+        subprocess.run(["chmod", "-R", "u+w", str(scratch)], check=False)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bootstrap", default="runtime", help="comma-separated: runtime, dev (dev downloads torch)")
     parser.add_argument("--up", action="store_true", help="also time scripts/up end to end (warm tools)")
+    parser.add_argument("--cold-up", action="store_true", help="time scripts/up on a new machine (nothing cached)")
     args = parser.parse_args()
 
     builds = tool_builds()
@@ -97,6 +134,8 @@ def main() -> None:
         except subprocess.CalledProcessError as failure:
             sys.exit(f"scripts/up exited {failure.returncode} (its output is above); no figure")
         print(f"scripts/up, warm tools: new simulated cluster {new:.0f} s, again {again:.0f} s")
+    if args.cold_up:
+        cold_scripts_up()
 
 
 if __name__ == "__main__":
