@@ -9,8 +9,8 @@ import tempfile
 os.environ.setdefault("KONDUKTOR_STATE", tempfile.mkdtemp(prefix="konduktor-test-state-"))
 
 from admission import enforcing
-from loki_api import loki
+from loki_api import loki, loki_server
 from sim_fixture import EXAMPLE, Sim, sim
 
 # Test modules import only these from `conftest`: pytest loads e2e/conftest.py under the same module name.
-__all__ = ["EXAMPLE", "Sim", "enforcing", "loki", "sim"]
+__all__ = ["EXAMPLE", "Sim", "enforcing", "loki", "loki_server", "sim"]

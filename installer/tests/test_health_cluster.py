@@ -129,6 +129,8 @@ def leave_cluster(kube: Kube) -> None:
     """A module's end: the nodes as found, the controller's namespace gone."""
     reset_cluster(kube)
     kube.delete("v1", "Namespace", NAMESPACE)
+    # Gone, not terminating: the next module creates it again, and a terminating namespace refuses new objects.
+    wait_until(f"namespace {NAMESPACE} to be deleted", lambda: kube.get("v1", "Namespace", NAMESPACE) is None)
 
 
 def reset_cluster(kube: Kube) -> None:
@@ -298,15 +300,15 @@ def test_a_lost_gpu_is_quarantined_and_a_passing_requalification_releases_it(kub
     assert passing.metrics.sample("konduktor_requalifications_total", {"verdict": "PASS"}) == 1
 
 
-def test_xid_79_quarantines_xid_13_does_not_and_repeats_cost_no_writes(kube: Kube, loki: tuple[LokiApi, str]) -> None:
-    api, url = loki
+def test_xid_79_quarantines_xid_13_does_not_and_repeats_cost_no_writes(kube: Kube, loki: LokiApi) -> None:
+    api = loki
     faulty, busy = "gpu-h100-0002", "gpu-h100-0003"
     first = api.add(faulty, f"[12345.678901] {XID_79}")
     api.add(busy, f"Jan 12 10:00:00 {busy} kernel: {XID_13}")
     # The same fault reported 1,000 more times (a driver repeats itself), read in pages of 300.
-    for offset in range(1, 1001):
-        api.add(faulty, f"[{12345 + offset}.000000] {XID_79}", first + offset * 1000)
-    health = controller(kube, settings(loki=loki_settings(url, limit=300)))
+    api.push([(faulty, f"[{12345 + offset}.000000] {XID_79}", first + offset * 1000) for offset in range(1, 1001)])
+    queries_before = api.loki.query_ranges()
+    health = controller(kube, settings(loki=api.settings(limit=300)))
     plan = health.reconcile_once()
 
     quarantined = node(kube, faulty)
@@ -324,7 +326,7 @@ def test_xid_79_quarantines_xid_13_does_not_and_repeats_cost_no_writes(kube: Kub
         )
         == 1
     )
-    assert len(api.queries) >= 4  # 1,002 lines in pages of 300
+    assert api.loki.query_ranges() - queries_before >= 4  # 1,002 lines in pages of 300
 
     # Xid 13 is the application's fault: an Event for its users, the node stays schedulable.
     untouched = node(kube, busy)
@@ -333,13 +335,13 @@ def test_xid_79_quarantines_xid_13_does_not_and_repeats_cost_no_writes(kube: Kub
     assert (warning["type"], warning["reason"]) == ("Warning", "Xid13")
 
 
-def test_xid_48_quarantines_and_application_xids_31_and_43_do_not(kube: Kube, loki: tuple[LokiApi, str]) -> None:
-    api, url = loki
+def test_xid_48_quarantines_and_application_xids_31_and_43_do_not(kube: Kube, loki: LokiApi) -> None:
+    api = loki
     broken, busy = "gpu-h100-0001", "gpu-h100-0000"
     api.add(broken, f"[ 4242.000001] {XID_48}")  # dmesg
     api.add(busy, f"Nov 22 03:00:00 {busy} kernel: {XID_31}")  # syslog
     api.add(busy, f"[Sun Nov 22 03:00:01 2026] {XID_43}")  # dmesg -T
-    health = controller(kube, settings(loki=loki_settings(url)))
+    health = controller(kube, settings(loki=api.settings()))
     health.reconcile_once()
 
     quarantined = node(kube, broken)
@@ -354,12 +356,31 @@ def test_xid_48_quarantines_and_application_xids_31_and_43_do_not(kube: Kube, lo
     assert sorted(e["reason"] for e in our_events(kube, busy)) == ["Xid31", "Xid43"]
 
 
+def test_a_loki_restart_loses_no_kernel_line_and_counts_none_twice(kube: Kube, loki: LokiApi) -> None:
+    """A line Loki took just before it restarted is still read (its write-ahead log), once: the controller's
+    cursor, not Loki's memory, decides what was already counted."""
+    api = loki
+    faulty = "gpu-h100-0002"
+    api.add(faulty, f"[ 7000.000001] {XID_79}")
+    api.loki.restart()
+    health = controller(kube, settings(loki=api.settings()))
+    health.reconcile_once()
+    quarantined = [{"key": HEALTH_TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}]
+    assert health_taints(node(kube, faulty)) == quarantined
+
+    api.loki.restart()
+    again = health.reconcile_once()
+    assert [a for a in again.actions if a.node == faulty] == []
+    assert health.metrics.sample("konduktor_quarantines_total", {"reason": "Xid79"}) == 1
+    assert len(our_events(kube, faulty)) == 1
+
+
 def test_a_restarted_controller_does_not_count_loki_lines_twice(
-    sim: Sim, kube: Kube, loki: tuple[LokiApi, str], tmp_path: Path
+    sim: Sim, kube: Kube, loki: LokiApi, tmp_path: Path
 ) -> None:
-    api, url = loki
+    api = loki
     busy = "gpu-h100-0000"
-    config = write_config(tmp_path / "health.yaml", settings(loki=loki_settings(url)))
+    config = write_config(tmp_path / "health.yaml", settings(loki=api.settings()))
     api.add(busy, XID_13)
     assert [w["reason"] for w in run_once_cli(sim, config)["writes"]] == ["Xid13"]
     lease = kube.get(LEASE_API, "Lease", LEASE_NAME, NAMESPACE)
@@ -373,14 +394,12 @@ def test_a_restarted_controller_does_not_count_loki_lines_twice(
     assert len(our_events(kube, busy)) == 2
 
 
-def test_the_breaker_stops_quarantining_when_more_nodes_fail_than_the_cap(
-    kube: Kube, loki: tuple[LokiApi, str]
-) -> None:
-    api, url = loki
+def test_the_breaker_stops_quarantining_when_more_nodes_fail_than_the_cap(kube: Kube, loki: LokiApi) -> None:
+    api = loki
     first, second = "gpu-h100-0000", "gpu-h100-0001"  # half of the fleet
     api.add(first, XID_79)
     api.add(second, XID_79, time.time_ns() + 1000)
-    health = controller(kube, settings(loki=loki_settings(url), breaker=BreakerSettings(max_fraction=1, max_nodes=1)))
+    health = controller(kube, settings(loki=api.settings(), breaker=BreakerSettings(max_fraction=1, max_nodes=1)))
     plan = health.reconcile_once()
 
     assert plan.breaker.tripped
@@ -422,12 +441,12 @@ def test_a_health_taint_placed_by_someone_else_is_never_removed(kube: Kube) -> N
     assert [a for a in plan.actions if a.node == manual] == []
 
 
-def test_dry_run_writes_nothing(sim: Sim, kube: Kube, loki: tuple[LokiApi, str], tmp_path: Path) -> None:
-    api, url = loki
+def test_dry_run_writes_nothing(sim: Sim, kube: Kube, loki: LokiApi, tmp_path: Path) -> None:
+    api = loki
     set_allocatable(kube, "gpu-h100-0001", 9)
     api.add("gpu-h100-0002", XID_79)
     before = {name: node(kube, name)["metadata"]["resourceVersion"] for name in NODES}
-    config = write_config(tmp_path / "health.yaml", settings(loki=loki_settings(url), dry_run=True, cooldown_seconds=0))
+    config = write_config(tmp_path / "health.yaml", settings(loki=api.settings(), dry_run=True, cooldown_seconds=0))
     result = run_once_cli(sim, config)
     assert result["writes"] == []
     assert {(w["action"], w["node"]) for w in result["withheld"]} >= {
@@ -525,9 +544,9 @@ def test_dcgm_faults_in_prometheus_quarantine_their_nodes(kube: Kube, prometheus
 # --- the watch loop --------------------------------------------------------------------------------------------
 
 
-def test_the_watch_loop_acts_within_a_poll_and_serves_health_and_metrics(kube: Kube, loki: tuple[LokiApi, str]) -> None:
-    api, url = loki
-    health = controller(kube, settings(loki=loki_settings(url)), name="loop")
+def test_the_watch_loop_acts_within_a_poll_and_serves_health_and_metrics(kube: Kube, loki: LokiApi) -> None:
+    api = loki
+    health = controller(kube, settings(loki=api.settings()), name="loop")
     server = HealthServer(health.metrics.registry, health.healthy, port=0, host="127.0.0.1")
     server.start()
     stop = threading.Event()
@@ -686,11 +705,11 @@ def holder(kube: Kube) -> str | None:
     return None if lease is None else lease["spec"].get("holderIdentity")
 
 
-def test_an_api_server_restart_loses_no_fault(sim: Sim, kube: Kube, loki: tuple[LokiApi, str], tmp_path: Path) -> None:
+def test_an_api_server_restart_loses_no_fault(sim: Sim, kube: Kube, loki: LokiApi, tmp_path: Path) -> None:
     """The API server dies (and every watch with it) while a fault is reported: the controller keeps running
     and acts once the server is back; a GPU lost after the restart is seen through the new watch."""
-    api, url = loki
-    config = write_config(tmp_path / "health.yaml", settings(loki=loki_settings(url)))
+    api = loki
+    config = write_config(tmp_path / "health.yaml", settings(loki=api.settings()))
     log = (tmp_path / "controller.log").open("wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "konduktor.cli.health", "run", "--kubeconfig", str(sim.kubeconfig),
@@ -771,11 +790,9 @@ def test_a_gpu_condition_set_by_another_tool_quarantines_once(kube: Kube) -> Non
         condition({})  # an apply that names no condition removes the other tool's
 
 
-def test_a_tripped_breaker_outlives_a_restart_until_an_operator_resets_it(
-    kube: Kube, loki: tuple[LokiApi, str]
-) -> None:
-    api, url = loki
-    tight = settings(loki=loki_settings(url), breaker=BreakerSettings(max_fraction=1, max_nodes=1))
+def test_a_tripped_breaker_outlives_a_restart_until_an_operator_resets_it(kube: Kube, loki: LokiApi) -> None:
+    api = loki
+    tight = settings(loki=api.settings(), breaker=BreakerSettings(max_fraction=1, max_nodes=1))
 
     def run_loop(name: str) -> tuple[HealthController, threading.Event, threading.Thread]:
         health = controller(kube, tight, name=name)

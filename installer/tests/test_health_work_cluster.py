@@ -19,7 +19,6 @@ from test_health_cluster import (
     controller_namespace,
     health_taints,
     leave_cluster,
-    loki_settings,
     node,
     reset_cluster,
     set_allocatable,
@@ -128,15 +127,13 @@ def requeue_until_readmitted(health: HealthController, kube: Kube, faulty: str) 
     return running_on(kube)
 
 
-def test_a_fatal_fault_requeues_the_job_onto_healthy_nodes_and_tells_its_owner(
-    kube: Kube, loki: tuple[LokiApi, str]
-) -> None:
-    api, url = loki
+def test_a_fatal_fault_requeues_the_job_onto_healthy_nodes_and_tells_its_owner(kube: Kube, loki: LokiApi) -> None:
+    api = loki
     placed = start_job(kube)
     faulty = sorted(placed.values())[0]
     created = workload(kube)["metadata"]["creationTimestamp"]
     xid_on(api, faulty, XID_79)
-    health = controller(kube, settings(loki=loki_settings(url)))
+    health = controller(kube, settings(loki=api.settings()))
     plan = health.reconcile_once()
     assert health_taints(node(kube, faulty))
     assert [type(a).__name__ for a in plan.work] == ["DeactivateWorkload", "TellOwner"]
@@ -161,12 +158,12 @@ def test_a_fatal_fault_requeues_the_job_onto_healthy_nodes_and_tells_its_owner(
     assert on_job["involvedObject"]["uid"] == job["metadata"]["uid"]
 
 
-def test_an_application_xid_changes_nothing(kube: Kube, loki: tuple[LokiApi, str]) -> None:
-    api, url = loki
+def test_an_application_xid_changes_nothing(kube: Kube, loki: LokiApi) -> None:
+    api = loki
     placed = start_job(kube)
     busy = sorted(placed.values())[0]
     xid_on(api, busy, XID_13)
-    plan = controller(kube, settings(loki=loki_settings(url))).reconcile_once()
+    plan = controller(kube, settings(loki=api.settings())).reconcile_once()
     assert plan.work == () and not health_taints(node(kube, busy))
     assert running_on(kube) == placed and workload(kube)["spec"].get("active", True)
     assert ours(kube) == []
@@ -185,12 +182,12 @@ def test_drain_leaves_running_pods_alone_and_keeps_new_ones_away(kube: Kube) -> 
     assert "Next: left to finish." in event["message"]
 
 
-def test_dry_run_evicts_nothing(kube: Kube, loki: tuple[LokiApi, str]) -> None:
-    api, url = loki
+def test_dry_run_evicts_nothing(kube: Kube, loki: LokiApi) -> None:
+    api = loki
     placed = start_job(kube)
     faulty = sorted(placed.values())[0]
     xid_on(api, faulty, XID_79)
-    plan = controller(kube, settings(loki=loki_settings(url), dry_run=True)).reconcile_once()
+    plan = controller(kube, settings(loki=api.settings(), dry_run=True)).reconcile_once()
     assert plan.work == ()
     (_, told) = plan.work_withheld
     assert "the workload would have been requeued" in told.message  # type: ignore[union-attr]
@@ -198,14 +195,14 @@ def test_dry_run_evicts_nothing(kube: Kube, loki: tuple[LokiApi, str]) -> None:
 
 
 @pytest.mark.parametrize("where", ["job", "namespace"])
-def test_an_opted_out_workload_is_never_evicted_only_told(kube: Kube, loki: tuple[LokiApi, str], where: str) -> None:
-    api, url = loki
+def test_an_opted_out_workload_is_never_evicted_only_told(kube: Kube, loki: LokiApi, where: str) -> None:
+    api = loki
     if where == "namespace":
         kube.patch("v1", "Namespace", TEAM, {"metadata": {"labels": {HEALTH_OPT_OUT: "true"}}})
     placed = start_job(kube, {HEALTH_OPT_OUT: "true"} if where == "job" else None)
     faulty = sorted(placed.values())[0]
     xid_on(api, faulty, XID_79)
-    plan = controller(kube, settings(loki=loki_settings(url))).reconcile_once()
+    plan = controller(kube, settings(loki=api.settings())).reconcile_once()
     assert health_taints(node(kube, faulty))
     assert [type(a).__name__ for a in plan.work] == ["TellOwner"]
     assert running_on(kube) == placed and workload(kube)["spec"].get("active", True)
@@ -222,8 +219,8 @@ def triage(sim: Sim, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_triage_names_the_node_with_the_fault_and_the_evidence(sim: Sim, kube: Kube, loki: tuple[LokiApi, str]) -> None:
-    api, url = loki
+def test_triage_names_the_node_with_the_fault_and_the_evidence(sim: Sim, kube: Kube, loki: LokiApi) -> None:
+    api = loki
     placed = start_job(kube)
     faulty, healthy = sorted(placed.values())
     clean = triage(sim, JOB, "-n", TEAM, "-o", "json")
@@ -233,7 +230,7 @@ def test_triage_names_the_node_with_the_fault_and_the_evidence(sim: Sim, kube: K
     xid_on(api, faulty, XID_79)
     xid_on(api, healthy, XID_13)  # the job's own fault on the other node: context, not blame
     none = AffectedWorkSettings(unusable="none")
-    controller(kube, settings(loki=loki_settings(url), affected_work=none)).reconcile_once()
+    controller(kube, settings(loki=api.settings(), affected_work=none)).reconcile_once()
     found = triage(sim, JOB, "-n", TEAM, "-o", "json")
     assert found.returncode == 0, found.stderr
     report = json.loads(found.stdout)
