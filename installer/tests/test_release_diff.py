@@ -1,10 +1,14 @@
-"""What an upgrade would change in a release, object by object: the pure diff behind `plan`."""
+"""What an upgrade would change in a release, object by object, and the exit code `plan` gives for it (pure)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from konduktor.cli.up import plan_code
+from konduktor.errors import ExitCode
 from konduktor.helm.diff import release_changes
+from konduktor.helm.release import Release
+from konduktor.kube.sync import Change, Ref
 
 
 def config_map(name: str, data: dict[str, str], namespace: str | None = "konduktor-system") -> dict[str, Any]:
@@ -75,3 +79,16 @@ def test_secret_values_never_show_only_which_keys_change() -> None:
     assert release_changes([before], [dict(before)]) == []
     [added] = release_changes([], [after])
     assert "c2VjcmV0LXR3bw==" not in added.diff and "+  slack: (hidden, 10 bytes)" in added.diff.splitlines()
+
+
+def test_plan_exits_1_while_up_would_install_upgrade_or_finish_the_release_and_3_when_it_would_refuse() -> None:
+    deployed = Release("konduktor", "konduktor-system", 3, "deployed", "konduktor-core")
+    interrupted = Release("konduktor", "konduktor-system", 4, "pending-upgrade", "konduktor-core")
+    [changed] = release_changes([config_map("a", {"x": "1"})], [config_map("a", {"x": "2"})])
+    queue = Ref("kueue.x-k8s.io/v1beta2", "ClusterQueue", "team-a")
+    assert plan_code(deployed, [], []) == ExitCode.OK
+    assert plan_code(None, [], []) == ExitCode.NEGATIVE
+    assert plan_code(interrupted, [], []) == ExitCode.NEGATIVE
+    assert plan_code(deployed, [changed], []) == ExitCode.NEGATIVE
+    assert plan_code(deployed, [], [Change("update", queue, ("spec",))]) == ExitCode.NEGATIVE
+    assert plan_code(deployed, [changed], [Change("refuse", queue, note="owned by argocd")]) == ExitCode.CHECK_FAILED
