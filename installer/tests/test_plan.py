@@ -14,15 +14,18 @@ from conftest import EXAMPLE, Sim
 from konduktor.cli.main import main
 from konduktor.errors import ExitCode
 from konduktor.helm.release import NAMESPACE, RELEASE, current
+from konduktor.paths import state_dir
 
 pytestmark = pytest.mark.sim
 
 SETTINGS = "konduktor-konduktor-core-health"  # the health controller's ConfigMap and Deployment
 
 
-def plan_json(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, dict[str, Any]]:
+def plan_json(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, dict[str, Any], str]:
+    """`plan -o json`: its exit code, its document (stdout) and what it said on stderr."""
     code = main(["plan", *arguments, "-o", "json"])
-    return code, json.loads(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    return code, json.loads(out), err
 
 
 def edits(diff: str) -> list[str]:
@@ -40,7 +43,7 @@ def test_plan_shows_an_install_then_nothing_then_exactly_a_values_change(
     assert main(["down", *cluster, "--yes"]) == 0
     capsys.readouterr()
 
-    code, planned = plan_json(capsys, str(config), *cluster)
+    code, planned, _ = plan_json(capsys, str(config), *cluster)
     assert code == ExitCode.NEGATIVE  # a release to install
     release = planned["release"]
     assert (release["installed"], release["revision"], release["status"]) == (False, None, None)
@@ -67,7 +70,7 @@ def test_plan_shows_an_install_then_nothing_then_exactly_a_values_change(
 
     values = tmp_path / "values.yaml"
     values.write_text("controller:\n  settings:\n    breaker:\n      max_nodes: 7\n")
-    code, planned = plan_json(capsys, str(config), *cluster, "-f", str(values))
+    code, planned, _ = plan_json(capsys, str(config), *cluster, "-f", str(values))
     assert code == ExitCode.NEGATIVE
     assert set(planned) == {"release", "quotas"} and planned["quotas"] == []
     assert set(planned["release"]) == {
@@ -128,3 +131,21 @@ def test_status_reports_numbers_as_numbers(
     [gpus] = status["gpus"]
     assert gpus["gpus"] == 40 and isinstance(gpus["quarantined"], int) and isinstance(gpus["cordoned"], int)
     assert isinstance(status["quarantined_nodes"], list) and status["argocd"] == []
+
+
+def test_plan_for_a_simulated_cluster_not_yet_running_adds_every_object(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nothing to read on a cluster that does not exist: the chart is rendered as a new cluster would see it."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    code, planned, said = plan_json(capsys, str(EXAMPLE), "--sim", "plan-never-started")
+    assert code == ExitCode.NEGATIVE
+    assert planned["release"]["installed"] is False and planned["quotas"] == []
+    changes = planned["release"]["changes"]
+    assert changes and {c["action"] for c in changes} == {"add"}
+    # lookup finds no burn-in namespace on a new cluster, so the chart makes it.
+    assert {"kind": "Namespace", "name": "konduktor-burnin"} in [
+        {"kind": c["kind"], "name": c["name"]} for c in changes
+    ]
+    assert "plan: the simulated cluster 'plan-never-started' is not running; up creates it" in said
+    assert not (state_dir() / "plan-never-started").exists()  # plan starts nothing
