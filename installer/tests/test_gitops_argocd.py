@@ -125,8 +125,8 @@ def test_config_in_git_syncs_and_quota_change_applies(
 
     # `konduktor-install status` shows the application's sync and health.
     assert main(["status", "--kubeconfig", str(sim.kubeconfig), "-o", "json"]) in (0, 1)  # 1: no release here
-    rows = json.loads(capsys.readouterr().out)
-    assert {"component": f"argocd argocd/{APP}", "state": "Synced Healthy"} in rows
+    status = json.loads(capsys.readouterr().out)
+    assert {"namespace": "argocd", "name": APP, "sync": "Synced", "health": "Healthy"} in status["argocd"]
 
 
 def refresh_pending(kube: Kube) -> bool:

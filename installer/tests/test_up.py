@@ -30,8 +30,9 @@ def test_up_installs_applies_and_verifies_then_changes_nothing(
 ) -> None:
     monkeypatch.delenv("KUBECONFIG", raising=False)
     assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0
-    err = capsys.readouterr().err
-    assert "konduktor-core 0.1.0 revision" in err
+    out, err = capsys.readouterr()
+    assert "konduktor-core 0.1.0 revision" in out  # the report is data, on stdout; progress on stderr
+    assert "konduktor-core 0.1.0 revision" not in err and "install: helm upgrade --install" in err
     for team in ("team-a", "team-b"):
         queue = sim.kube.get(KUEUE_API, "ClusterQueue", team)
         assert queue is not None
@@ -53,7 +54,7 @@ def test_up_installs_applies_and_verifies_then_changes_nothing(
     assert refused is not None and refused.status == 403
     assert "konduktor-gpu-in-team-namespaces" in refused.message
     assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0  # safe to re-run
-    assert "0 quota objects changed" in capsys.readouterr().err
+    assert "0 quota objects changed" in capsys.readouterr().out
 
 
 def test_up_warn_first_admits_and_reports_what_the_policies_would_refuse(
@@ -92,9 +93,9 @@ def test_up_warn_first_admits_and_reports_what_the_policies_would_refuse(
             timeout=60,
         )
         assert main(["up", str(config), "--sim", sim.cluster.name, "-f", str(warn_first)]) == 0
-        err = capsys.readouterr().err
-        assert "policy: Pod default/bypass:" in err and "konduktor-gpu-in-team-namespaces" in err
-        assert re.search(r"policy: Pod team-a/tolerating-\S+: .*konduktor-gpu-health-toleration", err)
+        out, err = capsys.readouterr()
+        assert "policy: Pod default/bypass:" in out and "konduktor-gpu-in-team-namespaces" in out
+        assert re.search(r"policy: Pod team-a/tolerating-\S+: .*konduktor-gpu-health-toleration", out)
         assert re.search(r"up: \d+ existing workload\(s\) break the admission policies", err)
     finally:
         sim.kube.delete("apps/v1", "ReplicaSet", "tolerating", "team-a")
@@ -129,8 +130,8 @@ def test_up_burns_in_the_gpu_nodes_and_quarantines_one_that_fails(
     sim.kube.patch("v1", "Node", bad, {"metadata": {"annotations": {FAULTS_ANNOTATION: "4=missing"}}})
     try:
         assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 1
-        err = capsys.readouterr().err
-        assert f"burn-in: {bad} FAIL (quarantined): nvidia-smi lists 9 GPUs, the node advertises 10" in err
+        out, err = capsys.readouterr()
+        assert f"burn-in: {bad} FAIL (quarantined): nvidia-smi lists 9 GPUs, the node advertises 10" in out
         assert "up: the platform is installed, but burn-in" in err
         for node in sim.kube.list("v1", "Node", label_selector="type=kwok"):
             tainted = any(t["key"] == HEALTH_TAINT_KEY for t in node["spec"].get("taints", []))
@@ -164,8 +165,7 @@ def test_ups_burn_in_reports_a_node_it_cannot_schedule_on_after_the_configured_b
     )
     try:
         assert main(["up", str(config), "--sim", sim.cluster.name]) == 1
-        err = capsys.readouterr().err
-        (line,) = [x for x in err.splitlines() if x.startswith(f"burn-in: {busy} ERROR: ")]
+        (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith(f"burn-in: {busy} ERROR: ")]
         assert "the pod could not be scheduled: 0/" in line and "Insufficient nvidia.com/gpu" in line
     finally:
         sim.kube.delete("v1", "Pod", "holds-one-gpu", blockers)
@@ -286,10 +286,11 @@ def test_dry_run_and_plan_show_exactly_a_quota_edit(
         )
     )
     assert main(["plan", str(edited), "--sim", sim.cluster.name]) == 1
-    changes = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("upgrade release")]
+    release, *changes = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"release konduktor revision \d+ \(deployed\): up to date", release)
     assert changes == ["update    ClusterQueue team-a (spec.resourceGroups)"]
     assert main(["up", str(edited), "--sim", sim.cluster.name, "--dry-run"]) == 0
-    assert "1 quota objects would change" in capsys.readouterr().err
+    assert "1 quota objects would change" in capsys.readouterr().out
     queue = sim.kube.get(KUEUE_API, "ClusterQueue", "team-a")
     assert queue is not None
     gpu = queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][-1]

@@ -71,6 +71,14 @@ def progress(label: str) -> Iterator[Callable[[str], None]]:
         yield report
 
 
+def print_document(document: Any, output: Literal["json", "yaml"]) -> None:
+    """Structured data on stdout, numbers as numbers: one documented shape per kind of report."""
+    if output == "json":
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+    else:
+        YAML().dump(document, sys.stdout)
+
+
 def print_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], output: OutputFormat) -> None:
     if output == "json":
         sys.stdout.write(json.dumps(list(rows), indent=2, default=str) + "\n")

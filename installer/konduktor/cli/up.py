@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,7 +25,7 @@ from konduktor.burnin.runner import BurnInRequest
 from konduktor.burnin.tiers import Tier, options_for_tier
 from konduktor.cli.burnin import burn_in
 from konduktor.cli.cluster_quotas import AdoptOption, DrainOption, DrainTimeoutOption
-from konduktor.cli.console import OutputFormat, err, print_rows, progress, say
+from konduktor.cli.console import OutputFormat, err, print_document, print_rows, progress, say
 from konduktor.cli.preflight import cluster_checks, node_checks, read_cluster, require_reachable
 from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.target import (
@@ -38,8 +38,9 @@ from konduktor.cli.target import (
 )
 from konduktor.config.load import LoadedConfig
 from konduktor.config.model import Config
-from konduktor.controller.health_view import capacity, health_view
+from konduktor.controller.health_view import Capacity, capacity, health_view
 from konduktor.errors import ExitCode, KonduktorError, PartialApply, PreflightFailed, UsageError
+from konduktor.helm.diff import ObjectChange, release_changes
 from konduktor.helm.release import (
     CHARTS,
     NAMESPACE,
@@ -48,6 +49,8 @@ from konduktor.helm.release import (
     current,
     install_or_upgrade,
     release_namespace,
+    render_new,
+    render_upgrade,
     uninstall,
 )
 from konduktor.helm.values import merge_values, umbrella_values
@@ -300,45 +303,78 @@ def unfit_nodes(report: BurnInReport | None) -> list[NodeVerdict]:
     return [node for node in report.nodes if node.verdict in (Verdict.FAIL, Verdict.ERROR)] if report else []
 
 
+def up_document(result: UpReport) -> dict[str, Any]:
+    """`up -o json`: the chart and its components, the release (null on a dry run), the teams' queues, the quota
+    objects changed (or that would change), policy violations, unfit burn-in nodes and the steps' times."""
+    chart = load_documents(result.chart / "Chart.yaml")[0]
+    return {
+        "cluster": {"simulated": result.target.simulated, "name": result.target.sim},
+        "dry_run": result.release is None,
+        "chart": {
+            "name": chart["name"],
+            "version": str(chart["version"]),
+            "components": [{"name": d["name"], "version": str(d["version"])} for d in chart.get("dependencies", [])],
+        },
+        "release": None if result.release is None else release_document(result.release),
+        "skipped": [{"name": n, "why": why} for n, why in SKIPPED_ON_SIM.items()] if result.target.simulated else [],
+        "queues": [
+            {"team": name, "gpus": {t: q.quota for t, q in team.gpus.items()}, "namespaces": list(team.namespaces)}
+            for name, team in sorted(result.config.teams.items())
+        ],
+        "quotas": [change.as_json() for change in quota_writes(result.changes)],
+        "policy_violations": [asdict(v) for v in result.violations],
+        "burnin": None
+        if result.burnin is None
+        else {
+            "run_id": result.burnin.run_id,
+            "unfit": [
+                {"node": node.node, "verdict": node.verdict.value, "reasons": unfit_reasons(node)}
+                for node in unfit_nodes(result.burnin)
+            ],
+        },
+        "steps": [{"name": name, "seconds": round(seconds, 1)} for name, seconds in result.steps],
+    }
+
+
+def unfit_reasons(node: NodeVerdict) -> list[str]:
+    """The first reason of each check that gave the node its verdict."""
+    return [r for c in node.checks if c.verdict is node.verdict for r in c.reasons[:1]]
+
+
 def print_report(result: UpReport) -> None:
+    """`up`'s report, on stdout: what it installed, the teams' queues, what changed, and what needs a look."""
     config = result.config
     where = f"simulated cluster {result.target.sim}" if result.target.sim else "the cluster"
     chart = load_documents(result.chart / "Chart.yaml")[0]
     if result.release is None:
-        err.print(f"up (dry run): {where}: would install {chart['name']} {chart['version']}", markup=False)
+        typer.echo(f"up (dry run): {where}: would install {chart['name']} {chart['version']}")
     else:
-        err.print(
-            f"up: {where}: {chart['name']} {chart['version']} revision {result.release.revision} "
-            f"({result.release.status})",
-            markup=False,
-        )
+        release = result.release
+        typer.echo(f"up: {where}: {chart['name']} {chart['version']} revision {release.revision} ({release.status})")
     for dependency in chart.get("dependencies", []):
-        err.print(f"  {dependency['name']} {dependency['version']}", markup=False)
+        typer.echo(f"  {dependency['name']} {dependency['version']}")
     if result.target.simulated:
         skipped = ", ".join(f"{name} ({why})" for name, why in SKIPPED_ON_SIM.items())
-        err.print(f"  not on the simulated cluster: {skipped}", markup=False)
+        typer.echo(f"  not on the simulated cluster: {skipped}")
     for name, team in sorted(config.teams.items()):
         gpus = ", ".join(f"{q.quota} {t}" for t, q in team.gpus.items())
-        err.print(f"  queue {name}: {gpus} GPUs, namespaces {', '.join(team.namespaces)}", markup=False)
+        typer.echo(f"  queue {name}: {gpus} GPUs, namespaces {', '.join(team.namespaces)}")
     verb = "would change" if result.release is None else "changed"
-    changed = [c for c in result.changes if c.action in (*WRITES, "prune", "refuse")]
-    err.print(f"  {len(changed)} quota objects {verb}", markup=False)
+    changed = quota_writes(result.changes)
+    typer.echo(f"  {len(changed)} quota objects {verb}")
     for change in changed if result.release is None else []:
-        err.print(f"    {change.describe()}", markup=False)
+        typer.echo(f"    {change.describe()}")
     for violation in result.violations:
-        err.print(f"policy: {violation.kind} {violation.namespace}/{violation.name}: {violation.reason}", markup=False)
-    if result.violations:
-        err.print(
-            f"up: {len(result.violations)} existing workload(s) break the admission policies: they keep running, "
-            "but new ones like them (their controllers' new pods too) are refused; fix them, or adopt with "
-            "policies.validationActions=[Warn,Audit] until up reports none",
-            markup=False,
-        )
+        typer.echo(f"policy: {violation.kind} {violation.namespace}/{violation.name}: {violation.reason}")
     for node in unfit_nodes(result.burnin):
-        reasons = "; ".join(r for c in node.checks if c.verdict is node.verdict for r in c.reasons[:1])
         quarantined = " (quarantined)" if node.verdict is Verdict.FAIL and config.burnin.quarantine else ""
-        err.print(f"burn-in: {node.node} {node.verdict.value}{quarantined}: {reasons}", markup=False)
-    err.print("took: " + ", ".join(f"{name} {seconds:.1f}s" for name, seconds in result.steps), markup=False)
+        typer.echo(f"burn-in: {node.node} {node.verdict.value}{quarantined}: {'; '.join(unfit_reasons(node))}")
+    typer.echo("took: " + ", ".join(f"{name} {seconds:.1f}s" for name, seconds in result.steps))
+
+
+def quota_writes(changes: list[Change]) -> list[Change]:
+    """The quota changes `up` made (or would make, or refused): not those that left an object as it was."""
+    return [c for c in changes if c.action in (*WRITES, "prune", "refuse")]
 
 
 def read_values(paths: list[Path] | None) -> dict[str, Any]:
@@ -382,6 +418,7 @@ def up(
     adopt: AdoptOption = None,
     drain_removed_teams: DrainOption = None,
     drain_timeout: DrainTimeoutOption = DRAIN_TIMEOUT,
+    output: Annotated[OutputFormat, typer.Option("-o", "--output")] = "table",
 ) -> None:
     """Install or upgrade Konduktor from a config: the simulated cluster when no kubeconfig is given."""
     request = UpRequest(
@@ -396,7 +433,17 @@ def up(
     )
     with progress("up") as report:
         result = run_up(request, confirm=confirmation(yes), report=report)
-    print_report(result)
+    if output == "table":
+        print_report(result)
+    else:
+        print_document(up_document(result), output)
+    if result.violations:
+        err.print(
+            f"up: {len(result.violations)} existing workload(s) break the admission policies: they keep running, "
+            "but new ones like them (their controllers' new pods too) are refused; fix them, or adopt with "
+            "policies.validationActions=[Warn,Audit] until up reports none",
+            markup=False,
+        )
     where = result.target.flags()
     err.print(f"next: konduktor-install quotas explain{where}", markup=False)
     if result.burnin is not None and unfit_nodes(result.burnin):
@@ -415,32 +462,85 @@ def plan(
     sim: SimOption = None,
     values: Annotated[list[Path] | None, typer.Option("--values", "-f", help="Extra chart values files.")] = None,
     adopt: AdoptOption = None,
+    output: Annotated[OutputFormat, typer.Option("-o", "--output")] = "table",
 ) -> None:
     """What `up` would change. Exit 0: nothing; 1: changes pending (release or quotas); 3: `up` would refuse a
-    quota change (an object belongs to someone else); 2 or 5: error."""
+    quota change (an object belongs to someone else); 2 or 5: error.
+
+    The release's objects that `up` would add, remove or change (a server-side dry run of the upgrade with the
+    same values, against the deployed release), each change with its diff; then the quota objects."""
     loaded = load_checked(config)
+    extra = read_values(values)
     target = resolve_target(kubeconfig, context, sim, read_only=True)
+    quotas: list[Change] = []
     if target.sim is not None and target.kubeconfig is not None and not target.kubeconfig.exists():
-        typer.echo(f"create the simulated cluster {target.sim!r} and install konduktor-core")
-        raise typer.Exit(ExitCode.NEGATIVE)
-    with target.connect() as kube:  # a kubeconfig that does not load is bad input (2), before helm reads it
-        installed = current(target.kubeconfig, RELEASE, NAMESPACE, target.toolbox(), target.context)  # unreachable: 5
-        chart, _ = chart_for(target.simulated, loaded.config, read_values(values))
-        changes = plan_quotas(kube, loaded.config, Takeover(adopt or ()))
-    wanted = load_documents(chart / "Chart.yaml")[0]
-    pending = False
-    if installed is None:
-        typer.echo(f"install {wanted['name']} {wanted['version']} as release {RELEASE} in {NAMESPACE}")
-        pending = True
+        err.print(f"plan: the simulated cluster {target.sim!r} is not running; up creates it", markup=False)
+        chart, chart_values = chart_for(target.simulated, loaded.config, extra)
+        rendered = render_new(chart, RELEASE, NAMESPACE, chart_values, target.toolbox())
     else:
-        typer.echo(
-            f"upgrade release {RELEASE} (revision {installed.revision}, {installed.status}) with {wanted['name']}"
-        )
+        # A kubeconfig that does not load is bad input (2); then the cluster is read (unreachable: 5) before the
+        # chart is looked at, so that an outage is never reported as a local problem.
+        with target.connect() as kube:
+            quotas = [c for c in plan_quotas(kube, loaded.config, Takeover(adopt or ())) if c.action != "unchanged"]
+            chart, chart_values = chart_for(target.simulated, loaded.config, extra)
+            rendered = render_upgrade(
+                target.kubeconfig,
+                chart,
+                RELEASE,
+                NAMESPACE,
+                chart_values,
+                toolbox=target.toolbox(),
+                context=target.context,
+            )
+    wanted = load_documents(chart / "Chart.yaml")[0]
+    changes = release_changes(rendered.deployed, rendered.wanted)
+    document = plan_document(rendered.installed, f"{wanted['name']}", str(wanted["version"]), changes, quotas)
+    if output == "table":
+        print_plan(document, changes, quotas)
+    else:
+        print_document(document, output)
+    raise typer.Exit(plan_code(rendered.installed, changes, quotas))
+
+
+def plan_document(
+    installed: Release | None, chart: str, version: str, changes: list[ObjectChange], quotas: list[Change]
+) -> dict[str, Any]:
+    """`plan -o json`: the release as `status` shows it, with the chart `up` would install and its objects'
+    changes, and the quota objects' changes (the shape of `quotas diff -o json`)."""
+    return {
+        "release": {
+            **release_document(installed),
+            "wanted": {"chart": chart, "version": version},
+            "changes": [change.as_json() for change in changes],
+        },
+        "quotas": [change.as_json() for change in quotas],
+    }
+
+
+def plan_code(installed: Release | None, changes: list[ObjectChange], quotas: list[Change]) -> int:
+    """3 when `up` would refuse a quota change; 1 when it would install, change the release or the quotas; else 0.
+    A release that is not `deployed` (a failed or interrupted upgrade) is pending: `up` would finish it."""
+    code = pending_code(quotas)
+    release_pending = installed is None or installed.status != "deployed" or bool(changes)
+    return ExitCode.NEGATIVE if code == ExitCode.OK and release_pending else code
+
+
+def print_plan(document: dict[str, Any], changes: list[ObjectChange], quotas: list[Change]) -> None:
+    """One line for the release, one per object it adds, removes or changes (a change with its diff), one per
+    quota object."""
+    release = document["release"]
+    chart = f"{release['wanted']['chart']} {release['wanted']['version']}"
+    if not release["installed"]:
+        typer.echo(f"install {chart} as release {RELEASE} in {NAMESPACE}: {len(changes)} objects")
+    else:
+        state = f"release {RELEASE} revision {release['revision']} ({release['status']})"
+        typer.echo(f"{state}: {len(changes)} objects would change with {chart}" if changes else f"{state}: up to date")
     for change in changes:
-        if change.action in (*WRITES, "prune", "refuse"):
-            typer.echo(change.describe())
-    code = pending_code(changes)
-    raise typer.Exit(ExitCode.NEGATIVE if pending and code == ExitCode.OK else code)
+        typer.echo(change.describe())
+        if change.action == "change":
+            typer.echo("".join(f"    {line}" for line in change.diff.splitlines(keepends=True)), nl=False)
+    for quota in quotas:
+        typer.echo(quota.describe())
 
 
 def status(
@@ -457,37 +557,75 @@ def status(
         controllers = kube.list(
             "apps/v1", "Deployment", NAMESPACE, label_selector="app.kubernetes.io/component=health-controller"
         )
-        gpus = capacity(health_view(kube.list("v1", "Node")))
+        nodes = health_view(kube.list("v1", "Node"))
         applications = gitops_applications(kube)
-    rows: list[dict[str, Any]] = [
-        {
-            "component": "release",
-            "state": f"{release.chart} revision {release.revision} {release.status}" if release else "not installed",
-        },
-        *[
+    document = {
+        "release": release_document(release),
+        "health_controllers": [
             {
-                "component": "health-controller",
-                "state": f"{d.get('status', {}).get('availableReplicas', 0)}/{d['spec'].get('replicas', 1)} available",
+                "namespace": d["metadata"]["namespace"],
+                "name": d["metadata"]["name"],
+                "available": d.get("status", {}).get("availableReplicas", 0),
+                "desired": d["spec"].get("replicas", 1),
             }
             for d in controllers
         ],
-        *[
-            {"component": f"queue {q.team}", "state": f"{q.row()['used']}/{q.row()['nominal']} {q.flavor} GPUs used"}
-            for q in queues
-        ],
+        "queues": [q.row() for q in queues],
         # Quarantined and cordoned GPUs are capacity the queues' quotas still count on.
-        *[{"component": f"gpus {c.product}", "state": c.describe()} for c in gpus],
-        *[
-            {
-                "component": f"argocd {app['metadata']['namespace']}/{app['metadata']['name']}",
-                "state": " ".join(application_state(app)),
-            }
+        "gpus": [asdict(c) for c in capacity(nodes)],
+        "quarantined_nodes": [node.node for node in nodes if node.out_of_service],
+        "argocd": [
+            dict(zip(("namespace", "name", "sync", "health"), application_state(app), strict=True))
             for app in applications
         ],
-    ]
-    print_rows(rows, ["component", "state"], output)
+    }
+    if output == "table":
+        print_rows(status_rows(document), ["component", "state"], output)
+    else:
+        print_document(document, output)
     if release is None:
         raise typer.Exit(ExitCode.NEGATIVE)
+
+
+def release_document(release: Release | None) -> dict[str, Any]:
+    """The release as `status -o json` and `up -o json` show it; `installed` false and the rest null when absent."""
+    return {
+        "name": RELEASE,
+        "namespace": NAMESPACE,
+        "installed": release is not None,
+        "revision": release.revision if release else None,
+        "status": release.status if release else None,
+        "chart": release.chart if release else None,
+    }
+
+
+def status_rows(document: dict[str, Any]) -> list[dict[str, str]]:
+    """`status`'s table: one line per component, in words."""
+    release = document["release"]
+    gpus = [Capacity(**c) for c in document["gpus"]]
+    quarantined = document["quarantined_nodes"]
+    return [
+        {
+            "component": "release",
+            "state": f"{release['chart']} revision {release['revision']} {release['status']}"
+            if release["installed"]
+            else "not installed",
+        },
+        *[
+            {"component": "health-controller", "state": f"{c['available']}/{c['desired']} available"}
+            for c in document["health_controllers"]
+        ],
+        *[
+            {"component": f"queue {q['team']}", "state": f"{q['used']}/{q['nominal']} {q['flavor']} GPUs used"}
+            for q in document["queues"]
+        ],
+        *[{"component": f"gpus {c.product}", "state": c.describe()} for c in gpus],
+        *([{"component": "quarantined nodes", "state": ", ".join(quarantined)}] if quarantined else []),
+        *[
+            {"component": f"argocd {a['namespace']}/{a['name']}", "state": f"{a['sync']} {a['health']}"}
+            for a in document["argocd"]
+        ],
+    ]
 
 
 ARGOCD_APPLICATION_CRD = "applications.argoproj.io"
@@ -501,10 +639,12 @@ def gitops_applications(kube: Kube) -> list[dict[str, Any]]:
     return [a for a in applications if a["metadata"]["name"].split("-")[0] == "konduktor"]
 
 
-def application_state(application: dict[str, Any]) -> tuple[str, str]:
-    """(sync status, health status) as Argo CD reports them; Unknown before its first comparison."""
-    status = application.get("status") or {}
-    return (status.get("sync") or {}).get("status", "Unknown"), (status.get("health") or {}).get("status", "Unknown")
+def application_state(application: dict[str, Any]) -> tuple[str, str, str, str]:
+    """(namespace, name, sync status, health status) as Argo CD reports them; Unknown before its first
+    comparison."""
+    status, meta = application.get("status") or {}, application["metadata"]
+    sync = (status.get("sync") or {}).get("status", "Unknown")
+    return meta["namespace"], meta["name"], sync, (status.get("health") or {}).get("status", "Unknown")
 
 
 def down(

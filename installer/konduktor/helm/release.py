@@ -8,12 +8,15 @@ pyhelm3 proceeds from a failed or pending revision.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyhelm3 import Client
+import yaml
+from pyhelm3 import Client, Command
+from pyhelm3.command import SafeLoader
 from pyhelm3.errors import ConnectionError as HelmConnectionError
 from pyhelm3.errors import Error as HelmError
 from pyhelm3.errors import ReleaseNotFoundError
@@ -73,17 +76,21 @@ def helm_problem(problem: HelmError) -> KonduktorError:
     return KonduktorError(f"helm failed: {first}")
 
 
-def client(kubeconfig: Path | None, toolbox: Toolbox | None = None, context: str | None = None) -> Client:
+def command(kubeconfig: Path | None, executable: str, context: str | None = None) -> Command:
     """helm on one cluster: `kubeconfig` (None: $KUBECONFIG's files merged, else ~/.kube/config, as helm reads
     them) and its `context` (None: the current one)."""
-    helm = (toolbox or Toolbox()).path("helm")
-    return Client(
-        executable=str(helm),
+    return Command(
+        executable=executable,
         kubeconfig=kubeconfig,
         kubecontext=context,
         default_timeout="10m",
         history_max_revisions=5,
     )
+
+
+def client(kubeconfig: Path | None, toolbox: Toolbox | None = None, context: str | None = None) -> Client:
+    executable = str((toolbox or Toolbox()).path("helm"))
+    return Client(command(kubeconfig, executable, context), executable=executable)
 
 
 def install_or_upgrade(
@@ -139,18 +146,78 @@ def install_or_upgrade(
 def current(
     kubeconfig: Path | None, release: str, namespace: str, toolbox: Toolbox | None = None, context: str | None = None
 ) -> Release | None:
-    async def run() -> Release | None:
-        helm = client(kubeconfig, toolbox, context)
-        try:
-            revision = await helm.get_current_revision(release, namespace=namespace)
-        except ReleaseNotFoundError:
-            return None
-        except HelmError as problem:
-            raise helm_problem(problem) from problem
-        chart = await revision.chart_metadata()
-        return Release(release, namespace, revision.revision, str(revision.status.value), chart.name)
+    return asyncio.run(_current(client(kubeconfig, toolbox, context), release, namespace))
 
-    return asyncio.run(run())
+
+async def _current(helm: Client, release: str, namespace: str) -> Release | None:
+    try:
+        revision = await helm.get_current_revision(release, namespace=namespace)
+    except ReleaseNotFoundError:
+        return None
+    except HelmError as problem:
+        raise helm_problem(problem) from problem
+    chart = await revision.chart_metadata()
+    return Release(release, namespace, revision.revision, str(revision.status.value), chart.name)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A release as deployed (None: not installed) and the objects of its manifest, beside the objects an upgrade
+    with given values would make it hold."""
+
+    installed: Release | None
+    deployed: list[dict[str, Any]]
+    wanted: list[dict[str, Any]]
+
+
+def render_upgrade(
+    kubeconfig: Path | None,
+    chart: Path,
+    release: str,
+    namespace: str,
+    values: dict[str, Any],
+    *,
+    toolbox: Toolbox | None = None,
+    context: str | None = None,
+) -> Rendered:
+    """The deployed release's objects and those of `helm upgrade --install --dry-run=server` with these values.
+
+    A server-side dry run, because templates read the cluster (`lookup`), which a client-side render sees as
+    empty; it changes nothing. pyhelm3 has no option for it, so its command runner is given the arguments."""
+
+    async def run() -> Rendered:
+        executable = str((toolbox or Toolbox()).path("helm"))
+        helm = command(kubeconfig, executable, context)
+        installed = await _current(Client(helm, executable=executable), release, namespace)
+        deployed = [obj for obj in await helm.get_resources(release, namespace=namespace) if obj] if installed else []
+        arguments = ["upgrade", release, chart, "--install", "--dry-run=server", "--namespace", namespace]
+        said = await helm.run([*arguments, "--output", "json", "--values", "-"], json.dumps(values).encode())
+        # Helm may print lines (a pulled chart's digest) before the release's JSON.
+        manifest = json.loads(said[said.index(b"{") :]).get("manifest", "")
+        wanted = [dict(obj) for obj in yaml.load_all(manifest, Loader=SafeLoader) if obj]
+        return Rendered(installed, deployed, wanted)
+
+    try:
+        return asyncio.run(run())
+    except HelmError as problem:
+        raise helm_problem(problem) from problem
+
+
+def render_new(
+    chart: Path, release: str, namespace: str, values: dict[str, Any], toolbox: Toolbox | None = None
+) -> Rendered:
+    """The objects a first install on a cluster that does not exist yet would make: a client-side render, whose
+    `lookup` finds nothing, as it would find on the new cluster."""
+
+    async def run() -> list[dict[str, Any]]:
+        helm = command(None, str((toolbox or Toolbox()).path("helm")))
+        rendered = await helm.template(release, chart, values, namespace=namespace, no_hooks=True)
+        return [dict(obj) for obj in rendered if obj]
+
+    try:
+        return Rendered(None, [], asyncio.run(run()))
+    except HelmError as problem:
+        raise helm_problem(problem) from problem
 
 
 def uninstall(
