@@ -76,6 +76,8 @@ def print_document(document: Any, output: Literal["json", "yaml"]) -> None:
     if output == "json":
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
     else:
+        from ruamel.yaml import YAML  # only YAML output needs it; every command's start would pay for it
+
         YAML().dump(document, sys.stdout)
 
 
