@@ -6,8 +6,8 @@ fault and per duplicate, and the controller's memory.
                                            [--burst 200] [--duplicates 1000]
 
 For each node count: a new sim cluster `bench-health` (COUNT x 8 H100) whose kube-apiserver keeps an audit log of
-writes; `konduktor-health run` as a subprocess against it; a Loki query_range server in this process; taints seen
-through a Node watch in this process. Runs in its own state directory (tools come from the shared cache) and
+writes; `konduktor-health run` as a subprocess against it; the pinned Loki, configured as the umbrella deploys
+it (kernel lines written as its collector ships them); taints seen through a Node watch in this process. Runs in its own state directory (tools come from the shared cache) and
 removes its clusters afterwards.
 """
 
@@ -38,7 +38,7 @@ os.environ["KWOK_KUBE_AUDIT_POLICY"] = os.path.join(os.environ["KONDUKTOR_STATE"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "installer" / "tests"))
 
 import requests
-from loki_api import LokiApi
+from loki_api import Loki, LokiApi, new_tenant
 from ruamel.yaml import YAML
 
 from konduktor.controller.decide import TAINT_VALUE
@@ -254,14 +254,14 @@ def lose_gpu(kube: Kube, name: str) -> None:
     kube.patch("v1", "Node", name, {"status": {"allocatable": {"nvidia.com/gpu": str(GPUS - 1)}}}, subresource="status")
 
 
-def health_settings(loki_url: str, poll: float, nodes: int) -> HealthSettings:
+def health_settings(loki: LokiSettings, poll: float, nodes: int) -> HealthSettings:
     return HealthSettings(
         gpu_lost_grace_seconds=0,
         cooldown_seconds=86400,  # no requalification burn-ins during the run
         # Every fault of the run is a new quarantine inside one window: the breaker must let them all through.
         breaker=BreakerSettings(max_fraction=1, max_nodes=nodes),
         gpu_types={"h100": GpuTypeSettings(product=PRODUCTS["H100"], gpus_per_node=GPUS)},
-        loki=LokiSettings(url=loki_url, query='{job="kernel"} |~ "NVRM: Xid|SXid"', node_label="node"),
+        loki=loki,
         poll_seconds=poll,
     )
 
@@ -315,9 +315,11 @@ class Bench:
         """The same line a driver keeps printing, for a node it quarantined a moment ago; returns once read."""
         line = f"[{time.time():.6f}] {XID_79}"
         base = time.time_ns()
-        last = max(self.loki.add(name, line, base + k * 1000) for k in range(repeats))
+        self.loki.push([(name, line, base + k * 1000) for k in range(repeats)])
+        # The second query Loki answers after the push began after it, so it covered every line.
+        answered = self.loki.loki.query_ranges()
         deadline = time.monotonic() + 60
-        while not any(int(q["end"]) > last for q in list(self.loki.queries)) and time.monotonic() < deadline:
+        while self.loki.loki.query_ranges() < answered + 2 and time.monotonic() < deadline:
             time.sleep(0.1)
 
     def settle(self) -> None:
@@ -348,10 +350,10 @@ def run(count: int, args: argparse.Namespace) -> Figures:
     audit = AuditLog(cluster.cluster_dir / "logs" / "audit.log", kube.api.user_agent)
     kube.api.user_agent = BENCH_AGENT
     kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    loki = LokiApi()
-    server = loki.serve()
-    loki_url = f"http://127.0.0.1:{server.server_address[1]}"
-    config = write_config(STATE / f"health-{count}.yaml", health_settings(loki_url, args.poll, count))
+    loki_server = Loki(Path(tempfile.mkdtemp(prefix="loki-", dir=STATE)))
+    loki_server.start()
+    loki = new_tenant(loki_server)
+    config = write_config(STATE / f"health-{count}.yaml", health_settings(loki.settings(), args.poll, count))
     watch = TaintWatch(kube)
     watch.start()
     bench = Bench(kube, loki, watch, audit, args.poll, random.Random(count))
@@ -385,8 +387,7 @@ def run(count: int, args: argparse.Namespace) -> Figures:
     finally:
         controller.stop()
         watch.stop()
-        server.shutdown()
-        server.server_close()
+        loki_server.stop()
         kube.close()
         cluster.down()
     return figures
