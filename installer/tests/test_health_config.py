@@ -172,3 +172,13 @@ def test_validate_reports_bad_health_values_with_exit_2(capsys: pytest.CaptureFi
     assert code == 2 and report["valid"] is False
     assert sorted(e["path"] for e in report["errors"]) == ["health.breaker.maxNodes", "health.dryRun"]
     assert all(isinstance(e["line"], int) for e in report["errors"])
+
+
+def test_render_prints_the_chart_values_up_passes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write_config(tmp_path, edited({"health": EVERY_FIELD}))
+    code, out, _ = run(capsys, "render", "--chart-values", str(path))
+    assert code == 0
+    printed = YAML(typ="safe").load(out)
+    config = config_with(EVERY_FIELD)
+    assert printed == umbrella_values(config, values())
+    assert printed["konduktor-core"] == {"controller": {"settings": controller_settings(config.health)}}
