@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from quota_samples import edited
+from quota_samples import EXAMPLES, edited
 from ruamel.yaml import YAML
 from test_config_cli import run, write_config
 from test_umbrella import render_umbrella, values
@@ -182,3 +182,13 @@ def test_render_prints_the_chart_values_up_passes(capsys: pytest.CaptureFixture[
     config = config_with(EVERY_FIELD)
     assert printed == umbrella_values(config, values())
     assert printed["konduktor-core"] == {"controller": {"settings": controller_settings(config.health)}}
+
+
+def test_the_examples_commented_section_is_valid_and_shows_the_controllers_defaults() -> None:
+    text = (EXAMPLES / "config.yaml").read_text(encoding="utf-8")
+    start = text.index("# health:")
+    section = "\n".join(line.removeprefix("# ") for line in text[start:].splitlines())
+    config = parse_config(text[:start] + section + "\n", "config.yaml").config
+    assert config.health.dry_run is False  # the section was read, not left out
+    shown = HealthSettings.model_validate(controller_settings(config.health))
+    assert shown == HealthSettings()
