@@ -129,7 +129,7 @@ def test_config_single_error_is_the_message_and_its_hint_the_hint() -> None:
         (
             "components",
             "valid keys here: version, cluster, kueue, capacityReserve, topology, gpuTypes, priorities, teams, "
-            "preflight, burnin, alerts",
+            "preflight, burnin, alerts, health",
         ),
     ],
 )
@@ -392,6 +392,10 @@ FULL: dict[str, Any] = {
     },
     "preflight": {"nodes": {"ssh": {"port": 22}}},
     "burnin": {"level": "quick", "unschedulableSeconds": 60},
+    "health": {
+        "breaker": {"maxFraction": 0.2, "maxNodes": 4, "windowSeconds": 300},
+        "requalification": {"maxConcurrent": 1, "cooldownSeconds": 600},
+    },
 }
 # Quantities are strings to the model but take numbers in the file.
 QUANTITIES = {

@@ -132,13 +132,30 @@ def test_the_breaker_limits_requeues_with_the_quarantines() -> None:
     assert sorted(a.name for a in made.work if isinstance(a, DeactivateWorkload)) == ["wl-0", "wl-1"]
 
 
-def test_dry_run_withholds_the_requeue_and_its_event_says_what_would_have_happened() -> None:
+def test_dry_run_withholds_the_requeue_and_tells_the_owner_what_would_have_happened() -> None:
     made = plan([xid("gpu-1", 79)], [workload()], dry_run=True)
-    assert made.work == ()
-    deactivate, told = made.work_withheld
-    assert isinstance(deactivate, DeactivateWorkload) and isinstance(told, TellOwner)
+    assert made.actions == ()
+    (deactivate,) = made.work_withheld
+    assert isinstance(deactivate, DeactivateWorkload)
+    (told,) = made.work  # the only write dry-run makes
+    assert isinstance(told, TellOwner) and [o.kind for o in told.objects] == ["Job", "Workload"]
+    assert (told.event_type, told.reason) == ("Normal", "WouldRequeueForNodeHealth")
     assert "would have been quarantined" in told.message
     assert "Dry-run: nothing was done; the workload would have been requeued." in told.message
+
+
+def test_dry_run_tells_a_drained_workload_that_its_node_would_have_been_quarantined() -> None:
+    made = plan([lost_gpu("gpu-1")], [workload()], dry_run=True)
+    assert made.work_withheld == ()
+    (told,) = made.work
+    assert isinstance(told, TellOwner) and (told.event_type, told.reason) == ("Normal", "NodeWouldBeQuarantined")
+    assert "the workload would have been left to finish" in told.message
+
+
+def test_dry_run_with_a_tripped_breaker_tells_no_one() -> None:
+    """Nothing would have happened to the workload: there is nothing to tell."""
+    made = plan([xid("gpu-1", 79)], [workload()], state=BreakerState(tripped_at=NOW - 60), dry_run=True)
+    assert made.work == () and made.work_withheld == ()
 
 
 def test_an_opted_out_node_gets_no_write_and_its_work_none() -> None:

@@ -20,6 +20,7 @@ from test_health_cluster import (
     health_taints,
     leave_cluster,
     node,
+    our_events,
     reset_cluster,
     set_allocatable,
     settings,
@@ -182,16 +183,42 @@ def test_drain_leaves_running_pods_alone_and_keeps_new_ones_away(kube: Kube) -> 
     assert "Next: left to finish." in event["message"]
 
 
-def test_dry_run_evicts_nothing(kube: Kube, loki: LokiApi) -> None:
+def test_dry_run_evicts_nothing_and_tells_the_owner_what_would_have_happened(kube: Kube, loki: LokiApi) -> None:
     api = loki
     placed = start_job(kube)
     faulty = sorted(placed.values())[0]
     xid_on(api, faulty, XID_79)
     plan = controller(kube, settings(loki=api.settings(), dry_run=True)).reconcile_once()
-    assert plan.work == ()
-    (_, told) = plan.work_withheld
-    assert "the workload would have been requeued" in told.message  # type: ignore[union-attr]
-    assert not health_taints(node(kube, faulty)) and running_on(kube) == placed and ours(kube) == []
+    assert [type(a).__name__ for a in plan.work_withheld] == ["DeactivateWorkload"]
+    assert not health_taints(node(kube, faulty)) and running_on(kube) == placed
+    unchanged = workload(kube)
+    assert unchanged["spec"].get("active", True) and REQUEUE_LABEL not in unchanged["metadata"].get("labels", {})
+    assert our_events(kube) == []  # nothing on the node: its Event, like its taint, is withheld
+
+    job = kube.get("batch/v1", "Job", JOB, TEAM)
+    assert job is not None
+    for name, uid in ((JOB, job["metadata"]["uid"]), (unchanged["metadata"]["name"], unchanged["metadata"]["uid"])):
+        (event,) = ours(kube, name)
+        assert (event["type"], event["reason"]) == ("Normal", "WouldRequeueForNodeHealth")
+        assert event["involvedObject"]["uid"] == uid
+        assert f"GPU node {faulty} would have been quarantined" in event["message"]
+        assert "Xid 79, GPU has fallen off the bus" in event["message"]
+        assert "Dry-run: nothing was done; the workload would have been requeued." in event["message"]
+
+
+def test_dry_run_tells_an_owner_once_while_the_fault_stays(kube: Kube) -> None:
+    """A dry-run leaves the node in service, so the lost GPU is judged again on every pass (no dedup window
+    here); the owner hears of it once."""
+    placed = start_job(kube)
+    degraded = sorted(placed.values())[0]
+    set_allocatable(kube, degraded, 9)
+    health = controller(kube, settings(dry_run=True, dedup_window_seconds=0))
+    first, second = health.reconcile_once(), health.reconcile_once()
+    assert [type(a).__name__ for a in first.work] == [type(a).__name__ for a in second.work] == ["TellOwner"]
+    (event,) = ours(kube, JOB)
+    assert (event["type"], event["reason"]) == ("Normal", "NodeWouldBeQuarantined")
+    assert "the workload would have been left to finish" in event["message"]
+    assert not health_taints(node(kube, degraded)) and running_on(kube) == placed
 
 
 @pytest.mark.parametrize("where", ["job", "namespace"])

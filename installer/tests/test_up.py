@@ -13,6 +13,7 @@ from conftest import EXAMPLE, Sim
 from sim_fixture import release_nodes
 
 from konduktor.cli.main import main
+from konduktor.controller.settings import HealthSettings, load_settings
 from konduktor.helm.release import NAMESPACE, RELEASE, current
 from konduktor.kube.client import ApiError, Kube
 from konduktor.paths import state_dir
@@ -55,6 +56,32 @@ def test_up_installs_applies_and_verifies_then_changes_nothing(
     assert "konduktor-gpu-in-team-namespaces" in refused.message
     assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0  # safe to re-run
     assert "0 quota objects changed" in capsys.readouterr().out
+
+
+def test_up_gives_the_health_controller_the_settings_of_the_configs_health_section(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    example = tmp_path / "example.yaml"  # the example without its burn-in, which this test does not need
+    example.write_text(EXAMPLE.read_text(encoding="utf-8").replace("level: quick ", "level: none  "), encoding="utf-8")
+    config = tmp_path / "config.yaml"
+    health = "health:\n  affectedWork: {unusable: drain}\n  breaker: {maxNodes: 3}\n"
+    config.write_text(example.read_text(encoding="utf-8") + health, encoding="utf-8")
+    try:
+        assert main(["up", str(config), "--sim", sim.cluster.name]) == 0
+        settings = installed_health_settings(sim.kube, tmp_path / "health.yaml")
+        assert (settings.affected_work.unusable, settings.breaker.max_nodes) == ("drain", 3)
+        assert settings.affected_work.degraded == "drain" and settings.dry_run  # the chart's values, left alone
+    finally:
+        assert main(["up", str(example), "--sim", sim.cluster.name]) == 0  # the example's, for the tests that follow
+    assert installed_health_settings(sim.kube, tmp_path / "health.yaml").breaker.max_nodes == 20
+
+
+def installed_health_settings(kube: Kube, path: Path) -> HealthSettings:
+    """The settings the installed controller would load, from its ConfigMap."""
+    [settings_map] = [c for c in kube.list("v1", "ConfigMap", NAMESPACE) if "health.yaml" in c.get("data", {})]
+    path.write_text(settings_map["data"]["health.yaml"], encoding="utf-8")
+    return load_settings(path)
 
 
 def test_up_warn_first_admits_and_reports_what_the_policies_would_refuse(

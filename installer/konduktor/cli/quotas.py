@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, cast, get_args
+from typing import Annotated, Any, cast, get_args
 
 import typer
 import yaml
@@ -15,8 +15,10 @@ from konduktor.alerts.render import alertmanager_config
 from konduktor.cli.console import err
 from konduktor.config.findings import ConfigError, Finding
 from konduktor.config.load import LoadedConfig, load_config
+from konduktor.config.model import Config
 from konduktor.config.schema import config_schema_text
 from konduktor.errors import ExitCode, UsageError
+from konduktor.paths import product_dir
 from konduktor.quotas.manifests import ManifestFormat, serialize, write_directory
 from konduktor.quotas.render import render
 
@@ -101,10 +103,22 @@ def render_manifests(
             "`amtool config routes test`).",
         ),
     ] = False,
+    chart_values: Annotated[
+        bool,
+        typer.Option(
+            "--chart-values",
+            help="Print the umbrella chart's values the config implies instead, as `up` passes them: Kueue's "
+            "Configuration, Alertmanager's routes and receivers, the health controller's settings (for `helm -f` "
+            "or a GitOps values file).",
+        ),
+    ] = False,
 ) -> None:
     """Render the Kueue objects, namespaces and RBAC of a config (nothing touches the cluster)."""
     if alertmanager:
         sys.stdout.write(yaml.safe_dump(alertmanager_config(load_checked(config).config), sort_keys=False))
+        return
+    if chart_values:
+        sys.stdout.write(yaml.safe_dump(umbrella_values_of(load_checked(config).config), sort_keys=False))
         return
     if output not in get_args(ManifestFormat):
         raise UsageError(
@@ -124,6 +138,15 @@ def render_manifests(
     done = write_directory(objects, output_format, output_dir, loaded.config.cluster.name)
     removed = f", removed {done.removed} stale" if done.removed else ""
     err.print(f"wrote {done.written} files to {output_dir}{removed}", markup=False)
+
+
+def umbrella_values_of(config: Config) -> dict[str, Any]:
+    """The values `up` passes over the umbrella chart's own, for a config."""
+    # Imported here: only this output reads the chart, and `render` starts without the helm package.
+    from konduktor.helm.values import umbrella_values
+
+    defaults = yaml.safe_load((product_dir("charts") / "konduktor" / "values.yaml").read_text(encoding="utf-8"))
+    return umbrella_values(config, defaults)
 
 
 def schema() -> None:

@@ -53,7 +53,7 @@ from konduktor.helm.release import (
     render_upgrade,
     uninstall,
 )
-from konduktor.helm.values import merge_values, umbrella_values
+from konduktor.helm.values import core_values, merge_values, umbrella_values
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.documents import load_documents
 from konduktor.kube.policy_audit import Violation, audit_workloads
@@ -176,10 +176,12 @@ def chart_for(simulated: bool, config: Config, extra: dict[str, Any]) -> tuple[P
 
     On the simulated cluster only Konduktor's own chart (fake nodes run no GPU operator, and Kueue runs beside
     the control plane); else the umbrella, with the config's Kueue settings merged into Kueue's Configuration.
+    The config's `health:` settings go to konduktor-core's controller settings in both, over the values files.
     """
     if simulated:
         core = CHARTS / "konduktor-core"
-        return core, merge_values(load_documents(core / "ci" / "sim-values.yaml")[0], extra)
+        values = merge_values(load_documents(core / "ci" / "sim-values.yaml")[0], extra)
+        return core, merge_values(values, core_values(config))
     umbrella = CHARTS / "konduktor"
     if not (umbrella / "charts").is_dir():
         raise UsageError(

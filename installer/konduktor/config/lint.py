@@ -1,6 +1,7 @@
 """Lint rules over a parsed config: what Kueue accepts but gets wrong, and what Kueue would reject.
 
-Rule ids follow the quota design notes (L1-L15; L16 guards tenancy). Every rule is a pure function of the
+Rule ids follow the quota design notes (L1-L15; L16 guards tenancy, L17 the alert routes, L18 the health
+settings). Every rule is a pure function of the
 config (L14 also of a list of nodes) returning findings with a YAML path; the loader adds the line numbers.
 """
 
@@ -13,7 +14,7 @@ from typing import Any
 
 from konduktor.config.capacity import share_for, usable_per_node
 from konduktor.config.findings import Finding, YamlPath, did_you_mean, error, warning
-from konduktor.config.model import Config, GpuQuota, selects
+from konduktor.config.model import Config, GpuQuota, HealthRequalification, selects
 from konduktor.config.quantity import cpu_millicores, parse_quantity
 from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL, PRODUCT_LABEL
 
@@ -40,7 +41,7 @@ QUOTA_RESOURCES = ("cpu", "memory", GPU_RESOURCE)
 
 
 def lint(config: Config) -> list[Finding]:
-    """Every finding of rules L1-L13, L15, L16 and L17 that needs only the config."""
+    """Every finding of rules L1-L13 and L15-L18 that needs only the config."""
     return [finding for rule in RULES for finding in rule(config)]
 
 
@@ -534,6 +535,33 @@ def alert_receivers(config: Config) -> Iterator[Finding]:
             yield unknown(("alerts", "routes", "teams", team), name)
 
 
+def health_settings(config: Config) -> Iterator[Finding]:
+    """L18: the health section does not contradict itself. Requalification turned off with its other settings
+    given is an error (which one is meant?); NoExecute on unusable nodes with a policy other than requeue is a
+    warning, since the taint evicts those pods at once and the policy cannot let them finish."""
+    health = config.health
+    requalification = health.requalification
+    if requalification.enabled is False:
+        for field in ("tier", "max_concurrent", "cooldown_seconds", "priority_class"):
+            if getattr(requalification, field) is not None:
+                name = HealthRequalification.model_fields[field].alias or field
+                yield error(
+                    "L18",
+                    ("health", "requalification", name),
+                    f"requalification is turned off (enabled: false), so {name} would do nothing",
+                    hint="remove it, or set enabled: true",
+                )
+    policy = health.affected_work.unusable
+    if health.allow_no_execute and policy in ("drain", "none"):
+        yield warning(
+            "L18",
+            ("health", "affectedWork", "unusable"),
+            f"allowNoExecute evicts the pods of a node-unusable fault at once, so unusable: {policy} cannot "
+            "leave them running",
+            hint="use unusable: requeue (Kueue readmits the workload on healthy nodes), or drop allowNoExecute",
+        )
+
+
 RULES: tuple[Callable[[Config], Iterable[Finding]], ...] = (
     names,
     known_gpu_types,
@@ -550,6 +578,7 @@ RULES: tuple[Callable[[Config], Iterable[Finding]], ...] = (
     borrow_only_entries,
     pod_security_exceptions,
     alert_receivers,
+    health_settings,
 )
 
 

@@ -450,6 +450,77 @@ class BurnIn(Model):
     )
 
 
+WorkPolicy = Literal["requeue", "drain", "none"]
+RequalificationTier = Literal["quick", "standard", "full"]
+
+
+class HealthAffectedWork(Model):
+    """What happens to the Kueue workloads with pods on a node the health controller quarantines."""
+
+    unusable: WorkPolicy | None = Field(
+        default=None,
+        description="Faults that make the node unusable (Xid 79, a reboot required): requeue (Kueue readmits the "
+        "workload on healthy nodes), drain (its pods finish) or none; default: requeue",
+    )
+    degraded: WorkPolicy | None = Field(
+        default=None,
+        description="Every other quarantining fault (a GPU lost, pending row remaps): requeue, drain or none; "
+        "default: drain",
+    )
+
+
+class HealthBreaker(Model):
+    """At most max(1, min(maxFraction x GPU nodes, maxNodes)) new quarantines per window; one more trips the
+    breaker, and nothing is quarantined until an operator resets it."""
+
+    max_fraction: float | None = Field(default=None, gt=0, le=1, description="Share of the GPU nodes; default: 0.1")
+    max_nodes: int | None = Field(default=None, ge=1, description="Cap in nodes; default: 20")
+    window_seconds: float | None = Field(default=None, gt=0, description="Window length; default: 600")
+
+
+class HealthRequalification(Model):
+    """The burn-in the controller runs on a quarantined node after a rest; PASS puts the node back."""
+
+    enabled: bool | None = Field(
+        default=None, description="false: quarantined nodes stay out until released by hand; default: true"
+    )
+    tier: RequalificationTier | None = Field(
+        default=None, description="Burn-in level (as `konduktor-install burnin --level`); default: standard"
+    )
+    max_concurrent: int | None = Field(default=None, ge=1, description="Burn-in Jobs at once; default: 2")
+    cooldown_seconds: float | None = Field(
+        default=None, ge=0, description="Rest after a quarantine, and between two attempts; default: 900"
+    )
+    priority_class: Text | None = Field(
+        default=None, description="PriorityClass of the burn-in Jobs (a low one waits behind real work)"
+    )
+
+
+class Health(Model):
+    """The GPU health controller's day-1 settings; each one left out keeps the chart's value (docs/health.md)."""
+
+    dry_run: bool | None = Field(
+        default=None,
+        description="Decide and report only: no taint, no requeue; the owners of affected jobs get Events saying "
+        "what would have happened; default: false",
+    )
+    affected_work: HealthAffectedWork = Field(default_factory=HealthAffectedWork)
+    breaker: HealthBreaker = Field(default_factory=HealthBreaker)
+    requalification: HealthRequalification = Field(default_factory=HealthRequalification)
+    allow_no_execute: bool | None = Field(
+        default=None,
+        description="Taint unusable nodes NoExecute, which evicts their pods at once; default: false",
+    )
+    quarantine_unknown_xids: bool | None = Field(
+        default=None, description="Quarantine on Xid codes the catalog does not know; default: false"
+    )
+    kernel_xids_need_dcgm: bool | None = Field(
+        default=None,
+        description="A kernel-log Xid quarantines only once DCGM confirms it (a forged log line quarantines "
+        "nothing); false only where DCGM does not see the GPUs' Xids; default: true",
+    )
+
+
 def _default_priorities() -> dict[str, int]:
     # Work on borrowed capacity should be `opportunistic`: Kueue preempts the lowest priority first.
     return {"opportunistic": 100, "standard": 1000, "urgent": 10000}
@@ -469,6 +540,7 @@ class Config(Model):
     preflight: Preflight = Field(default_factory=Preflight)
     burnin: BurnIn = Field(default_factory=BurnIn)
     alerts: Alerts = Field(default_factory=Alerts)
+    health: Health = Field(default_factory=Health)
 
     def teams_using(self, gpu_type: str) -> list[str]:
         return [name for name, team in self.teams.items() if gpu_type in team.gpus]

@@ -19,6 +19,9 @@ Fate = Literal["requeued", "drained", "untouched", "opted-out"]
 
 REQUEUED_REASON = "RequeuedForNodeHealth"  # Kueue emits none of these reasons (day2.md 2)
 NODE_FAULT_REASON = "NodeQuarantined"
+# Dry-run's: the same news, as what would have happened.
+WOULD_REQUEUE_REASON = "WouldRequeueForNodeHealth"
+WOULD_QUARANTINE_REASON = "NodeWouldBeQuarantined"
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,13 @@ def opted_out_by(workload: AffectedWorkload, opt_out_label: str) -> str | None:
     if workload.namespace_labels.get(opt_out_label) == "true":
         return f"namespace {workload.namespace}"
     return None
+
+
+def owner_reason(fate: Fate, *, dry_run: bool) -> str:
+    """The reason of the owner's Event: a requeue, or only the news of the quarantine; dry-run says "would"."""
+    if fate == "requeued":
+        return WOULD_REQUEUE_REASON if dry_run else REQUEUED_REASON
+    return WOULD_QUARANTINE_REASON if dry_run else NODE_FAULT_REASON
 
 
 def signal_words(finding: Finding) -> str:

@@ -9,7 +9,9 @@ Pure: the caller passes the nodes as it sees them, the breaker state and the clo
 - new quarantines go through a fleet circuit breaker (a fraction of GPU nodes and an absolute cap per
   window); once tripped it stays open until an operator resets it, while releases continue;
 - NoExecute only for faults the catalog marks node-unusable, and only when the config allows it;
-- dry-run plans the same writes but returns them as `withheld`, never as `actions`;
+- dry-run plans the same writes but returns them as `withheld`, never as `actions`; only the Events on the owners
+  of affected workloads are still made, saying what would have happened to them (a Normal Event, reason
+  WouldRequeueForNodeHealth or NodeWouldBeQuarantined);
 - the Kueue workloads with pods on a node are handled only when this call quarantines the node (so the breaker,
   dry-run and the node's opt-out bound them too), by the affected-work policy of the fault's class; a workload
   whose owner or namespace opted out is only told. Only workloads we deactivated are ever reactivated.
@@ -25,13 +27,12 @@ from typing import Literal
 
 from konduktor.burnin.results import NodeVerdict, Verdict
 from konduktor.controller.affected import (
-    NODE_FAULT_REASON,
-    REQUEUED_REASON,
     AffectedWorkload,
     ObjectRef,
     RequeuingWorkload,
     fate_for,
     owner_message,
+    owner_reason,
     policy_for,
 )
 from konduktor.controller.classify import Finding, ForeignCondition, burnin_finding, verdict_detail
@@ -224,13 +225,16 @@ def decide(
     planner.start_requalifications()
     writes = tuple(planner.writes)
     work_writes = tuple(planner.work_writes)
+    notices, breaker_state = tuple(planner.notices), BreakerState(tuple(planner.recent), planner.tripped_at)
+    if not settings.dry_run:
+        return Plan(actions=writes, withheld=(), notices=notices, breaker=breaker_state, work=work_writes)
     return Plan(
-        actions=() if settings.dry_run else writes,
-        withheld=writes if settings.dry_run else (),
-        notices=tuple(planner.notices),
-        breaker=BreakerState(tuple(planner.recent), planner.tripped_at),
-        work=() if settings.dry_run else work_writes,
-        work_withheld=work_writes if settings.dry_run else (),
+        actions=(),
+        withheld=writes,
+        notices=notices,
+        breaker=breaker_state,
+        work=tuple(a for a in work_writes if isinstance(a, TellOwner)),
+        work_withheld=tuple(a for a in work_writes if not isinstance(a, TellOwner)),
     )
 
 
@@ -377,8 +381,13 @@ class _Planner:
                 opt_out_label=self.settings.opt_out_label,
             )
             objects = (workload.owner, workload.ref) if workload.owner is not None else (workload.ref,)
-            reason_word = REQUEUED_REASON if fate == "requeued" else NODE_FAULT_REASON
-            self.work_writes.append(TellOwner(node, workload.namespace, objects, "Warning", reason_word, _cut(message)))
+            dry_run = self.settings.dry_run
+            # Dry-run's Event is news of what did not happen: nothing went wrong with the job.
+            event_type: Literal["Normal", "Warning"] = "Normal" if dry_run else "Warning"
+            told = TellOwner(
+                node, workload.namespace, objects, event_type, owner_reason(fate, dry_run=dry_run), _cut(message)
+            )
+            self.work_writes.append(told)
 
     def requeue_done(self, workload: RequeuingWorkload) -> None:
         """Reactivate a Workload we deactivated once Kueue has released its quota (the eviction is done)."""

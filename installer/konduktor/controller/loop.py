@@ -31,6 +31,8 @@ from konduktor.controller.decide import (
     NodeState,
     Plan,
     RecordEvent,
+    TellOwner,
+    WorkAction,
     breaker_limit,
     decide,
     quarantined_by_us,
@@ -123,6 +125,7 @@ class HealthController:
         self._saved_cursor: str | None = None
         self._cursor_saved_at = 0.0  # monotonic
         self._trip_saved = False  # the Lease carries the breaker's trip, so its absence means a reset
+        self._told: set[tuple[str, str, str, str]] = set()  # dry-run's owner Events: namespace, workload, node, reason
         self._next_renewal = 0.0
 
     # --- entry points ---------------------------------------------------------------------------------------
@@ -366,13 +369,21 @@ class HealthController:
         suppressed = [a for a in (*plan.actions, *plan.withheld) if isinstance(a, RecordEvent)]
         self.metrics.quarantines_blocked.inc(sum(1 for a in suppressed if a.reason == "QuarantineSuppressed"))
         withheld = (*plan.withheld, *plan.work_withheld)
-        if withheld:
-            for action in withheld:
-                self.metrics.withheld.labels(action=action_name(action)).inc()
-                log(logging.INFO, f"dry-run: would {action_name(action)}", node=action.node, action=repr(action))
-            done = time.time()
-            return Outcome(finished={a.node: done for a in withheld})
-        return self.actuator.execute((*plan.actions, *plan.work), states)
+        for action in withheld:
+            self.metrics.withheld.labels(action=action_name(action)).inc()
+            log(logging.INFO, f"dry-run: would {action_name(action)}", node=action.node, action=repr(action))
+        work = [a for a in plan.work if self._untold(a)] if self.settings.dry_run else plan.work
+        outcome = self.actuator.execute((*plan.actions, *work), states)
+        self._told.update(_telling(a) for a in work if isinstance(a, TellOwner) and a.node not in outcome.failed)
+        done = time.time()
+        for action in withheld:
+            outcome.finished.setdefault(action.node, done)
+        return outcome
+
+    def _untold(self, action: WorkAction) -> bool:
+        """Dry-run tells an owner once per workload, node and reason: the node stays in service, so its fault is
+        judged again after every dedup window, where a quarantine would have ended the news."""
+        return not isinstance(action, TellOwner) or _telling(action) not in self._told
 
     def _measure(self, outcome: Outcome, fresh: Sequence[Signal], results: Sequence[Result]) -> None:
         """Detection latency per node that got a write: from its earliest new evidence to its last write."""
@@ -401,3 +412,8 @@ class HealthController:
         self.metrics.breaker_tripped.set(1 if breaker.tripped else 0)
         self.metrics.breaker_window.set(sum(1 for t in breaker.recent if now - t < window))
         self.metrics.breaker_limit.set(breaker_limit(len(states), self.settings.breaker))
+
+
+def _telling(action: TellOwner) -> tuple[str, str, str, str]:
+    """Which news an owner Event is: the Workload (the last object told) and the node, and the reason."""
+    return action.namespace, action.objects[-1].name, action.node, action.reason

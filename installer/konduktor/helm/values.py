@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from konduktor.alerts.render import kube_prometheus_stack_values
-from konduktor.config.model import Config
+from konduktor.config.model import Config, Health
 from konduktor.quotas.render import kueue_manager_settings
 
 
@@ -27,11 +27,54 @@ def merge_sections(base: dict[str, Any], settings: dict[str, Any]) -> dict[str, 
     return merged
 
 
+def controller_settings(health: Health) -> dict[str, Any]:
+    """The health controller's settings (its config file, konduktor-core's `controller.settings`) that the
+    config's `health:` section gives. Only what the section sets: the rest keeps the chart's values (and those of
+    an environment's values files), whose defaults are the controller's own."""
+    requalification = health.requalification
+    given: dict[str, Any] = {
+        "dry_run": health.dry_run,
+        "allow_noexecute": health.allow_no_execute,
+        "quarantine_unknown": health.quarantine_unknown_xids,
+        "kernel_xids_need_dcgm": health.kernel_xids_need_dcgm,
+        "cooldown_seconds": requalification.cooldown_seconds,
+        # No Job slot is no requalification: the controller has no other switch for it.
+        "max_concurrent_requalifications": 0 if requalification.enabled is False else requalification.max_concurrent,
+        "breaker": {
+            "max_fraction": health.breaker.max_fraction,
+            "max_nodes": health.breaker.max_nodes,
+            "window_seconds": health.breaker.window_seconds,
+        },
+        "affected_work": {"unusable": health.affected_work.unusable, "degraded": health.affected_work.degraded},
+        "requalification": {"tier": requalification.tier, "priority_class": requalification.priority_class},
+    }
+    return _without_unset(given)
+
+
+def _without_unset(settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` without the None values and the sections left empty."""
+    kept: dict[str, Any] = {}
+    for key, value in settings.items():
+        setting = (_without_unset(value) or None) if isinstance(value, dict) else value
+        if setting is not None:
+            kept[key] = setting
+    return kept
+
+
+def core_values(config: Config) -> dict[str, Any]:
+    """konduktor-core's values the config implies: the controller settings of its `health:` section."""
+    settings = controller_settings(config.health)
+    return {"controller": {"settings": settings}} if settings else {}
+
+
 def umbrella_values(config: Config, chart_values: dict[str, Any]) -> dict[str, Any]:
     """Values to pass on top of the chart's (and an environment's): Kueue's Configuration with the config's
-    settings, and Alertmanager's routes and receivers from its `alerts:` section. `chart_values` are the chart
-    defaults merged with the environment's values files."""
+    settings, Alertmanager's routes and receivers from its `alerts:` section, and the health controller's
+    settings from its `health:` section. `chart_values` are the chart defaults merged with the environment's
+    values files."""
     values: dict[str, Any] = {"kube-prometheus-stack": kube_prometheus_stack_values(config)}
+    if core := core_values(config):
+        values["konduktor-core"] = core
     manager = chart_values.get("kueue", {}).get("managerConfig", {}).get("controllerManagerConfigYaml")
     if manager:
         configuration = merge_sections(yaml.safe_load(manager), kueue_manager_settings(config))
