@@ -7,8 +7,8 @@ fault and per duplicate, and the controller's memory.
 
 For each node count: a new sim cluster `bench-health` (COUNT x 8 H100) whose kube-apiserver keeps an audit log of
 writes; `konduktor-health run` as a subprocess against it; the pinned Loki, configured as the umbrella deploys
-it (kernel lines written as its collector ships them); taints seen through a Node watch in this process. Runs in its own state directory (tools come from the shared cache) and
-removes its clusters afterwards.
+it (kernel lines written as its collector ships them); taints seen through a Node watch in this process. Runs in
+its own state directory (tools come from the shared cache) and removes its clusters afterwards.
 """
 
 from __future__ import annotations
