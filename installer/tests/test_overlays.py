@@ -61,7 +61,7 @@ def wave(obj: dict[str, Any]) -> int:
 
 
 def test_every_documented_overlay_exists() -> None:
-    assert ALL == ["argocd", "bare-metal", "base", "eks", "gke", "sim"]
+    assert ALL == ["argocd", "bare-metal", "base", "eks", "gke", "sim", "sim-gitops"]
     assert ENVIRONMENTS == ["bare-metal", "eks", "gke"]
 
 

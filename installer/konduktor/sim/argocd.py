@@ -38,6 +38,18 @@ PLUGIN = "konduktor"
 APPLICATION = ("argoproj.io/v1alpha1", "Application")
 REFRESH = "argocd.argoproj.io/refresh"
 HELPER_SCRIPTS = ("git-verify-wrapper.sh", "gpg-wrapper.sh")
+# Argo CD's documented health check for Applications ("App of Apps"); Argo CD no longer has it built in.
+APPLICATION_HEALTH = """hs = {}
+hs.status = "Progressing"
+hs.message = ""
+if obj.status ~= nil and obj.status.health ~= nil then
+  hs.status = obj.status.health.status
+  if obj.status.health.message ~= nil then
+    hs.message = obj.status.health.message
+  end
+end
+return hs
+"""
 ROLES = ("argocd-repo-server", "argocd-application-controller", "argocd-cmp-server")
 
 
@@ -56,8 +68,13 @@ def settings_objects(secret_key: str, reconciliation_seconds: int) -> list[dict[
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": "argocd-cm", "namespace": NAMESPACE, "labels": PART_OF},
-            # How often the controller compares every application with git when no webhook tells it to.
-            "data": {"timeout.reconciliation": f"{reconciliation_seconds}s"},
+            "data": {
+                # How often the controller compares every application with git when no webhook tells it to.
+                "timeout.reconciliation": f"{reconciliation_seconds}s",
+                # An Application's health is its own status: with it, the app of apps waits for the platform
+                # (wave 0) to be Healthy before it creates the quotas application (wave 1).
+                "resource.customizations.health.argoproj.io_Application": APPLICATION_HEALTH,
+            },
         },
         {
             "apiVersion": "v1",
@@ -211,9 +228,11 @@ def application_status(kube: Kube, name: str) -> dict[str, Any]:
 def synced_healthy(status: dict[str, Any], revision: str) -> bool:
     """Synced to this git revision and Healthy."""
     sync = status.get("sync", {})
+    # An application of several sources (a chart and a values file) reports one revision per source.
+    revisions = sync.get("revisions") or [sync.get("revision")]
     return bool(
         sync.get("status") == "Synced"
-        and sync.get("revision") == revision
+        and all(r == revision for r in revisions)
         and status.get("health", {}).get("status") == "Healthy"
     )
 
