@@ -418,6 +418,27 @@ def test_the_breaker_stops_quarantining_when_more_nodes_fail_than_the_cap(kube: 
     assert metrics.sample("konduktor_quarantined_nodes") == 1
 
 
+def test_a_burst_on_every_node_is_written_at_once_and_the_breaker_still_caps_it(kube: Kube, loki: LokiApi) -> None:
+    """Four faults in one pass, nodes written concurrently: the breaker, decided before any write, lets exactly
+    three through, and each of those gets its writes once."""
+    api = loki
+    stamp = time.time_ns()
+    api.push([(name, f"[ 9000.00000{i}] {XID_79}", stamp + i * 1000) for i, name in enumerate(NODES)])
+    capped = settings(loki=api.settings(), breaker=BreakerSettings(max_fraction=1, max_nodes=3), write_concurrency=4)
+    health = controller(kube, capped)
+    plan = health.reconcile_once()
+
+    tainted = [name for name in NODES if health_taints(node(kube, name))]
+    assert len(tainted) == 3 and plan.breaker.tripped
+    for name in tainted:
+        assert [e["reason"] for e in our_events(kube, name)] == ["Xid79"]
+        writes = [type(a).__name__ for a in plan.actions if a.node == name]
+        assert writes == ["UpdateNode", "SetCondition", "RecordEvent"]
+    (spared,) = set(NODES) - set(tainted)
+    assert [e["reason"] for e in our_events(kube, spared)] == ["QuarantineSuppressed"]
+    assert health.metrics.sample("konduktor_quarantines_total", {"reason": "Xid79"}) == 3
+
+
 def test_a_health_taint_placed_by_someone_else_is_never_removed(kube: Kube) -> None:
     manual = "gpu-h100-0002"
     patch_node(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,7 @@ class Actuator:
         metrics: HealthMetrics,
         identity: str,
         clock: Callable[[], float] = time.time,
+        concurrency: int = 1,
     ) -> None:
         self.kube = kube
         self.nodes = nodes
@@ -63,24 +65,40 @@ class Actuator:
         self.metrics = metrics
         self.identity = identity
         self.clock = clock
+        self.concurrency = concurrency
 
     def execute(self, actions: Sequence[Action | WorkAction], states: Mapping[str, NodeState]) -> Outcome:
-        outcome = Outcome()
+        by_node: dict[str, list[Action | WorkAction]] = {}
         for action in actions:
-            if action.node in outcome.failed:
-                continue  # the node's state is not what the rest of its writes assume; the next pass retries
+            by_node.setdefault(action.node, []).append(action)
+        workers = min(self.concurrency, len(by_node))
+        if workers <= 1:
+            done = [self._write_node(node, writes, states) for node, writes in by_node.items()]
+        else:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="node-writes") as pool:
+                done = list(pool.map(lambda item: self._write_node(*item, states), by_node.items()))
+        outcome = Outcome()
+        for node, finished in zip(by_node, done, strict=True):
+            if finished is None:
+                outcome.failed.add(node)
+            else:
+                outcome.finished[node] = finished
+        return outcome
+
+    def _write_node(
+        self, node: str, writes: Sequence[Action | WorkAction], states: Mapping[str, NodeState]
+    ) -> float | None:
+        """One node's writes in order; when the last one finished, or None when one failed (the rest skipped:
+        the node's state is not what they assume; the next pass retries)."""
+        for action in writes:
             try:
                 self._make(action, states)
             except ApiError as problem:
                 verb, resource = _api_target(action)
                 self.metrics.api_error(verb, resource, problem)
-                log(
-                    logging.ERROR, "write failed", node=action.node, action=type(action).__name__, error=problem.message
-                )
-                outcome.failed.add(action.node)
-                continue
-            outcome.finished[action.node] = self.clock()
-        return outcome
+                log(logging.ERROR, "write failed", node=node, action=type(action).__name__, error=problem.message)
+                return None
+        return self.clock()
 
     def _make(self, action: Action | WorkAction, states: Mapping[str, NodeState]) -> None:
         now = self.clock()

@@ -105,7 +105,9 @@ class HealthController:
         self.prometheus = PrometheusSource(settings.prometheus, self.metrics) if settings.prometheus else None
         logs = step_logs or PodLogs(kube, self.metrics)
         self.requalifier = Requalifier(kube, settings.requalification, self.metrics, logs)
-        self.actuator = Actuator(kube, self.nodes, self.requalifier, self.metrics, identity)
+        self.actuator = Actuator(
+            kube, self.nodes, self.requalifier, self.metrics, identity, concurrency=settings.write_concurrency
+        )
         # Dry-run writes nothing at all, not even the Lease: each dry-run replica observes on its own, and its
         # Loki cursor lives in memory.
         self.lease = (

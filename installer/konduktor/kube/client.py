@@ -111,6 +111,9 @@ class Kube:
                 hint="pass --kubeconfig, set KUBECONFIG, or start the simulated cluster: konduktor-install sim up",
             ) from problem
         configuration.retries = 2
+        # Connections kept for reuse (default: 5 per CPU). The health controller writes up to 64 nodes at once; with
+        # fewer kept, each burst would open and drop connections (and urllib3 warns for each one).
+        configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, 64)
         self.server = configuration.host
         self.kubeconfig = kubeconfig
         self.context = context
