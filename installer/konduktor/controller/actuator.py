@@ -76,7 +76,7 @@ class Actuator:
             done = [self._write_node(node, writes, states) for node, writes in by_node.items()]
         else:
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="node-writes") as pool:
-                done = list(pool.map(lambda item: self._write_node(*item, states), by_node.items()))
+                done = list(pool.map(lambda item: self._write_node(item[0], item[1], states), by_node.items()))
         outcome = Outcome()
         for node, finished in zip(by_node, done, strict=True):
             if finished is None:
