@@ -424,7 +424,7 @@ def test_a_burst_on_every_node_is_written_at_once_and_the_breaker_still_caps_it(
     api = loki
     stamp = time.time_ns()
     api.push([(name, f"[ 9000.00000{i}] {XID_79}", stamp + i * 1000) for i, name in enumerate(NODES)])
-    capped = settings(loki=api.settings(), breaker=BreakerSettings(max_fraction=1, max_nodes=3), write_concurrency=4)
+    capped = settings(loki=api.settings(), breaker=BreakerSettings(max_fraction=1, max_nodes=3), node_concurrency=4)
     health = controller(kube, capped)
     plan = health.reconcile_once()
 

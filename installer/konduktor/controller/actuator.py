@@ -5,6 +5,10 @@ requalification Jobs.
 resourceVersion of the Node it was computed from (a merge patch with a resourceVersion is a conditional
 update); if another writer changed the Node in between, the API answers 409 and the write is computed again
 from a fresh read, so a taint added by someone else at the same moment is never dropped.
+
+Each node's writes are made in the plan's order; different nodes are written at the same time (up to
+`node_concurrency`), so a burst of faults does not queue behind one node's round trips. How many nodes are
+quarantined was decided before any write (the breaker is part of the plan), so concurrency never changes it.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ class HealthController:
         logs = step_logs or PodLogs(kube, self.metrics)
         self.requalifier = Requalifier(kube, settings.requalification, self.metrics, logs)
         self.actuator = Actuator(
-            kube, self.nodes, self.requalifier, self.metrics, identity, concurrency=settings.write_concurrency
+            kube, self.nodes, self.requalifier, self.metrics, identity, concurrency=settings.node_concurrency
         )
         # Dry-run writes nothing at all, not even the Lease: each dry-run replica observes on its own, and its
         # Loki cursor lives in memory.
@@ -290,7 +290,7 @@ class HealthController:
         nodes = {f.node for f in findings if f.quarantine and f.node in states}
         nodes = {name for name in nodes if not quarantined_by_us(states[name])}
         try:
-            work = workloads_on(self.kube, nodes) if nodes else {}
+            work = workloads_on(self.kube, nodes, self.settings.node_concurrency) if nodes else {}
             requeued = requeuing(self.kube) if poll else []
         except ApiError as problem:
             log(logging.WARNING, "cannot read the Kueue workloads on faulty nodes", error=problem.message)

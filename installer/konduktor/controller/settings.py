@@ -151,9 +151,10 @@ class HealthSettings(_Section):
     # How long allocatable GPUs must stay below the expected count before it counts as a lost GPU.
     gpu_lost_grace_seconds: float = Field(default=60, ge=0)
     max_concurrent_requalifications: int = Field(default=2, ge=0)
-    # Nodes written at once. A rack-level failure quarantines many nodes in one pass; written one after another
-    # they would wait on each other's round trips. Each node's own writes stay in order.
-    write_concurrency: int = Field(default=16, ge=1, le=64)
+    # Nodes handled at once: their pods read (for the affected work) and their writes made. A rack-level failure
+    # quarantines many nodes in one pass; one after another they would wait on each other's round trips. Each
+    # node's own writes stay in order.
+    node_concurrency: int = Field(default=16, ge=1, le=64)
     opt_out_label: str = Field(default="konduktor.ai/gpu-health-opt-out", min_length=1)
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
     # The opt-out label also works on a workload's owner (a Job, JobSet, ...) and on its namespace: such work is
