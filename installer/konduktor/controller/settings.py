@@ -154,7 +154,7 @@ class HealthSettings(_Section):
     # Nodes handled at once: their pods read (for the affected work) and their writes made. A rack-level failure
     # quarantines many nodes in one pass; one after another they would wait on each other's round trips. Each
     # node's own writes stay in order.
-    node_concurrency: int = Field(default=16, ge=1, le=64)
+    node_concurrency: int = Field(default=32, ge=1, le=64)
     opt_out_label: str = Field(default="konduktor.ai/gpu-health-opt-out", min_length=1)
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
     # The opt-out label also works on a workload's owner (a Job, JobSet, ...) and on its namespace: such work is
