@@ -361,10 +361,10 @@ def test_kueue_refuses_an_unknown_configuration_field(tmp_path: Path) -> None:
     assert "strict decoding error" in output
 
 
-def render_kueue_chart(tmp_path: Path) -> list[dict[str, Any]]:
+def render_kueue_chart(tmp_path: Path, **overrides: Any) -> list[dict[str, Any]]:
     """The pinned Kueue chart (from the Kueue module) with the umbrella's Kueue values, as the umbrella renders it."""
     values_file = tmp_path / "kueue-values.yaml"
-    YAML().dump(values()["kueue"], values_file)
+    YAML().dump({**values()["kueue"], **overrides}, values_file)
     chart = module_dir(Toolbox().tools["kueue"]) / "charts" / "kueue"
     result = helm("template", "konduktor", str(chart), "--namespace", NAMESPACE, "--values", str(values_file))
     assert result.returncode == 0, result.stderr
@@ -387,6 +387,47 @@ def test_kueue_webhooks_only_intercept_team_namespaces(tmp_path: Path) -> None:
     for hook in hooks:
         assert hook["namespaceSelector"] == kueue_manager_config()["managedJobsNamespaceSelector"], hook["name"]
     assert any(o["kind"] == "ServiceMonitor" for o in objects)
+
+
+def test_kueue_serves_the_visibility_api_and_team_members_may_read_their_own_queues(tmp_path: Path) -> None:
+    """`konduktor queue` and `why` read a LocalQueue's pending workloads from Kueue's visibility API: the umbrella
+    turns it on, and the ClusterRole the quotas render binds to each team's groups aggregates read access to it."""
+    objects = render_kueue_chart(tmp_path)
+    [manager] = [
+        o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("controller-manager")
+    ]
+    assert "--feature-gates=VisibilityOnDemand=true" in manager["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert {o["spec"]["group"] for o in objects if o["kind"] == "APIService"} == {"visibility.kueue.x-k8s.io"}
+
+    team_roles = {
+        o["roleRef"]["name"]
+        for o in render(load_config(REPO_ROOT / "examples" / "config.yaml").config)
+        if o["kind"] == "RoleBinding" and o["roleRef"]["kind"] == "ClusterRole"
+    }
+    roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRole"}
+    [aggregated] = [roles[name] for name in team_roles if name in roles]  # Kueue's batch user role
+    [selector] = aggregated["aggregationRule"]["clusterRoleSelectors"]
+    readers = [
+        role
+        for role in roles.values()
+        if selector["matchLabels"].items() <= (role["metadata"].get("labels") or {}).items()
+        for rule in role.get("rules", [])
+        if "visibility.kueue.x-k8s.io" in rule["apiGroups"]
+        and "localqueues/pendingworkloads" in rule["resources"]
+        and "get" in rule["verbs"]
+    ]
+    assert readers
+    # Every visibility rule is about LocalQueues or ClusterQueues; none lets a team read another's objects.
+    assert not any("clusterqueues/pendingworkloads" in rule["resources"] for role in readers for rule in role["rules"])
+
+
+def test_kueueviz_is_an_opt_in(tmp_path: Path) -> None:
+    assert values()["kueue"]["enableKueueViz"] is False
+    assert not [o for o in render_kueue_chart(tmp_path) if "kueueviz" in o["metadata"]["name"]]
+    opted_in = {
+        o["kind"] for o in render_kueue_chart(tmp_path, enableKueueViz=True) if "kueueviz" in o["metadata"]["name"]
+    }
+    assert {"Deployment", "Service"} <= opted_in
 
 
 def stripped_umbrella(destination: Path) -> Path:
