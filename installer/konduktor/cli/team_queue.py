@@ -67,34 +67,40 @@ def queue(
 ) -> None:
     """Your team's GPU quota (used, borrowed, lent) and its pending jobs in Kueue's order."""
     output = _output(output)
-    kube = _connect(kubeconfig, context, as_user, as_group)
-    ns = namespace or kube.namespace
-    team = team_queues(kube, ns)
-    cluster_queues = sorted(set(team.local_queues.values()))
-    if not cluster_queues:
-        raise UsageError(f"namespace {ns} has no LocalQueue: it is not a team namespace", hint="pass -n TEAM-NAMESPACE")
-    views = [queue_view(cq, team.capacity, team.pending, team.source) for cq in cluster_queues] if team.capacity else []
-    if output == "json":
-        body: dict[str, Any] = {
-            "namespace": ns,
-            "source": team.source,
-            "capacityPublished": team.capacity is not None,
-            "queues": [v.as_json() for v in views],
-            "pending": [vars(p) for p in team.pending],
-        }
-        sys.stdout.write(json.dumps(body, indent=2) + "\n")
-        return
-    for view in views:
-        err.print(f"team {view.team} (ClusterQueue {view.cluster_queue})", markup=False)
-        print_rows(
-            [q.row() for q in view.quota], ["flavor", "nominal", "used", "borrowed", "lent", "borrowing_limit"], "table"
+    with _connect(kubeconfig, context, as_user, as_group) as kube:
+        ns = namespace or kube.namespace
+        team = team_queues(kube, ns)
+        cluster_queues = sorted(set(team.local_queues.values()))
+        if not cluster_queues:
+            raise UsageError(
+                f"namespace {ns} has no LocalQueue: it is not a team namespace", hint="pass -n TEAM-NAMESPACE"
+            )
+        views = (
+            [queue_view(cq, team.capacity, team.pending, team.source) for cq in cluster_queues] if team.capacity else []
         )
-    if team.capacity is None:
-        err.print("quota: not published on this cluster (ask an administrator)", markup=False)
-    err.print(f"pending, in Kueue's order ({_source_text(team.source)}):", markup=False)
-    print_rows(
-        [vars(p) for p in team.pending], ["position", "job", "priority", "gpus", "local_queue", "created"], "table"
-    )
+        if output == "json":
+            body: dict[str, Any] = {
+                "namespace": ns,
+                "source": team.source,
+                "capacityPublished": team.capacity is not None,
+                "queues": [v.as_json() for v in views],
+                "pending": [vars(p) for p in team.pending],
+            }
+            sys.stdout.write(json.dumps(body, indent=2) + "\n")
+            return
+        for view in views:
+            err.print(f"team {view.team} (ClusterQueue {view.cluster_queue})", markup=False)
+            print_rows(
+                [q.row() for q in view.quota],
+                ["flavor", "nominal", "used", "borrowed", "lent", "borrowing_limit"],
+                "table",
+            )
+        if team.capacity is None:
+            err.print("quota: not published on this cluster (ask an administrator)", markup=False)
+        err.print(f"pending, in Kueue's order ({_source_text(team.source)}):", markup=False)
+        print_rows(
+            [vars(p) for p in team.pending], ["position", "job", "priority", "gpus", "local_queue", "created"], "table"
+        )
 
 
 def _source_text(source: str) -> str:
@@ -113,17 +119,17 @@ def why_command(
     """Why a job waits, in plain words, and what would make it run. Exit 0: admitted; 1: pending; 6: finished;
     7: will never fit."""
     output = _output(output)
-    kube = _connect(kubeconfig, context, as_user, as_group)
-    ns = namespace or kube.namespace
-    team = team_queues(kube, ns)
-    workload = workload_of_job(team.workloads, job)
-    found = kube.get("batch/v1", "Job", job, ns) or kube.get("v1", "Pod", job, ns)
-    if workload is None and found is None:
-        raise UsageError(f"no job or workload {job} in namespace {ns}", hint="`konduktor queue` lists them")
-    labels = found["metadata"].get("labels", {}) if found is not None else None
-    verdict = verdict_for(team, job, workload, labels)
-    _print_verdict(verdict, output)
-    raise typer.Exit(EXIT_CODES[verdict.state])
+    with _connect(kubeconfig, context, as_user, as_group) as kube:
+        ns = namespace or kube.namespace
+        team = team_queues(kube, ns)
+        workload = workload_of_job(team.workloads, job)
+        found = kube.get("batch/v1", "Job", job, ns) or kube.get("v1", "Pod", job, ns)
+        if workload is None and found is None:
+            raise UsageError(f"no job or workload {job} in namespace {ns}", hint="`konduktor queue` lists them")
+        labels = found["metadata"].get("labels", {}) if found is not None else None
+        verdict = verdict_for(team, job, workload, labels)
+        _print_verdict(verdict, output)
+        raise typer.Exit(EXIT_CODES[verdict.state])
 
 
 def _print_verdict(verdict: Verdict, output: str) -> None:
@@ -181,36 +187,38 @@ def submit(
     if priority is not None and priority not in PRIORITIES:
         raise UsageError(f"--priority {priority}: not a priority", hint=f"one of: {', '.join(PRIORITIES)}")
     original = _load_job(file)
-    kube = _connect(kubeconfig, context, as_user, as_group)
-    ns = namespace or original["metadata"].get("namespace") or kube.namespace
-    team = team_queues(kube, ns)
-    queues = sorted(lq for _, lq in team.local_queues)
-    if not queues:
-        raise UsageError(f"namespace {ns} has no LocalQueue: it is not a team namespace", hint="pass -n TEAM-NAMESPACE")
-    job = fill_in(original, ns, "default" if "default" in queues else queues[0], priority)
-    try:
-        warnings = kube.dry_run_create(job)
-    except ApiError as problem:
-        if problem.outage:
-            raise
-        raise ChangeRefused(f"the cluster refuses {file}: {problem.message}") from problem
-    for warning in warnings:
-        err.print(f"warning: {warning}", markup=False)
-    name = job["metadata"].get("name", "")
-    verdict = verdict_for(team, name, workload_for(job))
-    if verdict.state == "never-fit":
-        raise NeverFits(
-            f"{file}: {name} can never run as written: " + "; ".join(r.message for r in verdict.reasons),
-            hint="\n".join(verdict.remedies) or None,
-        )
-    labels = job["metadata"]["labels"]
-    summary = f"queue {labels[QUEUE_LABEL]}, priority {labels['kueue.x-k8s.io/priority-class']}"
-    if dry_run:
-        err.print(
-            f"dry run: the cluster accepts {job['kind']} {name} in {ns} ({summary}); created nothing", markup=False
-        )
-        return
-    created = kube.create(job)
-    name = created["metadata"]["name"]
-    err.print(f"created {job['kind']} {name} in {ns} ({summary})", markup=False)
-    sys.stdout.write(f"konduktor why {name} -n {ns}\n")
+    with _connect(kubeconfig, context, as_user, as_group) as kube:
+        ns = namespace or original["metadata"].get("namespace") or kube.namespace
+        team = team_queues(kube, ns)
+        queues = sorted(lq for _, lq in team.local_queues)
+        if not queues:
+            raise UsageError(
+                f"namespace {ns} has no LocalQueue: it is not a team namespace", hint="pass -n TEAM-NAMESPACE"
+            )
+        job = fill_in(original, ns, "default" if "default" in queues else queues[0], priority)
+        try:
+            warnings = kube.dry_run_create(job)
+        except ApiError as problem:
+            if problem.outage:
+                raise
+            raise ChangeRefused(f"the cluster refuses {file}: {problem.message}") from problem
+        for warning in warnings:
+            err.print(f"warning: {warning}", markup=False)
+        name = job["metadata"].get("name", "")
+        verdict = verdict_for(team, name, workload_for(job))
+        if verdict.state == "never-fit":
+            raise NeverFits(
+                f"{file}: {name} can never run as written: " + "; ".join(r.message for r in verdict.reasons),
+                hint="\n".join(verdict.remedies) or None,
+            )
+        labels = job["metadata"]["labels"]
+        summary = f"queue {labels[QUEUE_LABEL]}, priority {labels['kueue.x-k8s.io/priority-class']}"
+        if dry_run:
+            err.print(
+                f"dry run: the cluster accepts {job['kind']} {name} in {ns} ({summary}); created nothing", markup=False
+            )
+            return
+        created = kube.create(job)
+        name = created["metadata"]["name"]
+        err.print(f"created {job['kind']} {name} in {ns} ({summary})", markup=False)
+        sys.stdout.write(f"konduktor why {name} -n {ns}\n")
