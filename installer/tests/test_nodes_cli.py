@@ -107,6 +107,13 @@ def test_list_shows_a_quarantined_node_with_reason_since_and_owner(
         code, out, _ = run(capsys, cluster, *command)
         assert f"40 {H100} GPUs, 10 quarantined" in out, command
 
+    # `quotas explain` fits the same width; its limits are in -o wide.
+    code, out, _ = run(capsys, cluster, "quotas", "explain")
+    assert code == 0 and all(len(line) <= TABLE_WIDTH for line in out.splitlines())
+    assert "BORROWING_LIMIT" not in out and "PENDING_WORKLOADS" in out
+    code, out, _ = run(capsys, cluster, "quotas", "explain", "-o", "wide")
+    assert code == 0 and "BORROWING_LIMIT" in out and "LENDING_LIMIT" in out
+
 
 @pytest.mark.sim
 def test_release_clears_taint_and_condition_records_an_event_and_is_safe_to_rerun(

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
-from konduktor.cli.console import OutputFormat, err, print_rows, say
+from konduktor.cli.console import err, print_rows, say
 from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, Target, connect, running_target
 from konduktor.controller.health_view import capacity, health_view
@@ -120,13 +120,20 @@ def diff(
     raise typer.Exit(pending_code(changes))
 
 
+# The default table fits 100 columns; the limits, which change rarely, are in `-o wide` (and always in JSON).
+ExplainFormat = Literal["table", "wide", "json", "yaml"]
+
+
 @app.command("explain")
 def explain(
     team: Annotated[str | None, typer.Argument(help="Team (ClusterQueue) name; all teams when omitted.")] = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
     sim: SimOption = None,
-    output: Annotated[OutputFormat, typer.Option("-o", "--output")] = "table",
+    output: Annotated[
+        ExplainFormat,
+        typer.Option("-o", "--output", help="table (100 columns), wide (+ borrowing and lending limits), json, yaml."),
+    ] = "table",
 ) -> None:
     """Per team and GPU type: nominal quota, used, borrowed, lent, admitted and pending workloads."""
     with connect(kubeconfig, context, sim, read_only=True) as kube:
@@ -137,19 +144,10 @@ def explain(
     if team is not None and not rows:
         known = sorted({q["metadata"]["name"] for q in queues})
         raise UsageError(f"no ClusterQueue for team {team!r}", hint=f"teams on this cluster: {', '.join(known)}")
-    columns = [
-        "team",
-        "flavor",
-        "nominal",
-        "used",
-        "borrowed",
-        "lent",
-        "borrowing_limit",
-        "lending_limit",
-        "admitted_workloads",
-        "pending_workloads",
-    ]
-    print_rows(rows, columns, output)
-    if output == "table":  # quarantined GPUs still count in the quotas above: capacity the teams cannot use
+    columns = ["team", "flavor", "nominal", "used", "borrowed", "lent", "admitted_workloads", "pending_workloads"]
+    if output == "wide":
+        columns[6:6] = ["borrowing_limit", "lending_limit"]
+    print_rows(rows, columns, "table" if output == "wide" else output)
+    if output in ("table", "wide"):  # quarantined GPUs still count in the quotas above: capacity the teams cannot use
         for line in gpus:
             sys.stdout.write(f"capacity: {line.describe()}\n")
