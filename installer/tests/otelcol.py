@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import requests
 import yaml
 
 from konduktor.paths import cache_dir
@@ -95,3 +96,53 @@ def validate(binary: Path, config: dict[str, Any], workdir: Path) -> subprocess.
     return subprocess.run(
         [str(binary), "validate", f"--config={path}"], capture_output=True, text=True, check=False, env=env, timeout=120
     )
+
+
+def kernel_pipeline(
+    storage: Path, kern_log: Path, loki_url: str, tenant: str, ports: tuple[int, int]
+) -> dict[str, Any]:
+    """The umbrella's kernel-log pipeline as one node's collector runs it, paths and endpoints aside: the node's
+    kern.log, the file storage directory, the Loki URL and tenant, loopback ports. The pod-log pipeline, which
+    needs the Kubernetes API from inside a pod, is left out."""
+    config = umbrella_config(storage)
+    config["receivers"] = {"filelog/kernel": {**config["receivers"]["filelog/kernel"], "include": [str(kern_log)]}}
+    config["processors"].pop("k8sattributes")
+    del config["service"]["pipelines"]["logs"]
+    exporter = config["exporters"]["otlphttp/loki"]
+    exporter["endpoint"] = f"{loki_url}/otlp"
+    exporter["headers"] = {"X-Scope-OrgID": tenant}
+    health, metrics = ports
+    config["extensions"]["health_check"]["endpoint"] = f"127.0.0.1:{health}"
+    config["service"]["telemetry"]["metrics"]["readers"][0]["pull"]["exporter"]["prometheus"]["port"] = metrics
+    return config
+
+
+class Collector:
+    """One node's collector process; `restart()` keeps its file storage, as a pod restart keeps the host path."""
+
+    def __init__(self, binary: Path, config: dict[str, Any], node: str, workdir: Path, health_port: int) -> None:
+        self.binary, self.node, self.workdir = binary, node, workdir
+        self.path = workdir / "collector.yaml"
+        self.path.write_text(yaml.safe_dump(config))
+        self.log = workdir / "collector.log"
+        self.health = f"http://127.0.0.1:{health_port}/"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {"MY_POD_IP": "127.0.0.1", "OTEL_K8S_NODE_NAME": self.node, "PATH": "/usr/bin:/bin"}
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [str(self.binary), f"--config={self.path}"], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+
+    def ready(self) -> bool:
+        assert self.process is not None and self.process.poll() is None, self.log.read_text()[-3000:]
+        try:
+            return requests.get(self.health, timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()  # the collector flushes its batch and saves its file offsets on SIGTERM
+            self.process.wait(timeout=60)

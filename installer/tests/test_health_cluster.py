@@ -24,6 +24,7 @@ import requests
 from conftest import Sim
 from garbage_api import serving
 from loki_api import LokiApi
+from otelcol import Collector, collector, kernel_pipeline
 from ruamel.yaml import YAML
 from sim_fixture import health_taints, node, patch_node
 
@@ -373,6 +374,79 @@ def test_a_loki_restart_loses_no_kernel_line_and_counts_none_twice(kube: Kube, l
     assert [a for a in again.actions if a.node == faulty] == []
     assert health.metrics.sample("konduktor_quarantines_total", {"reason": "Xid79"}) == 1
     assert len(our_events(kube, faulty)) == 1
+
+
+def test_a_kernel_line_reaches_the_controller_through_the_collector_and_loki(
+    kube: Kube, loki: LokiApi, tmp_path: Path
+) -> None:
+    """The whole path with the umbrella's pipeline: a line appended to a node's kern.log, that node's collector
+    (file_log -> batch -> otlp_http), Loki (OTLP, `source` and `k8s_node_name` as labels), the controller (the
+    umbrella's query), the taint. A collector restart loses no line written while it was down and sends none again."""
+    api = loki
+    first, second = "gpu-h100-0001", "gpu-h100-0003"
+    binary = collector()
+    collectors = []
+    for name in (first, second):
+        workdir = tmp_path / name
+        workdir.mkdir()
+        # A node's kern.log is never empty: the collector tracks a file by its first bytes.
+        (workdir / "kern.log").write_text("Nov 24 00:00:00 node kernel: [    0.000000] Linux version 6.8.0\n")
+        health = free_port()
+        config = kernel_pipeline(
+            workdir / "storage", workdir / "kern.log", api.loki.url, api.tenant, (health, free_port())
+        )
+        (workdir / "storage").mkdir()
+        collectors.append(Collector(binary, config, name, workdir, health))
+    health = controller(kube, settings(loki=api.settings()))
+
+    def tainted(name: str) -> bool:
+        health.reconcile_once()
+        return bool(health_taints(node(kube, name)))
+
+    def checkpointed(running: Collector) -> bool:
+        """The collector saved its place in the file (file_storage writes one bbolt file per receiver)."""
+        return any(path.stat().st_size > 0 for path in (running.workdir / "storage").iterdir())
+
+    def append(workdir: Path, line: str) -> None:
+        with (workdir / "kern.log").open("a") as log:
+            log.write(f"Nov 24 00:00:00 node kernel: [ 1234.567890] {line}\n")
+
+    try:
+        for running in collectors:
+            running.start()
+            wait_until("the collector to be ready", running.ready, timeout=60)
+        append(collectors[0].workdir, XID_79)
+        wait_until(f"{first} to be tainted through collector and Loki", lambda: tainted(first), timeout=60)
+
+        # The second node's collector is down while its kernel logs the fault, and comes back.
+        append(collectors[1].workdir, "eth0: link up")
+        wait_until("the collector to read on", lambda: checkpointed(collectors[1]), timeout=60)
+        collectors[1].stop()
+        append(collectors[1].workdir, XID_79)
+        collectors[1].start()
+        wait_until("the collector to be ready again", collectors[1].ready, timeout=60)
+        wait_until(f"{second} to be tainted after the collector restart", lambda: tainted(second), timeout=60)
+        collectors[0].stop()
+        collectors[0].start()  # restarted: it must not ship the first line again
+        wait_until("the first collector to be ready again", collectors[0].ready, timeout=60)
+        health.reconcile_once()
+    finally:
+        for running in collectors:
+            running.stop()
+    assert health.metrics.sample("konduktor_quarantines_total", {"reason": "Xid79"}) == 2
+    for name in (first, second):
+        assert [e["reason"] for e in our_events(kube, name)] == ["Xid79"]
+    query = {"query": '{source="kernel"}', "start": str(time.time_ns() - 3600 * 10**9), "limit": "100"}
+    answer = requests.get(
+        f"{api.loki.url}/loki/api/v1/query_range", params=query, headers={"X-Scope-OrgID": api.tenant}, timeout=30
+    ).json()
+    shipped = sorted(
+        (stream["stream"]["k8s_node_name"], value[1].rsplit("] ", 1)[1])
+        for stream in answer["data"]["result"]
+        for value in stream["values"]
+    )
+    # Every line written after the collectors started, once each: none lost, none sent twice.
+    assert shipped == [(first, XID_79), (second, XID_79), (second, "eth0: link up")]
 
 
 def test_a_restarted_controller_does_not_count_loki_lines_twice(
