@@ -3,7 +3,7 @@ watch signal (a lost GPU) and of the Loki signal (an Xid 79 line), a burst of si
 fault and per duplicate, and the controller's memory.
 
     .venv/bin/python bench/health_bench.py [--nodes 1000,5000] [--samples 60] [--log-samples 40] [--poll 1]
-                                           [--burst 200] [--duplicates 1000]
+                                           [--burst 200] [--duplicates 1000] [--via-collector]
 
 For each node count: a new sim cluster `bench-health` (COUNT x 8 H100) whose kube-apiserver keeps an audit log of
 writes; `konduktor-health run` as a subprocess against it; the pinned Loki, configured as the umbrella deploys
@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "installer" / "test
 
 import requests
 from loki_api import Loki, LokiApi, new_tenant
+from otelcol import Collector, collector, kernel_pipeline
 from ruamel.yaml import YAML
 
 from konduktor.controller.decide import TAINT_VALUE
@@ -233,6 +234,7 @@ class Figures:
     synced: float = 0.0
     watch: list[float] = field(default_factory=list)
     log: list[float] = field(default_factory=list)
+    log_path: str = "Loki"
     burst: list[float] = field(default_factory=list)
     burst_inject: float = 0.0
     burst_last: float = 0.0
@@ -276,6 +278,8 @@ class Bench:
     audit: AuditLog
     poll: float
     rng: random.Random
+    # With --via-collector: each Xid sample node's collector, and its kern.log.
+    collectors: dict[str, Collector] = field(default_factory=dict)
 
     def lost_gpus(self, names: Sequence[str]) -> list[float]:
         latencies = []
@@ -286,13 +290,21 @@ class Bench:
             time.sleep(self.rng.uniform(0.2, 0.8))
         return latencies
 
+    def stop_collectors(self) -> None:
+        for running in self.collectors.values():
+            running.stop()
+
     def xid_lines(self, names: Sequence[str]) -> list[float]:
         latencies = []
         for name in names:
             # Spaced at random against the poll, so the samples cover every phase of it.
             time.sleep(self.rng.uniform(0.2, 1.2) * self.poll)
             at = time.monotonic()
-            self.loki.add(name, f"[{time.time():.6f}] {XID_79}")
+            if name in self.collectors:
+                with (self.collectors[name].workdir / "kern.log").open("a") as kern_log:
+                    kern_log.write(f"Nov 24 00:00:00 {name} kernel: [{time.time():.6f}] {XID_79}\n")
+            else:
+                self.loki.add(name, f"[{time.time():.6f}] {XID_79}")
             latencies.append(self.watch.wait([name], timeout=30 + 3 * self.poll)[name] - at)
         return latencies
 
@@ -327,6 +339,35 @@ class Bench:
         time.sleep(2 * self.poll + 1)
 
 
+def start_loki() -> tuple[Loki, LokiApi]:
+    """The pinned Loki as the umbrella configures it, and a tenant of this run."""
+    server = Loki(Path(tempfile.mkdtemp(prefix="loki-", dir=STATE)))
+    server.start()
+    return server, new_tenant(server)
+
+
+def start_collectors(names: Sequence[str], loki: LokiApi) -> dict[str, Collector]:
+    """One collector per node with the umbrella's kernel pipeline, each reading its own kern.log."""
+    binary, started = collector(), {}
+    for name in names:
+        workdir = STATE / "collectors" / name
+        (workdir / "storage").mkdir(parents=True)
+        (workdir / "kern.log").write_text(f"Nov 24 00:00:00 {name} kernel: [    0.000000] Linux version 6.8.0\n")
+        health = free_port()
+        config = kernel_pipeline(
+            workdir / "storage", workdir / "kern.log", loki.loki.url, loki.tenant, (health, free_port())
+        )
+        started[name] = Collector(binary, config, name, workdir, health)
+        started[name].start()
+    for running in started.values():
+        deadline = time.monotonic() + 60
+        while not running.ready():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"collector of {running.node} not ready:\n{tail(running.log, 20)}")
+            time.sleep(0.2)
+    return started
+
+
 def write_config(path: Path, settings: HealthSettings) -> Path:
     with path.open("w") as handle:
         YAML(typ="safe").dump(settings.model_dump(mode="json", exclude_none=True), handle)
@@ -334,7 +375,7 @@ def write_config(path: Path, settings: HealthSettings) -> Path:
 
 
 def run(count: int, args: argparse.Namespace) -> Figures:
-    figures = Figures(count, args.poll)
+    figures = Figures(count, args.poll, log_path="kern.log -> collector -> Loki" if args.via_collector else "Loki")
     names = [node_name(pool, i) for pool in parse_nodes_spec(f"{count}x{GPUS}:H100") for i in range(pool.count)]
     samples, log_samples = min(args.samples, count // 4), min(args.log_samples, count // 4)
     watch_nodes, log_nodes = names[:samples], names[samples : samples + log_samples]
@@ -350,14 +391,13 @@ def run(count: int, args: argparse.Namespace) -> Figures:
     audit = AuditLog(cluster.cluster_dir / "logs" / "audit.log", kube.api.user_agent)
     kube.api.user_agent = BENCH_AGENT
     kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    loki_server = Loki(Path(tempfile.mkdtemp(prefix="loki-", dir=STATE)))
-    loki_server.start()
-    loki = new_tenant(loki_server)
+    loki_server, loki = start_loki()
     config = write_config(STATE / f"health-{count}.yaml", health_settings(loki.settings(), args.poll, count))
     watch = TaintWatch(kube)
     watch.start()
     bench = Bench(kube, loki, watch, audit, args.poll, random.Random(count))
     controller = Controller(cluster.kubeconfig, config, STATE / f"controller-{count}.log")
+    bench.collectors = start_collectors(log_nodes, loki) if args.via_collector else {}
     try:
         figures.synced = controller.wait_synced(count)
         figures.rss_synced, _ = controller.memory_mib()
@@ -387,6 +427,7 @@ def run(count: int, args: argparse.Namespace) -> Figures:
     finally:
         controller.stop()
         watch.stop()
+        bench.stop_collectors()
         loki_server.stop()
         kube.close()
         cluster.down()
@@ -414,7 +455,7 @@ def report(f: Figures) -> None:
     print(f"  {'figure':<52} {'p50 s':>7} {'p99 s':>7} {'max s':>7}   goal")
     print(f"  {f'lost GPU -> taint (watch), {len(f.watch)} samples':<52} {spread(f.watch)}   p99 <= {WATCH_GOAL} s")
     print(
-        f"  {f'Xid 79 line -> taint (Loki, poll {f.poll:g} s), {len(f.log)} samples':<52} {spread(f.log)}"
+        f"  {f'Xid 79 line -> taint ({f.log_path}, poll {f.poll:g} s), {len(f.log)} samples':<52} {spread(f.log)}"
         f"   p99 <= {f.poll + 1:g} s (poll + 1 s)"
     )
     print(f"  {f'burst of {len(f.burst)} lost GPUs, each fault -> taint':<52} {spread(f.burst)}")
@@ -446,6 +487,11 @@ def main() -> None:
     parser.add_argument("--log-samples", type=int, default=40, help="Xid 79 log line samples per node count")
     parser.add_argument("--poll", type=float, default=1.0, help="the controller's poll_seconds")
     parser.add_argument("--burst", type=int, default=200, help="simultaneous lost GPUs")
+    parser.add_argument(
+        "--via-collector",
+        action="store_true",
+        help="Xid samples written to each node's kern.log and shipped by its collector (the umbrella's pipeline)",
+    )
     parser.add_argument("--duplicates", type=int, default=1000, help="repeats of an Xid line already acted on")
     args = parser.parse_args()
     AUDIT_POLICY.write_text(POLICY)
