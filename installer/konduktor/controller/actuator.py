@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +31,7 @@ from konduktor.controller.decide import (
     UpdateNode,
     WorkAction,
 )
+from konduktor.controller.fanout import at_once
 from konduktor.controller.logs import log
 from konduktor.controller.node_writes import FIELD_MANAGER, condition_status, event, update_node
 from konduktor.controller.nodes import NodeCache
@@ -75,12 +75,7 @@ class Actuator:
         by_node: dict[str, list[Action | WorkAction]] = {}
         for action in actions:
             by_node.setdefault(action.node, []).append(action)
-        workers = min(self.concurrency, len(by_node))
-        if workers <= 1:
-            done = [self._write_node(node, writes, states) for node, writes in by_node.items()]
-        else:
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="node-writes") as pool:
-                done = list(pool.map(lambda item: self._write_node(item[0], item[1], states), by_node.items()))
+        done = at_once(lambda item: self._write_node(item[0], item[1], states), list(by_node.items()), self.concurrency)
         outcome = Outcome()
         for node, finished in zip(by_node, done, strict=True):
             if finished is None:

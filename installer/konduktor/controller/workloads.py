@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from konduktor.controller.affected import AffectedWorkload, ObjectRef, RequeuingWorkload
 from konduktor.controller.decide import DeactivateWorkload, ReactivateWorkload, TellOwner
+from konduktor.controller.fanout import at_once
 from konduktor.controller.node_writes import object_event
 from konduktor.kube.client import ApiError, Kube
 from konduktor.vocabulary import REQUEUE_LABEL, REQUEUE_REASON
@@ -36,11 +36,7 @@ def workloads_on(kube: Kube, nodes: Iterable[str], concurrency: int = 1) -> dict
         listed = kube.list("v1", "Pod", field_selector=f"spec.nodeName={node}")
         return [p for p in listed if p.get("status", {}).get("phase") not in _FINISHED]
 
-    if concurrency > 1 and len(names) > 1:
-        with ThreadPoolExecutor(max_workers=min(concurrency, len(names)), thread_name_prefix="node-pods") as pool:
-            pods_by_node = dict(zip(names, pool.map(unfinished_pods, names), strict=True))
-    else:
-        pods_by_node = {node: unfinished_pods(node) for node in names}
+    pods_by_node = dict(zip(names, at_once(unfinished_pods, names, concurrency), strict=True))
     found: dict[str, list[AffectedWorkload]] = {}
     workloads: dict[str, list[dict[str, Any]]] = {}  # per namespace, read once
     for node in names:
