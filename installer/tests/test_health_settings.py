@@ -134,6 +134,7 @@ FULL: dict[str, Any] = {
     "gpu_types": {"h100": {"product": "NVIDIA-H100-80GB-HBM3", "gpus_per_node": 8}},
     "poll_seconds": 5,
     "lease_seconds": 15,
+    "node_concurrency": 32,
 }
 NUMBERS = sorted(numeric_paths(HealthSettings), key=str)
 

@@ -824,6 +824,11 @@ def test_the_preflight_job_is_privileged_pinned_and_asks_for_no_gpu() -> None:
     # Without the account (no konduktor-core yet) the pod runs as the namespace's default; unknown GPUs, no flag.
     bare = node_check_job("r1", pod_target(expect=NodeExpectations()), "i", "ops")["spec"]["template"]["spec"]
     assert "serviceAccountName" not in bare and "--gpus" not in bare["containers"][0]["command"]
+    # A healthy node's preflight does not ask to tolerate the health taint, which only konduktor's accounts may.
+    healthy = pod_target(taints=({"key": "nvidia.com/gpu", "effect": "NoSchedule"},), expect=NodeExpectations())
+    assert node_check_job("r1", healthy, "i", "ops")["spec"]["template"]["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists"}
+    ]
 
 
 def recorded_report(subject: str = "gpu-h100-0001") -> str:

@@ -234,7 +234,15 @@ def test_progress_without_a_terminal_prints_each_step_and_throttles_its_detail(
 def test_tools_needed_by_up_leave_out_the_test_tools() -> None:
     toolbox = Toolbox()
     assert set(toolbox.needed_by("up")) == {"kubernetes", "etcd", "kwok", "kueue", "helm"}
-    assert set(toolbox.needed_by("test")) == {"prometheus", "kustomize", "helm-docs", "alertmanager", "argo-cd"}
+    assert set(toolbox.needed_by("test")) == {
+        "prometheus",
+        "kustomize",
+        "helm-docs",
+        "alertmanager",
+        "loki",
+        "otelcol-builder",
+        "argo-cd",
+    }
     assert main(["tools", "install", "--for", "nothing"]) == 2
 
 

@@ -20,13 +20,13 @@ from konduktor.burnin.manifests import (
     PRIVILEGES_ANNOTATION,
     Manifest,
     dns_name,
-    gpu_node_tolerations,
     label_value,
     pin_to_hostnames,
     taint_tolerations,
 )
 from konduktor.preflight.node import NodeExpectations, unreachable
 from konduktor.preflight.results import Check, Status
+from konduktor.vocabulary import GPU_RESOURCE, HEALTH_TAINT_KEY
 
 NAME = "konduktor-preflight"  # app.kubernetes.io/name of the Jobs and their pods
 SERVICE_ACCOUNT = "konduktor-preflight"  # installed by konduktor-core; may tolerate the health taint
@@ -69,6 +69,15 @@ def node_check_command(node: str, expect: NodeExpectations) -> list[str]:
     return command + (["--rdma"] if expect.rdma else [])
 
 
+def node_check_tolerations(taints: Sequence[Mapping[str, str]]) -> list[dict[str, Any]]:
+    """The node's own taints, the GPU taint, and the health taint only where the node carries it: the admission
+    policy lets only konduktor's own service accounts tolerate that taint, so a preflight from another namespace
+    still runs on every healthy node."""
+    quarantined = any(t.get("key") == HEALTH_TAINT_KEY for t in taints)
+    health = [{"key": HEALTH_TAINT_KEY, "operator": "Exists"}] if quarantined else []
+    return [{"key": GPU_RESOURCE, "operator": "Exists"}, *health, *taint_tolerations(taints)]
+
+
 def node_check_job(
     run_id: str, target: PodTarget, image: str, namespace: str, service_account: str | None = None
 ) -> Manifest:
@@ -103,7 +112,7 @@ def node_check_job(
         "automountServiceAccountToken": False,  # the checks never talk to the API server
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 10,
-        "tolerations": gpu_node_tolerations(taint_tolerations(target.taints)),
+        "tolerations": node_check_tolerations(target.taints),
         "affinity": {"nodeAffinity": pin_to_hostnames([target.hostname or target.node])},
         "containers": [container],
         "volumes": [
