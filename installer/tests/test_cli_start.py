@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -188,3 +189,37 @@ def test_cli_start_team_commands_listed_help_is_each_commands_own(capsys: pytest
     assert team.main(["--help"]) == 0
     out = capsys.readouterr().out
     assert all(f" {name} " in out for name in listed)
+
+
+def command_paths(group: _click.Command, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command under a group (loading the lazy ones), as the words that name it."""
+    if not isinstance(group, typer.core.TyperGroup):
+        return [prefix]
+    context = _click.Context(group)
+    found = [prefix]
+    for name in group.list_commands(context):
+        command = group.get_command(context, name)
+        assert command is not None
+        found += command_paths(command, (*prefix, name))
+    return found
+
+
+@pytest.mark.parametrize("program", ["konduktor-install", "konduktor-health", "konduktor"])
+def test_every_help_names_values_not_python_types(program: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Flags are bare and values are named (`--context CONTEXT`, `{CONFIG}`): no option shows `<bool>`, `<str>`,
+    `<float>` or `<int>`, and the usage line names arguments in capitals."""
+    from konduktor.cli import health, team
+
+    app_, main_ = {"konduktor-install": (app, main), "konduktor-health": (health.app, health.main)}.get(
+        program, (team.app, team.main)
+    )
+    paths = command_paths(typer.main.get_group(app_))
+    assert len(paths) >= 3  # the program and its commands
+    for path in paths:
+        assert main_([*path, "--help"]) == 0, path
+        shown = capsys.readouterr().out
+        assert "Usage:" in shown
+        options = [line for line in shown.splitlines() if " --" in line]
+        typed = [t for t in ("<bool>", "<str>", "<float>", "<int>") if any(t in line for line in options)]
+        usage = next(line for line in shown.splitlines() if "Usage:" in line)
+        assert not typed and not re.search(r"[{\[][a-z_]+[}\]]", usage), f"{program} {' '.join(path)}: {typed} {usage}"

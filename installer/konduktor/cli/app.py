@@ -13,6 +13,7 @@ from typer.core import TyperGroup
 
 from konduktor import __version__
 from konduktor.cli.console import err, report_error
+from konduktor.cli.help_text import HELP_OPTION_NAMES, PlainHelpGroup
 from konduktor.errors import ExitCode, KonduktorError
 
 
@@ -28,7 +29,7 @@ def show_version(context: typer.Context, wanted: bool) -> None:
         raise typer.Exit()
 
 
-def new_app(name: str, help_text: str, group: type[TyperGroup] = TyperGroup) -> typer.Typer:
+def new_app(name: str, help_text: str, group: type[TyperGroup] = PlainHelpGroup) -> typer.Typer:
     app = typer.Typer(
         name=name,
         help=help_text,
@@ -37,7 +38,7 @@ def new_app(name: str, help_text: str, group: type[TyperGroup] = TyperGroup) -> 
         pretty_exceptions_enable=False,
         # --install-completion / --show-completion: the shell completes commands, options and file names.
         add_completion=True,
-        context_settings={"help_option_names": ["-h", "--help"]},
+        context_settings={"help_option_names": HELP_OPTION_NAMES},
     )
 
     @app.callback()

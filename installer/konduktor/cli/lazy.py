@@ -15,7 +15,9 @@ from typing import Any, ClassVar
 
 import typer
 from typer import _click
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand
+
+from konduktor.cli.help_text import PlainHelpGroup, plain_metavars
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class LazyCommand:
             found(holder)
         else:
             holder.command(self.name, hidden=self.hidden)(found)
-        return typer.main.get_group(holder).commands[self.name]
+        return plain_metavars(typer.main.get_group(holder).commands[self.name])
 
     def listing(self) -> _click.Command:
         """What the group's help shows for this command, without importing it."""
@@ -79,7 +81,7 @@ class _Commands(MutableMapping[str, _click.Command]):
         return len(set(self.loaded) | set(self.lazy))
 
 
-class LazyGroup(TyperGroup):
+class LazyGroup(PlainHelpGroup):
     """A Typer group with `commands` added to the ones registered on its app; subclass it to set them."""
 
     commands_to_load: ClassVar[tuple[LazyCommand, ...]] = ()
