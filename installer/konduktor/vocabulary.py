@@ -41,5 +41,9 @@ GPU_HEALTHY_CONDITION = "GPUHealthy"
 # quota and usage; no job, pod or namespace names): one ConfigMap of this name in each team namespace.
 CAPACITY_CONFIGMAP = "konduktor-capacity"
 
+# What Helm writes on every object a release made from its templates: which release owns it.
+HELM_RELEASE = "meta.helm.sh/release-name"
+HELM_NAMESPACE = "meta.helm.sh/release-namespace"
+
 # The burn-in tier a Job runs, on the Job.
 BURNIN_TIER_ANNOTATION = "konduktor.ai/burnin-tier"

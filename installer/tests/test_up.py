@@ -18,9 +18,10 @@ from konduktor.helm.release import NAMESPACE, RELEASE, current
 from konduktor.kube.client import ApiError, Kube
 from konduktor.paths import state_dir
 from konduktor.quotas.render import KUEUE_API
+from konduktor.quotas.sync import crd_losses
 from konduktor.sim.gpus import FAULTS_ANNOTATION
 from konduktor.sim.workloads import gpu_job
-from konduktor.vocabulary import BURNIN_NAMESPACE, HEALTH_TAINT_KEY
+from konduktor.vocabulary import BURNIN_NAMESPACE, HEALTH_TAINT_KEY, HELM_NAMESPACE, HELM_RELEASE
 from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim
@@ -362,3 +363,60 @@ def test_status_then_down_removes_what_up_made(
     assert sim.kube.get("v1", "Namespace", "team-a") is not None  # kept: it holds the team's work
     assert main(["status", *given]) == 1
     assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0  # and back, for the tests that follow
+
+
+def test_down_refuses_while_the_releases_crds_hold_objects_it_did_not_create(
+    sim: Sim, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As Kueue's chart does, a CRD made from the release's templates: uninstalling deletes it and every object of it.
+    `down` refuses (exit 2) while it holds an object Konduktor did not create, changing nothing; Konduktor's own
+    objects of it do not count."""
+    group, crd_name = "konduktor.test", "widgets.konduktor.test"
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": crd_name, "annotations": {HELM_RELEASE: RELEASE, HELM_NAMESPACE: NAMESPACE}},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
+    }
+    sim.kube.apply(crd)
+
+    def widget(name: str, labels: dict[str, str]) -> dict[str, Any]:
+        meta = {"name": name, "namespace": "default", "labels": labels}
+        return {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": meta}
+
+    try:
+        wait_until("the CRD to be served", lambda: _served(sim.kube, f"{group}/v1", "Widget"))
+        sim.kube.create(widget("ours", {"app.kubernetes.io/managed-by": "konduktor"}))
+        assert crd_losses(sim.kube, RELEASE, NAMESPACE) == []  # only Konduktor's own
+        sim.kube.create(widget("theirs", {}))
+        queues = sorted(q["metadata"]["name"] for q in sim.kube.list(KUEUE_API, "ClusterQueue"))
+        release = current(sim.kubeconfig, RELEASE, NAMESPACE)
+        capsys.readouterr()
+        assert main(["down", "--sim", sim.cluster.name, "--yes"]) == 2
+        refusal = capsys.readouterr().err
+        assert "1 Widget (widgets.konduktor.test)" in refusal and "--delete-crds" in refusal
+        assert sorted(q["metadata"]["name"] for q in sim.kube.list(KUEUE_API, "ClusterQueue")) == queues
+        assert current(sim.kubeconfig, RELEASE, NAMESPACE) == release
+        assert sim.kube.get(f"{group}/v1", "Widget", "theirs", "default") is not None
+    finally:
+        sim.kube.delete("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd_name)
+
+
+def _served(kube: Kube, api_version: str, kind: str) -> bool:
+    try:
+        kube.list(api_version, kind)
+    except ApiError:
+        return False
+    return True

@@ -66,6 +66,7 @@ from konduktor.quotas.sync import (
     NO_TAKEOVER,
     Removal,
     Takeover,
+    crd_losses,
     kueue_served,
     pending_code,
     plan_quotas,
@@ -656,16 +657,37 @@ def down(
     purge: Annotated[
         bool, typer.Option("--purge", help="Also delete the team and konduktor-system namespaces.")
     ] = False,
+    delete_crds: Annotated[
+        bool,
+        typer.Option(
+            "--delete-crds",
+            help="Go ahead although the release's CRDs (Kueue's) hold objects Konduktor did not create, such as "
+            "Workloads: they are deleted with the CRDs.",
+        ),
+    ] = False,
     yes: YesOption = False,
 ) -> None:
     """Remove what `up` made: the release and every quota object Konduktor owns. Namespaces (and what runs in
-    them) stay unless --purge."""
+    them) stay unless --purge.
+
+    On a real cluster the uninstall deletes Kueue's CRDs and with them every Kueue object: `down` refuses
+    (exit 2, nothing changed) while they hold objects it did not create, unless --delete-crds."""
     target = running_target(kubeconfig, context, sim)
     with target.connect() as kube:
+        losses = crd_losses(kube, RELEASE, NAMESPACE)
+        lost = ", ".join(map(str, losses))
+        if losses and not delete_crds:
+            raise UsageError(
+                f"down would delete the CRDs of release {RELEASE} and with them objects Konduktor did not create: "
+                f"{lost}",
+                hint="keep a copy of what you need (kubectl get workloads -A -o yaml), then add --delete-crds; "
+                "to change quotas, `quotas apply` or `up` is enough",
+            )
         ask = confirmation(yes)
         if ask is not None and not target.simulated:
             also = " and delete its namespaces" if purge else ""
-            ask(f"remove Konduktor from context {kube.context} ({kube.server}){also}?")
+            crds = f", deleting with its CRDs {lost}" if losses else ""
+            ask(f"remove Konduktor from context {kube.context} ({kube.server}){also}{crds}?")
         quotas = remove_quota_objects(kube)
         uninstalled = uninstall(target.kubeconfig, RELEASE, NAMESPACE, target.toolbox(), target.context)
         namespaces = purge_namespaces(kube, also=(NAMESPACE,)) if purge else Removal()

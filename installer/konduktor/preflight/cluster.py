@@ -19,7 +19,7 @@ from konduktor.config.model import Config, GpuType, Toleration, selects
 from konduktor.config.quantity import parse_quantity
 from konduktor.preflight.results import Check, Status, check
 from konduktor.quotas.render import KUEUE_API
-from konduktor.vocabulary import GPU_RESOURCE, HEALTH_TAINT_KEY, QUARANTINED_AT
+from konduktor.vocabulary import GPU_RESOURCE, HEALTH_TAINT_KEY, HELM_NAMESPACE, HELM_RELEASE, QUARANTINED_AT
 
 # The oldest release Konduktor installs on: konduktor-core's ValidatingAdmissionPolicies (tenancy and the health
 # controller's confinement) use admissionregistration.k8s.io/v1, served from 1.30 (Kueue 0.19 alone would take 1.29).
@@ -30,8 +30,6 @@ NEWEST_TESTED_KUBERNETES = (1, 36)
 
 KUEUE_GROUP, KUEUE_VERSION = KUEUE_API.split("/")
 RDMA_PREFIX = "rdma/"
-HELM_RELEASE = "meta.helm.sh/release-name"
-HELM_NAMESPACE = "meta.helm.sh/release-namespace"
 CONTROLLER_GEN = "controller-gen.kubebuilder.io/version"
 
 # CRD groups of the other components of Konduktor's umbrella chart, by the chart that brings them.

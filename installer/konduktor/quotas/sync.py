@@ -3,13 +3,14 @@
 A team that left the config is removed only when its ClusterQueue has no work, or as the user said (wait for the
 work to drain, or stop the queue); its ClusterQueue is then confirmed gone, never left Terminating silently.
 `remove_quota_objects` and `purge_namespaces` are what `down` removes: everything Konduktor created, whichever
-config made it, and never what it adopted.
+config made it, and never what it adopted. `crd_losses` is what the release's uninstall would take beyond that.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from konduktor.config.model import Config
 from konduktor.errors import ExitCode, PartialApply, PreflightFailed
@@ -17,6 +18,7 @@ from konduktor.kube.client import Kube
 from konduktor.kube.sync import WRITES, Change, Ref, adoption_of, selector_of, sync
 from konduktor.quotas.removal import DrainPolicy, TeamWork, removed_teams, review_removals, team_work
 from konduktor.quotas.render import KUEUE_API, MANAGED_BY, MANAGED_BY_LABEL, QUOTA_KINDS, owner_labels, render
+from konduktor.vocabulary import HELM_NAMESPACE, HELM_RELEASE
 from konduktor.waiting import wait_until
 
 Say = Callable[[str], None]  # where a sync tells what it does, as it does it
@@ -225,6 +227,44 @@ def remove_quota_objects(kube: Kube) -> Removal:
         deleted=tuple(c.ref for c in changes if c.action == "prune"),
         kept=tuple(c.ref for c in changes if c.action == "keep"),
     )
+
+
+@dataclass(frozen=True)
+class CrdLoss:
+    """A CRD a Helm release made from its templates, and how many of its objects `down` would not delete itself."""
+
+    crd: str
+    kind: str
+    objects: int
+
+    def __str__(self) -> str:
+        return f"{self.objects} {self.kind} ({self.crd})"
+
+
+def crd_losses(kube: Kube, release: str, namespace: str) -> list[CrdLoss]:
+    """The CRDs that uninstalling the release deletes (a chart's templated CRDs, such as Kueue's; those of a
+    `crds/` folder stay) that hold objects other than Konduktor's own quota objects: the API server deletes every
+    object of a deleted CRD, Workloads and other users' queues included. Counted before `down` deletes anything."""
+    losses = []
+    for crd in kube.list("apiextensions.k8s.io/v1", "CustomResourceDefinition"):
+        annotations = crd["metadata"].get("annotations") or {}
+        if (annotations.get(HELM_RELEASE), annotations.get(HELM_NAMESPACE)) != (release, namespace):
+            continue
+        spec = crd["spec"]
+        version = next((v["name"] for v in spec["versions"] if v.get("served")), None)
+        if version is None:
+            continue
+        objects = kube.list(f"{spec['group']}/{version}", spec["names"]["kind"])
+        theirs = [o for o in objects if not _konduktors_own(o)]
+        if theirs:
+            losses.append(CrdLoss(crd["metadata"]["name"], spec["names"]["kind"], len(theirs)))
+    return losses
+
+
+def _konduktors_own(obj: dict[str, Any]) -> bool:
+    """An object Konduktor created (not adopted), such as a quota object `down` deletes before the uninstall."""
+    labels = obj["metadata"].get("labels") or {}
+    return labels.get(MANAGED_BY_LABEL) == MANAGED_BY and adoption_of(obj) is None
 
 
 def purge_namespaces(kube: Kube, also: Sequence[str] = ()) -> Removal:
