@@ -61,7 +61,7 @@ def test_every_field_maps_to_the_controller_setting_it_names() -> None:
 
 def test_an_absent_section_sets_nothing_so_the_charts_values_stay() -> None:
     assert controller_settings(Health()) == {}
-    assert "konduktor-core" not in umbrella_values(config_with({}), values())
+    assert "controller" not in umbrella_values(config_with({}), values())["konduktor-core"]
     # One field given: only that one, in its section.
     assert controller_settings(config_with({"breaker": {"maxNodes": 5}}).health) == {"breaker": {"max_nodes": 5}}
 
@@ -181,7 +181,10 @@ def test_render_prints_the_chart_values_up_passes(capsys: pytest.CaptureFixture[
     printed = YAML(typ="safe").load(out)
     config = config_with(EVERY_FIELD)
     assert printed == umbrella_values(config, values())
-    assert printed["konduktor-core"] == {"controller": {"settings": controller_settings(config.health)}}
+    assert printed["konduktor-core"] == {
+        "policies": {"priorityClasses": list(config.priorities)},
+        "controller": {"settings": controller_settings(config.health)},
+    }
 
 
 def test_the_examples_commented_section_is_valid_and_shows_the_controllers_defaults() -> None:

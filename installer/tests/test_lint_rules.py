@@ -483,7 +483,7 @@ def test_lint_l16_validate_names_the_line_of_the_exception_and_refuses_an_unknow
     text = (EXAMPLES / "config.yaml").read_text()
     privileged = parse_config(text.replace("    groups: [team-b]", "    groups: [team-b]\n    podSecurity: privileged"))
     [exception] = [f for f in privileged.warnings if f.rule == "L16"]
-    assert exception.located("config.yaml").startswith("config.yaml:57: teams.team-b.podSecurity: team team-b's")
+    assert exception.located("config.yaml").startswith("config.yaml:58: teams.team-b.podSecurity: team team-b's")
     with pytest.raises(ConfigError) as problem:
         parse_config(text.replace("    groups: [team-b]", "    groups: [team-b]\n    podSecurity: root"))
-    assert str(problem.value).startswith("config.yaml:57: teams.team-b.podSecurity:")
+    assert str(problem.value).startswith("config.yaml:58: teams.team-b.podSecurity:")

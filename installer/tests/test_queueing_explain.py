@@ -177,6 +177,26 @@ def test_borrowers_of_the_teams_gpus_will_be_preempted() -> None:
     assert "team-b borrows 10 GPUs" in reclaim and "preempting" in reclaim
 
 
+def test_a_preempted_job_is_told_when_and_why() -> None:
+    """Kueue's Preempted condition on a requeued workload, in words; an unknown reason still says it was preempted."""
+    capacity = Capacity(nodes(0, 0, 0, 0), (usage("team-a", used=20), usage("team-b", used=20)))
+    at = "2026-11-23T21:00:00Z"
+    for reason, words in [
+        ("InCohortReclamation", "to give the GPUs it borrowed back to the team that lent them"),
+        ("InClusterQueue", "for a higher-priority job of your own team"),
+        ("SomethingNew", "for another workload"),
+    ]:
+        preempted = [{"type": "Preempted", "status": "True", "reason": reason, "lastTransitionTime": at}]
+        answer = verdict(workload("borrower", gpus=10, conditions=preempted), [], capacity)
+        message = next(r["message"] for r in answer["reasons"] if r["kind"] == "preempted")
+        assert answer["state"] == "pending" and message == f"Kueue preempted it at {at} {words} ({reason})"
+    # Kueue's Evicted condition alone says the same; an eviction for another reason is no preemption.
+    evicted = [{"type": "Evicted", "status": "True", "reason": "Preempted", "lastTransitionTime": at}]
+    assert "preempted" in kinds(verdict(workload("b", gpus=10, conditions=evicted), [], capacity))
+    timeout = [{"type": "Evicted", "status": "True", "reason": "PodsReadyTimeout", "lastTransitionTime": at}]
+    assert "preempted" not in kinds(verdict(workload("b", gpus=10, conditions=timeout), [], capacity))
+
+
 def test_fragmentation_free_gpus_spread_over_nodes() -> None:
     capacity = Capacity(nodes(7, 7, 7, 7), (usage("team-a", used=0), usage("team-b", used=12)))
     answer = verdict(workload("eight", gpus=8), [], capacity)

@@ -73,6 +73,7 @@ def test_render_seed_objects() -> None:
         "WorkloadPriorityClass",
         "WorkloadPriorityClass",
         "WorkloadPriorityClass",
+        "WorkloadPriorityClass",
         "Topology",
         "ResourceFlavor",
         "Cohort",
@@ -98,6 +99,7 @@ def test_render_seed_objects() -> None:
     assert {name: o["value"] for name, o in of_kind(objects, "WorkloadPriorityClass").items()} == {
         "opportunistic": 100,
         "standard": 1000,
+        "default": 1000,  # Kueue's for a job that names no class
         "urgent": 10000,
     }
     assert violations(objects) == []

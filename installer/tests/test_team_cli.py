@@ -309,9 +309,14 @@ def test_each_example_job_is_submitted_admitted_and_completes(
     assert code == ExitCode.FINISHED and verdict["state"] == "finished"
 
 
-def test_a_job_on_borrowed_gpus_is_told_it_is_preempted_first(clean: Sim, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_job_on_borrowed_gpus_is_told_it_is_preempted_first_and_then_that_it_was(
+    clean: Sim, capsys: pytest.CaptureFixture[str]
+) -> None:
     running(clean, TEAM, "a-own-1", 10)
     running(clean, TEAM, "a-own-2", 10)
+    # They name no priority class: Kueue gives them `default` (as standard), above the borrower's opportunistic.
+    own = workload_of(clean.kube, TEAM, "a-own-1") or {}
+    assert own["spec"].get("priority") == 1000, own["spec"]
     opportunistic = gpu_job("a-borrowing", TEAM, gpus=10, run_for=LONG, priority="opportunistic")
     create_as_member(clean, opportunistic)
     wait_until(
@@ -322,3 +327,17 @@ def test_a_job_on_borrowed_gpus_is_told_it_is_preempted_first(clean: Sim, capsys
     assert code == ExitCode.OK and verdict["state"] == "admitted", verdict
     borrowing = next(r["message"] for r in verdict["reasons"] if r["kind"] == "borrowing")
     assert "borrows 10 GPUs of h100 beyond its quota" in borrowing
+    # The lending team takes its quota back: Kueue preempts the borrower, and its owner is told when and why.
+    running(clean, "team-b", "b-own-1", 10)
+    clean.kube.create(gpu_job("b-own-2", "team-b", gpus=10, run_for=LONG))
+
+    def preempted_and_requeued() -> bool:
+        borrower = workload_of(clean.kube, TEAM, "a-borrowing")
+        return is_true(borrower, "Preempted") and not is_true(borrower, "QuotaReserved")
+
+    wait_until("Kueue to preempt and requeue a-borrowing", preempted_and_requeued, timeout=60)
+    code, verdict = why(clean, capsys, "a-borrowing")
+    assert code == ExitCode.NEGATIVE and verdict["state"] == "pending", verdict
+    preempted = next(r["message"] for r in verdict["reasons"] if r["kind"] == "preempted")
+    assert preempted.endswith("to give the GPUs it borrowed back to the team that lent them (InCohortReclamation)")
+    wait_until("b-own-2 to be admitted", lambda: is_true(workload_of(clean.kube, "team-b", "b-own-2"), "Admitted"), 60)

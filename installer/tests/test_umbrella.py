@@ -396,7 +396,8 @@ def test_kueue_serves_the_visibility_api_and_team_members_may_read_their_own_que
     [manager] = [
         o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("controller-manager")
     ]
-    assert "--feature-gates=VisibilityOnDemand=true" in manager["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = manager["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--feature-gates=VisibilityOnDemand=true,WorkloadPriorityClassDefaulting=true" in args
     assert {o["spec"]["group"] for o in objects if o["kind"] == "APIService"} == {"visibility.kueue.x-k8s.io"}
 
     team_roles = {

@@ -522,8 +522,10 @@ class Health(Model):
 
 
 def _default_priorities() -> dict[str, int]:
-    # Work on borrowed capacity should be `opportunistic`: Kueue preempts the lowest priority first.
-    return {"opportunistic": 100, "standard": 1000, "urgent": 10000}
+    # Work on borrowed capacity should be `opportunistic`: Kueue preempts the lowest priority first. Kueue gives
+    # the class named `default` to a job that names none (WorkloadPriorityClassDefaulting); without it such a job
+    # gets 0, below `opportunistic`, and would be preempted first.
+    return {"opportunistic": 100, "standard": 1000, "default": 1000, "urgent": 10000}
 
 
 class Config(Model):

@@ -62,9 +62,12 @@ def _without_unset(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def core_values(config: Config) -> dict[str, Any]:
-    """konduktor-core's values the config implies: the controller settings of its `health:` section."""
-    settings = controller_settings(config.health)
-    return {"controller": {"settings": settings}} if settings else {}
+    """konduktor-core's values the config implies: the priority classes its admission policy admits (the config's
+    WorkloadPriorityClasses, which the quotas render) and the controller settings of its `health:` section."""
+    values: dict[str, Any] = {"policies": {"priorityClasses": list(config.priorities)}}
+    if settings := controller_settings(config.health):
+        values["controller"] = {"settings": settings}
+    return values
 
 
 def umbrella_values(config: Config, chart_values: dict[str, Any]) -> dict[str, Any]:
@@ -73,8 +76,7 @@ def umbrella_values(config: Config, chart_values: dict[str, Any]) -> dict[str, A
     settings from its `health:` section. `chart_values` are the chart defaults merged with the environment's
     values files."""
     values: dict[str, Any] = {"kube-prometheus-stack": kube_prometheus_stack_values(config)}
-    if core := core_values(config):
-        values["konduktor-core"] = core
+    values["konduktor-core"] = core_values(config)
     manager = chart_values.get("kueue", {}).get("managerConfig", {}).get("controllerManagerConfigYaml")
     if manager:
         configuration = merge_sections(yaml.safe_load(manager), kueue_manager_settings(config))

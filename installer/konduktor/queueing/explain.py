@@ -19,6 +19,13 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 # Evictions after which Kueue requeues a workload at the back (requeuingStrategy.timestamp Eviction).
 REQUEUED_AT_BACK = ("PodsReadyTimeout", "AdmissionCheck")
+# Why Kueue preempted a workload (the reason of its Preempted condition), in a team member's words.
+PREEMPTED_FOR = {
+    "InCohortReclamation": "to give the GPUs it borrowed back to the team that lent them",
+    "InCohortReclaimWhileBorrowing": "for a higher-priority job of another team",
+    "InCohortFairSharing": "to restore fair sharing between the teams",
+    "InClusterQueue": "for a higher-priority job of your own team",
+}
 QUARANTINES_LISTED = 5  # named one by one; more are counted
 
 State = Literal["pending", "admitted", "finished", "never-fit", "not-queued"]
@@ -231,6 +238,13 @@ def why(
             else f"submit it in a team namespace; {namespace} is not one"
         )
         return verdict
+    preempted = _preemption(workload)
+    if preempted:
+        verdict.reasons.append(Reason("preempted", preempted))
+        verdict.remedies.append(
+            "nothing to do: it kept its place in the queue and runs again when GPUs free; checkpoint jobs that run "
+            "on borrowed GPUs"
+        )
     for entry in pending:
         if entry.name == name and entry.namespace == namespace:
             verdict.position = entry.position
@@ -246,6 +260,19 @@ def why(
         return verdict
     _explain_pending(verdict, workload, workloads, capacity)
     return verdict
+
+
+def _preemption(workload: dict[str, Any]) -> str | None:
+    """Kueue preempted this pending workload (and requeued it): when and why, or None."""
+    preempted = condition(workload, "Preempted")
+    evicted = condition(workload, "Evicted")
+    if preempted is None or preempted.get("status") != "True":
+        if evicted is None or evicted.get("status") != "True" or evicted.get("reason") != "Preempted":
+            return None
+        preempted = evicted
+    reason = str(preempted.get("reason", ""))
+    why_text = PREEMPTED_FOR.get(reason, "for another workload")
+    return f"Kueue preempted it at {preempted.get('lastTransitionTime', '?')} {why_text} ({reason or 'Preempted'})"
 
 
 def _same_queue(a: Pending, b: Pending, local_queues: dict[tuple[str, str], str]) -> bool:

@@ -338,7 +338,9 @@ class SimCluster:
                         str(config_path),
                         "--kubeconfig",
                         str(kubeconfig.path),
-                        "--feature-gates=VisibilityOnDemand=false",
+                        # As the umbrella's Kueue, but for the visibility API, which needs an aggregated API
+                        # Service that a loopback-only cluster cannot route to a local process.
+                        "--feature-gates=VisibilityOnDemand=false,WorkloadPriorityClassDefaulting=true",
                         "--zap-log-level=info",
                     ],
                     stdout=log,
