@@ -173,5 +173,7 @@ def test_config_cli_validate_json_reports_every_error_with_its_line(
         ("teams.team-a.namespace", "error"),
     }
     assert all(isinstance(e["line"], int) for e in report["errors"])
-    code, _, err = run(capsys, "validate", str(path), "-o", "yaml")
-    assert code == 2 and "-o yaml: not an output format" in err
+    code, shown, _ = run(capsys, "validate", str(path), "-o", "yaml")
+    assert code == 2 and YAML(typ="safe").load(shown) == report  # the same report, as YAML
+    code, _, err = run(capsys, "validate", str(path), "-o", "wide")
+    assert code == 2 and "-o wide: not an output format" in err

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import Sim
+from ruamel.yaml import YAML
 from sim_fixture import health_taints, installer_events, node, patch_node, release_nodes
 
 from konduktor.burnin.results import Verdict
@@ -90,6 +91,7 @@ def test_list_shows_a_quarantined_node_with_reason_since_and_owner(
     code, out, _ = run(capsys, cluster, "nodes", "-o", "json")
     assert code == 0
     rows = {row["node"]: row for row in json.loads(out)}
+    assert YAML(typ="safe").load(run(capsys, cluster, "nodes", "-o", "yaml")[1]) == json.loads(out)
     assert set(NODES) <= set(rows) and all(set(row) == ROW_KEYS for row in rows.values())
     bad = rows[NODES[1]]
     assert (bad["state"], bad["quarantine_owner"], bad["gpus"]) == ("quarantined", "konduktor-install", 10)

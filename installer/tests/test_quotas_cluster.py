@@ -186,6 +186,8 @@ def test_apply_diff_update_and_prune(sim: Sim, tmp_path: Path, capsys: pytest.Ca
     lowered = edited_example(tmp_path, lower)
     assert main(["quotas", "diff", str(lowered), "--kubeconfig", kubeconfig, "-o", "json"]) == 1
     [changed] = json.loads(capsys.readouterr().out)
+    assert main(["quotas", "diff", str(lowered), "--kubeconfig", kubeconfig, "-o", "yaml"]) == 1
+    assert YAML(typ="safe").load(capsys.readouterr().out) == [changed]
     assert (changed["action"], changed["kind"], changed["name"]) == ("update", "ClusterQueue", "sync-team-a")
     assert changed["fields"] and all(field.startswith("spec.") for field in changed["fields"])
     assert main(["quotas", "apply", str(lowered), "--kubeconfig", kubeconfig]) == 0

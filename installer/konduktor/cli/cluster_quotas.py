@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
 
-from konduktor.cli.console import err, print_rows, say
+from konduktor.cli.console import err, print_document, print_rows, say
 from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, Target, connect, running_target
 from konduktor.controller.health_view import capacity, health_view
@@ -103,17 +102,17 @@ def diff(
     context: ContextOption = None,
     sim: SimOption = None,
     adopt: AdoptOption = None,
-    output: Annotated[str, typer.Option("-o", "--output", help="text (one line a change) or json.")] = "text",
+    output: Annotated[str, typer.Option("-o", "--output", help="text (one line a change), json or yaml.")] = "text",
 ) -> None:
     """What `quotas apply` would change. Exit 0: nothing; 1: changes pending; 3: apply would refuse (an object
     belongs to someone else); 2 or 5: error."""
-    if output not in ("text", "json"):
-        raise UsageError(f"-o {output}: not an output format", hint="-o text or -o json")
+    if output not in ("text", "json", "yaml"):
+        raise UsageError(f"-o {output}: not an output format", hint="-o text, -o json or -o yaml")
     target = running_target(kubeconfig, context, sim, read_only=True)
     changes = sync_config(config, target, prune=True, dry_run=True, takeover=Takeover(adopt or ()))
     pending = [change for change in changes if change.action != "unchanged"]
-    if output == "json":
-        typer.echo(json.dumps([change.as_json() for change in pending], indent=2))
+    if output in ("json", "yaml"):
+        print_document([change.as_json() for change in pending], "json" if output == "json" else "yaml")
     else:
         for change in pending:
             typer.echo(change.describe())

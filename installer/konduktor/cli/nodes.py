@@ -3,7 +3,6 @@ to service (`controller.release`): by hand, or after a burn-in."""
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Annotated, Literal
@@ -12,7 +11,7 @@ import typer
 
 from konduktor.burnin.tiers import Tier, options_for_tier
 from konduktor.cli.burnin import DEFAULT_NAMESPACE, configured_tier, parse_timeout
-from konduktor.cli.console import progress, say
+from konduktor.cli.console import print_document, progress, say
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
 from konduktor.controller.health_view import NodeHealth, capacity, health_view, render_table
 from konduktor.controller.node_writes import EVENT_NAMESPACE
@@ -20,7 +19,7 @@ from konduktor.controller.release import release_node, requalify_node
 from konduktor.errors import ExitCode
 from konduktor.kube.client import Kube
 
-NodesFormat = Literal["table", "wide", "json"]
+NodesFormat = Literal["table", "wide", "json", "yaml"]
 
 app = typer.Typer()
 
@@ -37,7 +36,7 @@ def read_view(kube: Kube, namespace: str = DEFAULT_NAMESPACE) -> list[NodeHealth
 def nodes(
     invocation: typer.Context,
     output: Annotated[
-        NodesFormat, typer.Option("-o", "--output", help="table (100 columns), wide (+ evidence), or json.")
+        NodesFormat, typer.Option("-o", "--output", help="table (100 columns), wide (+ evidence), json or yaml.")
     ] = "table",
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
@@ -53,8 +52,8 @@ def nodes(
         return
     with connect(kubeconfig, context, sim, read_only=True) as kube:
         views = read_view(kube)
-    if output == "json":
-        sys.stdout.write(json.dumps([view.row() for view in views], indent=2) + "\n")
+    if output in ("json", "yaml"):
+        print_document([view.row() for view in views], output)
         return
     sys.stdout.write(render_table(views, time.time(), wide=output == "wide"))
     for line in capacity(views):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any, cast, get_args
@@ -12,7 +11,7 @@ import yaml
 from rich.markup import escape
 
 from konduktor.alerts.render import alertmanager_config
-from konduktor.cli.console import err
+from konduktor.cli.console import err, print_document
 from konduktor.config.findings import ConfigError, Finding
 from konduktor.config.load import LoadedConfig, load_config
 from konduktor.config.model import Config
@@ -35,15 +34,16 @@ def register(app: typer.Typer) -> None:
 def validate(
     config: ConfigArgument,
     output: Annotated[
-        str, typer.Option("-o", "--output", help="text (errors and warnings on stderr) or json (a report on stdout).")
+        str,
+        typer.Option("-o", "--output", help="text (errors and warnings on stderr); json or yaml (a report on stdout)."),
     ] = "text",
 ) -> None:
     """Check a config: every error at once with its line (exit 2); warnings alone exit 0."""
-    if output not in ("text", "json"):
-        raise UsageError(f"-o {output}: not an output format", hint="-o text or -o json")
-    if output == "json":
+    if output not in ("text", "json", "yaml"):
+        raise UsageError(f"-o {output}: not an output format", hint="-o text, -o json or -o yaml")
+    if output in ("json", "yaml"):
         report, code = validation_report(config)
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        print_document(report, "json" if output == "json" else "yaml")
         raise typer.Exit(code)
     loaded = load_checked(config)
     err.print(f"{loaded.filename}: valid ({_summary(loaded)})", markup=False)
