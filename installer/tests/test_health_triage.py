@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from konduktor.controller.triage import LATE_SECONDS, NodeRecord, Sighting, judge
+from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, PairVerdict, Verdict
+from konduktor.controller.triage import (
+    LATE_SECONDS,
+    NodeRecord,
+    Sighting,
+    burnin_sightings,
+    judge,
+    pair_culprits,
+    with_sightings,
+)
 
 START, END = 1_750_000_000.0, 1_750_003_600.0
 
@@ -49,3 +58,49 @@ def test_the_report_carries_the_evidence_and_the_window() -> None:
     assert report["window"] == {"start": "2025-06-15T15:06:40Z", "end": "2025-06-15T16:06:40Z"}
     (row,) = found.rows()
     assert row["verdict"] == "CULPRIT" and "2025-06-15T15:07:40Z quarantine Xid79" in row["evidence"]
+
+
+def node_verdict(name: str, verdict: Verdict) -> NodeVerdict:
+    check = CheckResult("matmul_sdc", verdict, "matmul", reasons=("GPU7: product differs from the fleet",))
+    return NodeVerdict(name, "NVIDIA-H100-80GB-HBM3", "H100-SXM", verdict, (check,))
+
+
+def pair(a: str, b: str, verdict: Verdict) -> PairVerdict:
+    return PairVerdict((a, b), CheckResult("nccl_pair", verdict, "nccl-pair"))
+
+
+def test_a_burnin_fail_is_blamed_whenever_it_ran_and_a_pass_is_shown() -> None:
+    """A burn-in run after the job (long after its window) still blames the node it FAILs; the others are shown."""
+    report = BurnInReport(
+        "kb-1", "standard", "v1", (node_verdict("gpu-0", Verdict.PASS), node_verdict("gpu-1", Verdict.FAIL))
+    )
+    before = judge("train", "team-a", START, END, [node("gpu-0"), node("gpu-1")])
+    found = with_sightings(before, burnin_sightings(report))
+    assert before.culprits == () and found.culprits == ("gpu-1",)
+    evidence = {n["node"]: n["evidence"] for n in found.as_json()["nodes"]}
+    assert [(e["source"], e["reason"], e["fault"]) for e in evidence["gpu-0"]] == [("burnin", "BurnInPass", False)]
+    [failed] = evidence["gpu-1"]
+    assert failed["reason"] == "BurnInFail" and "standard burn-in kb-1: FAIL: matmul_sdc" in failed["message"]
+
+
+@pytest.mark.parametrize(
+    ("pairs", "culprits"),
+    [
+        # A ring of four: gpu-1 fails with both neighbours, which pass with their other neighbours.
+        (
+            [("gpu-0", "gpu-1", "F"), ("gpu-1", "gpu-2", "F"), ("gpu-2", "gpu-3", "P"), ("gpu-3", "gpu-0", "P")],
+            {"gpu-1": ["gpu-0", "gpu-2"]},
+        ),
+        # One failed pair alone cannot say which of its two nodes is bad.
+        ([("gpu-0", "gpu-1", "F")], {}),
+        # Every pair failed: the fabric, not a node.
+        ([("gpu-0", "gpu-1", "F"), ("gpu-1", "gpu-2", "F"), ("gpu-2", "gpu-0", "F")], {}),
+        # An ERROR clears nobody.
+        ([("gpu-0", "gpu-1", "F"), ("gpu-1", "gpu-2", "F"), ("gpu-2", "gpu-3", "E"), ("gpu-3", "gpu-0", "P")], {}),
+    ],
+)
+def test_node_pair_bisection_blames_the_node_in_every_failed_pair(
+    pairs: list[tuple[str, str, str]], culprits: dict[str, list[str]]
+) -> None:
+    verdicts = {"F": Verdict.FAIL, "P": Verdict.PASS, "E": Verdict.ERROR}
+    assert pair_culprits([pair(a, b, verdicts[v]) for a, b, v in pairs]) == culprits

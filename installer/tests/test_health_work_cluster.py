@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from conftest import EXAMPLE, Sim
 from loki_api import LokiApi
+from sim_fixture import installer_events, release_nodes
 from test_health_cluster import (
     XID_13,
     XID_79,
@@ -32,8 +33,9 @@ from konduktor.controller.loop import HealthController
 from konduktor.controller.settings import AffectedWorkSettings
 from konduktor.kube.client import Kube
 from konduktor.quotas.render import KUEUE_API
-from konduktor.sim.workloads import gpu_job, is_true, workload_of
-from konduktor.vocabulary import REQUEUE_LABEL
+from konduktor.sim.gpus import FAULTS_ANNOTATION
+from konduktor.sim.workloads import gpu_job, is_true, job_state, workload_of
+from konduktor.vocabulary import HEALTH_TAINT_KEY, REQUEUE_LABEL
 from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim
@@ -278,3 +280,33 @@ def test_triage_of_a_missing_job_is_bad_input(sim: Sim, kube: Kube) -> None:
     assert missing.returncode == 2
     assert "no Job no-such-job in namespace team-a" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_triage_burnin_names_the_faulty_node_of_a_four_node_job_and_quarantines_it_once(sim: Sim, kube: Kube) -> None:
+    """A 4-pod job, one pod per node (7 of 10 GPUs each), ends; one of its nodes has a GPU that corrupts data (the
+    sim's GPU agent). `triage --burnin --quarantine` burns in just those nodes, names that node with the burn-in's
+    evidence and quarantines it; a second triage finds the same and adds no taint and no second quarantine."""
+    kube.create(gpu_job(JOB, TEAM, gpus=7, pods=4, run_for="2s"))
+    wait_until("the job to complete", lambda: job_state(kube, TEAM, JOB) == "complete", timeout=120)
+    placed = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in job_pods(kube)}
+    assert len(set(placed.values())) == 4, placed
+    bad = sorted(placed.values())[2]
+    kube.patch("v1", "Node", bad, {"metadata": {"annotations": {FAULTS_ANNOTATION: "7=sdc"}}})
+    try:
+        for _ in range(2):
+            found = triage(sim, JOB, "-n", TEAM, "--burnin", "--quarantine", "-o", "json")
+            assert found.returncode == 0, found.stderr
+            report = json.loads(found.stdout)
+            assert report["culprits"] == [bad]
+            nodes = {n["node"]: n for n in report["nodes"]}
+            assert set(nodes) == set(placed.values())
+            [burnin] = [e for e in nodes[bad]["evidence"] if e["source"] == "burnin"]
+            assert burnin["reason"] == "BurnInFail" and "FAIL: matmul_sdc: mismatch" in burnin["message"]
+            assert all(e["reason"] == "BurnInPass" for n in set(nodes) - {bad} for e in nodes[n]["evidence"])
+            taints = [t for t in node(kube, bad)["spec"]["taints"] if t["key"] == HEALTH_TAINT_KEY]
+            assert taints == [{"key": HEALTH_TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}]
+            reasons = [e["reason"] for e in installer_events(kube) if e["involvedObject"]["name"] == bad]
+            assert reasons.count("BurnInFailed") == 1  # the second run's FAIL is recorded as a failed requalification
+        assert "--quarantine acts on a burn-in's FAIL" in triage(sim, JOB, "-n", TEAM, "--quarantine").stderr
+    finally:
+        release_nodes(kube, sorted(set(placed.values())))

@@ -1,21 +1,39 @@
-"""`konduktor-install triage JOB`: which node of a failed job had a GPU fault, with the evidence."""
+"""`konduktor-install triage JOB`: which node of a failed job had a GPU fault, with the evidence; on request, a
+burn-in of the job's nodes and the quarantine of those it FAILs."""
 
 from __future__ import annotations
 
-import json
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
 
-from konduktor.cli.console import OutputFormat, print_rows
+from konduktor.burnin.manifests import make_run_id
+from konduktor.burnin.runner import BurnInRequest
+from konduktor.burnin.tiers import Tier, options_for_tier
+from konduktor.cli.burnin import burn_in
+from konduktor.cli.console import OutputFormat, print_document, print_rows
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
+from konduktor.controller.triage import burnin_sightings, with_sightings
 from konduktor.controller.triage_sources import triage_job
-from konduktor.errors import ExitCode
+from konduktor.errors import ExitCode, UsageError
 
 
 def triage(
     job: Annotated[str, typer.Argument(help="The batch Job to triage.")],
     namespace: Annotated[str, typer.Option("-n", "--namespace", help="The Job's namespace.")] = "default",
+    burnin: Annotated[
+        bool,
+        typer.Option("--burnin", help="Also burn in the job's nodes now; a FAIL (or a failed node pair) is blamed."),
+    ] = False,
+    level: Annotated[
+        Tier,
+        typer.Option("--level", help="The burn-in's level: standard (node checks) or full (+ NCCL node pairs)."),
+    ] = Tier.STANDARD,
+    quarantine: Annotated[
+        bool,
+        typer.Option("--quarantine", help="Quarantine the nodes the burn-in FAILs, as `burnin --quarantine` does."),
+    ] = False,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
     sim: SimOption = None,
@@ -25,11 +43,23 @@ def triage(
 
     The nodes come from the job's pods and, after they are gone, from the scheduler's and the health controller's
     Events; the evidence from the controller's quarantine, the GPUHealthy condition and its Events on each node.
-    Exit 2: no such Job; 5: the cluster could not be reached."""
-    with connect(kubeconfig, context, sim, read_only=True) as kube:
+    With --burnin, a burn-in of just those nodes adds its verdicts (progress on stderr). Exit 2: no such Job, or
+    --quarantine without --burnin; 5: the cluster could not be reached."""
+    if quarantine and not burnin:
+        raise UsageError(
+            "--quarantine acts on a burn-in's FAIL: add --burnin",
+            hint="the health controller quarantines on its own signals (the evidence triage shows) by itself",
+        )
+    with connect(kubeconfig, context, sim, read_only=not burnin) as kube:
         found = triage_job(kube, job, namespace)
-    if output == "json":
-        typer.echo(json.dumps(found.as_json(), indent=2))
+        if burnin and found.nodes:
+            nodes = tuple(n.node for n in found.nodes)
+            run = make_run_id(datetime.now(UTC))
+            request = BurnInRequest(options_for_tier(level), run, nodes=nodes, quarantine=quarantine)
+            report, _ = burn_in(kube, None, request)
+            found = with_sightings(found, burnin_sightings(report))
+    if output in ("json", "yaml"):
+        print_document(found.as_json(), "json" if output == "json" else "yaml")
     else:
         print_rows(found.rows(), ["node", "verdict", "pods", "evidence"], output)
     if not found.culprits:

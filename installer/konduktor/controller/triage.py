@@ -1,25 +1,30 @@
 """Triage of a job: which of the nodes it ran on shows a GPU fault in its time window, with the evidence.
 
-Pure: the caller reads the job's nodes and their health signals (triage_sources.py) and gets a judgement.
+Pure: the caller reads the job's nodes and their health signals (triage_sources.py) and gets a judgement, to
+which a burn-in of those nodes, run on request, adds its verdicts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
+
+from konduktor.burnin.results import BurnInReport, PairVerdict, Verdict
+from konduktor.controller.classify import verdict_detail
 
 # A fault found shortly after the job ended still counts: detection takes seconds to minutes (a lost GPU waits
 # gpu_lost_grace_seconds, DCGM is scraped every 30 s), and a job often dies of the fault before it is reported.
 LATE_SECONDS = 600.0
 
-Source = Literal["quarantine", "condition", "event"]
+Source = Literal["quarantine", "condition", "event", "burnin"]
 
 
 @dataclass(frozen=True)
 class Sighting:
-    """One health signal on a node: the quarantine, the GPUHealthy condition, or an Event of the controller."""
+    """One health signal on a node: the quarantine, the GPUHealthy condition, an Event of the controller, or a
+    burn-in verdict (undated: run on request, after the job, it counts whatever the job's window)."""
 
     at: float | None
     source: Source
@@ -101,3 +106,42 @@ def judge(job: str, namespace: str, start: float, end: float, nodes: Sequence[No
 
 def _stamp(when: float | None) -> str:
     return "-" if when is None else datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def with_sightings(found: Triage, extra: Mapping[str, Sequence[Sighting]]) -> Triage:
+    """The same triage judged again with more signals on its nodes (a burn-in's)."""
+    nodes = [replace(n, signals=(*n.signals, *extra.get(n.node, ()))) for n in found.nodes]
+    return judge(found.job, found.namespace, found.start, found.end, nodes)
+
+
+def burnin_sightings(report: BurnInReport) -> dict[str, list[Sighting]]:
+    """A burn-in of the job's nodes as signals. A FAIL blames its node, and so does the node-pair bisection
+    (`pair_culprits`); PASS, WARN, ERROR (the run could not judge) and SKIPPED are shown, never blamed."""
+    run = f"{report.tier} burn-in {report.run_id}"
+    found: dict[str, list[Sighting]] = {}
+    for verdict in report.nodes:
+        message = f"{run}: {verdict.verdict.value}: {verdict_detail(verdict)}"
+        fault = verdict.verdict is Verdict.FAIL
+        reason = f"BurnIn{verdict.verdict.value.title()}"
+        found.setdefault(verdict.node, []).append(Sighting(None, "burnin", reason, message, fault))
+    for node, partners in pair_culprits(report.pairs).items():
+        message = f"{run}: NCCL failed on every pair with it ({', '.join(partners)}); those nodes passed with others"
+        found.setdefault(node, []).append(Sighting(None, "burnin", "NodePairsFailed", message, fault=True))
+    return found
+
+
+def pair_culprits(pairs: Sequence[PairVerdict]) -> dict[str, list[str]]:
+    """Bisection of multi-node NCCL: a node every one of whose pairs failed, while each of those partners passed
+    with some other node, is the bad one; its failed partners come with it as evidence."""
+    passed = {n for p in pairs if p.result.verdict in (Verdict.PASS, Verdict.WARN) for n in p.nodes}
+    failed_with: dict[str, list[str]] = {}
+    for pair in pairs:
+        if pair.result.verdict is Verdict.FAIL:
+            a, b = pair.nodes
+            failed_with.setdefault(a, []).append(b)
+            failed_with.setdefault(b, []).append(a)
+    return {
+        node: sorted(partners)
+        for node, partners in failed_with.items()
+        if node not in passed and all(partner in passed for partner in partners)
+    }
