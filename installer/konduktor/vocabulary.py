@@ -40,6 +40,8 @@ GPU_HEALTHY_CONDITION = "GPUHealthy"
 # What the platform publishes to team members about GPU capacity (free GPUs per node, quarantines, every team's
 # quota and usage; no job, pod or namespace names): one ConfigMap of this name in each team namespace.
 CAPACITY_CONFIGMAP = "konduktor-capacity"
+# The service account (in SYSTEM_NAMESPACE) of konduktor-core's capacity publisher, which writes that ConfigMap.
+CAPACITY_PUBLISHER = "konduktor-capacity-publisher"
 
 # What Helm writes on every object a release made from its templates: which release owns it.
 HELM_RELEASE = "meta.helm.sh/release-name"

@@ -110,3 +110,20 @@ def test_read_only_commands_read_the_kubectl_default_and_changes_never_do(
     for args in (["quotas", "apply", str(EXAMPLE)], ["down", "--yes"]):
         assert main(args) == ExitCode.BAD_INPUT
         assert f"the simulated cluster {DEFAULT_NAME!r} is not running" in capsys.readouterr().err
+
+
+def test_inside_a_pod_without_a_kubeconfig_every_command_uses_the_pods_service_account(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As kubectl in a pod: the service account the pod was given (how the chart's capacity publisher runs), for
+    commands that change the cluster too; any kubeconfig found, or no pod, keeps the rules above."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert resolve_target().sim == DEFAULT_NAME  # not in a pod: the simulated cluster
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    in_pod = resolve_target()
+    assert (in_pod.kubeconfig, in_pod.context, in_pod.sim) == (None, None, None)
+    assert resolve_target(read_only=True) == in_pod
+    write(tmp_path / ".kube" / "config", {"apiVersion": "v1", "kind": "Config", "clusters": [], "contexts": []})
+    assert resolve_target().sim == DEFAULT_NAME  # a kubeconfig in the pod: the usual rules

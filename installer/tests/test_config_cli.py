@@ -107,7 +107,7 @@ def test_config_cli_render_directory(capsys: pytest.CaptureFixture[str], tmp_pat
     code, out, err = run(capsys, "render", str(EXAMPLES / "config.yaml"), "--output-dir", str(target))
     assert (code, out) == (0, "")
     files = sorted(p.name for p in target.iterdir())
-    assert len(files) == 17 and "wrote 17 files" in err
+    assert len(files) == 21 and "wrote 21 files" in err
     assert files[0] == "001-namespace-team-a.yaml"
     assert "010-clusterqueue-team-a.yaml" in files
     # Render again without team-b: its files go, a file the user put there stays.

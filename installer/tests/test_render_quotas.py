@@ -81,6 +81,10 @@ def test_render_seed_objects() -> None:
         "ClusterQueue",
         "LocalQueue",
         "LocalQueue",
+        "Role",
+        "Role",
+        "RoleBinding",
+        "RoleBinding",
         "RoleBinding",
         "RoleBinding",
         "RoleBinding",
@@ -226,10 +230,13 @@ def test_render_role_bindings_per_namespace() -> None:
     )
     bindings = of_kind(objects, "RoleBinding")
     assert sorted(bindings) == [
+        "team-a-dev/konduktor-capacity-publisher",
         "team-a-dev/team-a-edit",
         "team-a-dev/team-a-kueue-batch-user",
+        "team-a/konduktor-capacity-publisher",
         "team-a/team-a-edit",
         "team-a/team-a-kueue-batch-user",
+        "team-b/konduktor-capacity-publisher",  # a team without groups still gets the capacity published
     ]
     binding = bindings["team-a-dev/team-a-kueue-batch-user"]
     assert binding["roleRef"] == {

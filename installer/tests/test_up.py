@@ -17,6 +17,7 @@ from konduktor.controller.settings import HealthSettings, load_settings
 from konduktor.helm.release import NAMESPACE, RELEASE, current
 from konduktor.kube.client import ApiError, Kube
 from konduktor.paths import state_dir
+from konduktor.queueing.cluster import published_capacity
 from konduktor.quotas.render import KUEUE_API
 from konduktor.quotas.sync import crd_losses
 from konduktor.sim.gpus import FAULTS_ANNOTATION
@@ -39,10 +40,14 @@ def test_up_installs_applies_and_verifies_then_changes_nothing(
         queue = sim.kube.get(KUEUE_API, "ClusterQueue", team)
         assert queue is not None
         assert any(c["type"] == "Active" and c["status"] == "True" for c in queue["status"]["conditions"])
-    [controller] = sim.kube.list(
+    deployments = sim.kube.list(
         "apps/v1", "Deployment", "konduktor-system", label_selector="app.kubernetes.io/part-of=konduktor"
     )
-    assert controller["status"]["availableReplicas"] == 1
+    components = {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in deployments}
+    assert components == {"health-controller", "capacity-publisher"}
+    assert all(d["status"]["availableReplicas"] == 1 for d in deployments)
+    # What team members read in `konduktor why`, published once by `up` (the sim runs no publisher pod).
+    assert all(published_capacity(sim.kube, team) is not None for team in ("team-a", "team-b"))
     namespace = sim.kube.get("v1", "Namespace", "konduktor-system")
     assert namespace is not None  # ready for privileged node agents before helm ran
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"

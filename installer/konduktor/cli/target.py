@@ -5,7 +5,8 @@
   a context of either;
 - nothing named: a command that changes the cluster uses the simulated cluster `konduktor`, so that the README's
   main job never reaches a production cluster by accident; a read-only one reads ~/.kube/config, as kubectl does,
-  when there is one, else the simulated cluster.
+  when there is one, else the simulated cluster. Inside a pod with no kubeconfig anywhere, every command uses the
+  pod's service account, as kubectl does there: that identity is the one the pod was given for its cluster.
 A simulated cluster's own kubeconfig file, however it is named (`export KUBECONFIG=$(konduktor-install sim
 kubeconfig)`), is that simulated cluster.
 """
@@ -20,7 +21,7 @@ from typing import Annotated
 import typer
 
 from konduktor.errors import UsageError
-from konduktor.kube.client import Kube
+from konduktor.kube.client import Kube, in_cluster_only
 from konduktor.sim.cluster import DEFAULT_NAME, Progress, SimCluster
 from konduktor.tools.pinned import Toolbox
 
@@ -48,7 +49,8 @@ KUBECTL_DEFAULT = Path("~/.kube/config")
 class Target:
     """The cluster a command talks to.
 
-    `kubeconfig` None means $KUBECONFIG's files, merged (what kubectl, helm and the Kubernetes client read);
+    `kubeconfig` None means $KUBECONFIG's files, merged (what kubectl, helm and the Kubernetes client read), or inside
+    a pod without any, its service account;
     `sim` names the simulated cluster when it is one."""
 
     kubeconfig: Path | None
@@ -103,6 +105,8 @@ def resolve_target(
         files = environment
     elif context is not None or (read_only and KUBECTL_DEFAULT.expanduser().is_file()):
         files = [KUBECTL_DEFAULT.expanduser()]
+    elif in_cluster_only():
+        return Target(None)
     else:
         return Target(SimCluster(DEFAULT_NAME).kubeconfig, sim=DEFAULT_NAME)
     named = simulated_cluster_of(files[0]) if len(files) == 1 and context is None else None

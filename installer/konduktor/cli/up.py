@@ -60,6 +60,7 @@ from konduktor.kube.policy_audit import Violation, audit_workloads
 from konduktor.kube.sync import WRITES, Change, refuse_if_any
 from konduktor.preflight.inventory import SshHosts, config_inventory
 from konduktor.preflight.results import Status
+from konduktor.queueing.cluster import publish_capacity
 from konduktor.quotas.render import KUEUE_API
 from konduktor.quotas.sync import (
     DRAIN_TIMEOUT,
@@ -197,7 +198,7 @@ def chart_for(simulated: bool, config: Config, extra: dict[str, Any]) -> tuple[P
 def verify(kube: Kube, config: Config, report: Progress) -> None:
     report(f"verify: waiting for {len(config.teams)} ClusterQueues to be active")
     wait_queues_active(kube, config)
-    report("verify: waiting for the health controller")
+    report("verify: waiting for the health controller and the capacity publisher")
 
     def controller_ready() -> bool:
         for deployment in kube.list(
@@ -208,7 +209,7 @@ def verify(kube: Kube, config: Config, report: Progress) -> None:
                 return False
         return True
 
-    wait_until("the health controller to be available", controller_ready, timeout=300)
+    wait_until("konduktor-core's Deployments to be available", controller_ready, timeout=300)
     report("verify: waiting for the admission policies to be in force")
     # The API server loads a new binding's parameters asynchronously; until then it refuses every pod the
     # binding matches ("no params found"). A dry-run pod shows when that has passed.
@@ -258,6 +259,9 @@ def run_up(request: UpRequest, *, confirm: Confirm | None = None, report: Progre
             changes = sync_quotas(kube, config, prune=True, dry_run=False, takeover=request.takeover, say=say)
             clock.step("verify", "queues active, health controller available")
             verify(kube, config, report)
+            # At once, for the teams' `konduktor why`; konduktor-core's capacity publisher keeps it fresh (the
+            # simulated cluster runs no pods: there this is the publication).
+            publish_capacity(kube, datetime.now(UTC).isoformat(timespec="seconds"))
             clock.step("policies", "checking existing workloads")
             violations = audit_workloads(kube)
             burnin = None

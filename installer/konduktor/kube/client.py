@@ -94,7 +94,7 @@ class Kube:
         configuration = client.Configuration()
         namespace = "default"
         try:
-            if kubeconfig is None and context is None and _in_cluster_only():
+            if kubeconfig is None and context is None and in_cluster_only():
                 config.load_incluster_config(client_configuration=configuration)
             else:
                 # No file named: $KUBECONFIG's files merged, else ~/.kube/config, read now (the client's own default
@@ -414,7 +414,7 @@ class WatchStream:
         self._response.close()
 
 
-def _in_cluster_only() -> bool:
+def in_cluster_only() -> bool:
     """Inside a pod and without a kubeconfig file: use the pod's service account."""
     if not os.environ.get("KUBERNETES_SERVICE_HOST"):
         return False

@@ -8,12 +8,13 @@ The config must have passed lint (`konduktor.config.load_config` does that).
 
 from __future__ import annotations
 
+import copy
 from decimal import Decimal
 from typing import Any
 
 from konduktor.config.capacity import share_for
 from konduktor.config.model import Config, GpuQuota, GpuType, Team
-from konduktor.vocabulary import GPU_RESOURCE, TEAM_LABEL
+from konduktor.vocabulary import CAPACITY_CONFIGMAP, CAPACITY_PUBLISHER, GPU_RESOURCE, SYSTEM_NAMESPACE, TEAM_LABEL
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 KUEUE_CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
@@ -35,6 +36,7 @@ QUOTA_KINDS = (
     (KUEUE_API, "Cohort"),
     (KUEUE_API, "ClusterQueue"),
     (KUEUE_API, "LocalQueue"),
+    (RBAC_API, "Role"),
     (RBAC_API, "RoleBinding"),
 )
 KIND_ORDER = tuple(kind for _, kind in QUOTA_KINDS)
@@ -53,6 +55,7 @@ def render(config: Config) -> list[KubeObject]:
         *cluster_queues(config),
         *local_queues(config),
         *role_bindings(config),
+        *capacity_publisher_rights(config),
     ]
     return sorted(objects, key=_apply_order)
 
@@ -264,6 +267,36 @@ def role_bindings(config: Config) -> list[KubeObject]:
                     }
                 )
     return bindings
+
+
+def capacity_publisher_rights(config: Config) -> list[KubeObject]:
+    """In each team namespace, konduktor-core's capacity publisher may write its one ConfigMap and nothing else
+    (RBAC cannot limit a create by name: it may create ConfigMaps there, and read or change only its own)."""
+    rules = [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [CAPACITY_CONFIGMAP],
+            "verbs": ["get", "patch", "update"],
+        },
+    ]
+    subject = {"kind": "ServiceAccount", "name": CAPACITY_PUBLISHER, "namespace": SYSTEM_NAMESPACE}
+    role_ref = {"kind": "Role", "name": CAPACITY_PUBLISHER, "apiGroup": "rbac.authorization.k8s.io"}
+    objects: list[KubeObject] = []
+    for team_name, team in config.teams.items():
+        for namespace in team.namespaces:
+            role: KubeObject = {"apiVersion": RBAC_API, "kind": "Role", "rules": copy.deepcopy(rules)}
+            binding: KubeObject = {
+                "apiVersion": RBAC_API,
+                "kind": "RoleBinding",
+                "subjects": [dict(subject)],
+                "roleRef": dict(role_ref),
+            }
+            for obj in (role, binding):
+                obj["metadata"] = _metadata(config, CAPACITY_PUBLISHER, namespace=namespace, team=team_name)
+                objects.append(obj)
+    return objects
 
 
 def kueue_manager_settings(config: Config) -> KubeObject:
