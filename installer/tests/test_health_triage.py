@@ -5,12 +5,15 @@ from __future__ import annotations
 import pytest
 
 from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, PairVerdict, Verdict
+from konduktor.controller.loki import LogLine
+from konduktor.controller.settings import HealthSettings
 from konduktor.controller.triage import (
     LATE_SECONDS,
     NodeRecord,
     Sighting,
     burnin_sightings,
     judge,
+    kernel_sightings,
     pair_culprits,
     with_sightings,
 )
@@ -104,3 +107,21 @@ def test_node_pair_bisection_blames_the_node_in_every_failed_pair(
 ) -> None:
     verdicts = {"F": Verdict.FAIL, "P": Verdict.PASS, "E": Verdict.ERROR}
     assert pair_culprits([pair(a, b, verdicts[v]) for a, b, v in pairs]) == culprits
+
+
+def test_kernel_lines_blame_a_node_fault_and_show_an_application_fault() -> None:
+    lines = [
+        LogLine(
+            "gpu-0",
+            1_750_000_100_000_000_000,
+            "[1.2] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.",
+        ),
+        LogLine("gpu-1", 1_750_000_200_000_000_000, "[1.3] NVRM: Xid (PCI:0000:3b:00): 13, pid=7, Graphics Exception"),
+        LogLine("gpu-1", 1_750_000_300_000_000_000, "[1.4] eth0: link up"),
+    ]
+    found = kernel_sightings(lines, HealthSettings())
+    assert [(s.reason, s.fault, s.at) for s in found["gpu-0"]] == [("Xid79", True, 1_750_000_100.0)]
+    assert [(s.source, s.reason, s.fault) for s in found["gpu-1"]] == [("kernel-log", "Xid13", False)]
+    assert "GPU_HAS_FALLEN_OFF_THE_BUS" in found["gpu-0"][0].message
+    judged = judge("train", "team-a", START, END, [node("gpu-0", *found["gpu-0"]), node("gpu-1", *found["gpu-1"])])
+    assert judged.culprits == ("gpu-0",)

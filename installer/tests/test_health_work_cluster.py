@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 from conftest import EXAMPLE, Sim
 from loki_api import LokiApi
 from sim_fixture import installer_events, release_nodes
@@ -30,12 +31,12 @@ from test_health_cluster import (
 from konduktor.cli.cluster_quotas import sync_quotas
 from konduktor.config.load import load_config
 from konduktor.controller.loop import HealthController
-from konduktor.controller.settings import AffectedWorkSettings
+from konduktor.controller.settings import AffectedWorkSettings, HealthSettings
 from konduktor.kube.client import Kube
 from konduktor.quotas.render import KUEUE_API
 from konduktor.sim.gpus import FAULTS_ANNOTATION
 from konduktor.sim.workloads import gpu_job, is_true, job_state, workload_of
-from konduktor.vocabulary import HEALTH_TAINT_KEY, REQUEUE_LABEL
+from konduktor.vocabulary import HEALTH_TAINT_KEY, REQUEUE_LABEL, SYSTEM_NAMESPACE
 from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim
@@ -310,3 +311,64 @@ def test_triage_burnin_names_the_faulty_node_of_a_four_node_job_and_quarantines_
         assert "--quarantine acts on a burn-in's FAIL" in triage(sim, JOB, "-n", TEAM, "--quarantine").stderr
     finally:
         release_nodes(kube, sorted(set(placed.values())))
+
+
+@pytest.fixture
+def deployed_settings(kube: Kube, loki: LokiApi) -> Iterator[None]:
+    """The health controller's settings as konduktor-core deploys them (its ConfigMap), reading the test's Loki;
+    a ConfigMap of an installed konduktor-core is set aside meanwhile and put back. The namespace stays, as `up`
+    would leave it (deleting it would still be going on when a later test installs there)."""
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
+    existing = kube.list("v1", "ConfigMap", SYSTEM_NAMESPACE, label_selector="app.kubernetes.io/name=konduktor-core")
+    for config_map in existing:
+        kube.delete("v1", "ConfigMap", config_map["metadata"]["name"], SYSTEM_NAMESPACE)
+    text = yaml.safe_dump(HealthSettings(loki=loki.settings()).model_dump(mode="json", exclude_none=True))
+    ours = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "triage-test-health",
+            "namespace": SYSTEM_NAMESPACE,
+            "labels": {"app.kubernetes.io/name": "konduktor-core"},
+        },
+        "data": {"health.yaml": text},
+    }
+    kube.apply(ours)
+    yield
+    kube.delete("v1", "ConfigMap", "triage-test-health", SYSTEM_NAMESPACE)
+    for config_map in existing:
+        meta = config_map["metadata"]
+        kept = {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if k in meta}
+        kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": kept, "data": config_map.get("data", {})})
+
+
+def test_triage_reads_the_kernel_logs_of_the_jobs_nodes_in_its_window(
+    sim: Sim, kube: Kube, loki: LokiApi, deployed_settings: None
+) -> None:
+    """No controller ran: the Xid 79 in Loki on one of the job's nodes is the evidence that names it, the job's
+    own Xid 13 on the other is shown only; Loki out of reach is said, and the rest of the evidence stands."""
+    placed = start_job(kube)
+    faulty, healthy = sorted(placed.values())
+    xid_on(loki, faulty, XID_79)
+    xid_on(loki, healthy, XID_13)
+    xid_on(loki, "gpu-h100-9999", XID_79)  # not one of the job's nodes
+
+    def found_both() -> bool:
+        report = json.loads(triage(sim, JOB, "-n", TEAM, "-o", "json").stdout)
+        return sum(len(n["evidence"]) for n in report["nodes"]) == 2
+
+    wait_until("Loki to serve both lines", found_both, timeout=30)
+    found = triage(sim, JOB, "-n", TEAM, "-o", "json")
+    assert found.returncode == 0, found.stderr
+    report = json.loads(found.stdout)
+    assert report["culprits"] == [faulty]
+    nodes = {n["node"]: n for n in report["nodes"]}
+    [fault] = nodes[faulty]["evidence"]
+    assert (fault["source"], fault["reason"], fault["fault"]) == ("kernel-log", "Xid79", True)
+    assert "GPU_HAS_FALLEN_OFF_THE_BUS" in fault["message"]
+    assert [(s["source"], s["reason"], s["fault"]) for s in nodes[healthy]["evidence"]] == [
+        ("kernel-log", "Xid13", False)
+    ]
+    unreachable = triage(sim, JOB, "-n", TEAM, "--loki", "http://127.0.0.1:9", "-o", "json")
+    assert unreachable.returncode == 1  # nothing else blames a node
+    assert "kernel logs not read: Loki at http://127.0.0.1:9" in unreachable.stderr

@@ -12,10 +12,10 @@ from konduktor.burnin.manifests import make_run_id
 from konduktor.burnin.runner import BurnInRequest
 from konduktor.burnin.tiers import Tier, options_for_tier
 from konduktor.cli.burnin import burn_in
-from konduktor.cli.console import OutputFormat, print_document, print_rows
+from konduktor.cli.console import OutputFormat, err, print_document, print_rows
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
 from konduktor.controller.triage import burnin_sightings, with_sightings
-from konduktor.controller.triage_sources import triage_job
+from konduktor.controller.triage_sources import triage_job, with_kernel_logs
 from konduktor.errors import ExitCode, UsageError
 
 
@@ -34,6 +34,14 @@ def triage(
         bool,
         typer.Option("--quarantine", help="Quarantine the nodes the burn-in FAILs, as `burnin --quarantine` does."),
     ] = False,
+    loki: Annotated[
+        str | None,
+        typer.Option(
+            "--loki",
+            help="Read the kernel logs from Loki at this URL (a port-forward, say) instead of the health "
+            "controller's, with its query.",
+        ),
+    ] = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
     sim: SimOption = None,
@@ -42,16 +50,19 @@ def triage(
     """Which node of a job had a GPU fault in its time window, with evidence. Exit 0: a culprit; 1: none.
 
     The nodes come from the job's pods and, after they are gone, from the scheduler's and the health controller's
-    Events; the evidence from the controller's quarantine, the GPUHealthy condition and its Events on each node.
-    With --burnin, a burn-in of just those nodes adds its verdicts (progress on stderr). Exit 2: no such Job, or
-    --quarantine without --burnin; 5: the cluster could not be reached."""
+    Events; the evidence from the controller's quarantine, the GPUHealthy condition and its Events on each node,
+    and the nodes' kernel lines in Loki (read as the health controller reads them). With --burnin, a burn-in of just
+    those nodes adds its verdicts (progress on stderr). Exit 2: no such Job, or --quarantine without --burnin; 5: the
+    cluster could not be reached."""
     if quarantine and not burnin:
         raise UsageError(
             "--quarantine acts on a burn-in's FAIL: add --burnin",
             hint="the health controller quarantines on its own signals (the evidence triage shows) by itself",
         )
     with connect(kubeconfig, context, sim, read_only=not burnin) as kube:
-        found = triage_job(kube, job, namespace)
+        found, unread = with_kernel_logs(kube, triage_job(kube, job, namespace), loki)
+        if unread:
+            err.print(f"kernel logs not read: {unread}", markup=False)
         if burnin and found.nodes:
             nodes = tuple(n.node for n in found.nodes)
             run = make_run_id(datetime.now(UTC))

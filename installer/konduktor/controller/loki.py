@@ -143,6 +143,11 @@ class LokiSource:
         self.metrics.source_up.labels(source="loki").set(1)
         return lines, cursor_after(seen, now_ns, late_ns)
 
+    def lines_between(self, start_ns: int, end_ns: int) -> list[LogLine]:
+        """Every line from `start_ns` up to `end_ns`, oldest first (a job's time window, for triage)."""
+        lines, _ = self.read(LokiCursor(start_ns + int(self.settings.late_seconds * _NS)), end_ns)
+        return lines
+
     def _query(self, start_ns: int, end_ns: int) -> object:
         response = self.http.get(
             self.settings.url + QUERY_RANGE,

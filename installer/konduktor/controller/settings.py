@@ -184,8 +184,12 @@ def load_settings(path: Path) -> HealthSettings:
 
     A file without settings (empty, or only comments) is valid: every setting has a safe default.
     """
-    text = read_text(path)
+    return parse_settings(read_text(path), str(path))
+
+
+def parse_settings(text: str, source: str) -> HealthSettings:
+    """The settings in `text` (a file's, or the chart's ConfigMap's `health.yaml`), errors named after `source`."""
     if all(not line.strip() or line.lstrip().startswith("#") for line in text.splitlines()):
         return HealthSettings()
-    data, lines = read_yaml(text, str(path))
-    return validate_model(HealthSettings, data, lines, str(path))
+    data, lines = read_yaml(text, source)
+    return validate_model(HealthSettings, data, lines, source)

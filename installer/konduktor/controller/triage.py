@@ -12,19 +12,23 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from konduktor.burnin.results import BurnInReport, PairVerdict, Verdict
-from konduktor.controller.classify import verdict_detail
+from konduktor.controller.classify import classify_report, verdict_detail
+from konduktor.controller.loki import LogLine
+from konduktor.controller.settings import HealthSettings
+from konduktor.gpu.kernel_log import parse_line
 
 # A fault found shortly after the job ended still counts: detection takes seconds to minutes (a lost GPU waits
 # gpu_lost_grace_seconds, DCGM is scraped every 30 s), and a job often dies of the fault before it is reported.
 LATE_SECONDS = 600.0
 
-Source = Literal["quarantine", "condition", "event", "burnin"]
+Source = Literal["quarantine", "condition", "event", "kernel-log", "burnin"]
 
 
 @dataclass(frozen=True)
 class Sighting:
-    """One health signal on a node: the quarantine, the GPUHealthy condition, an Event of the controller, or a
-    burn-in verdict (undated: run on request, after the job, it counts whatever the job's window)."""
+    """One health signal on a node: the quarantine, the GPUHealthy condition, an Event of the controller, a kernel
+    log line from Loki, or a burn-in verdict (undated: run on request, after the job, it counts whatever the job's
+    window)."""
 
     at: float | None
     source: Source
@@ -112,6 +116,21 @@ def with_sightings(found: Triage, extra: Mapping[str, Sequence[Sighting]]) -> Tr
     """The same triage judged again with more signals on its nodes (a burn-in's)."""
     nodes = [replace(n, signals=(*n.signals, *extra.get(n.node, ()))) for n in found.nodes]
     return judge(found.job, found.namespace, found.start, found.end, nodes)
+
+
+def kernel_sightings(lines: Sequence[LogLine], settings: HealthSettings) -> dict[str, list[Sighting]]:
+    """The Xid and SXid lines of the nodes' kernel logs, judged by the controller's catalog: a fault that takes
+    the node out of service (Xid 79, 48, ...) blames it; an application's own Xid (13, 31, 43) is shown only."""
+    found: dict[str, list[Sighting]] = {}
+    for line in lines:
+        report = parse_line(line.line)
+        if report is None:
+            continue
+        finding = classify_report(report, line.node, settings)
+        message = f"{finding.name}: {line.line.strip()}"
+        sighting = Sighting(line.timestamp_ns / 1e9, "kernel-log", finding.reason, message, finding.quarantine)
+        found.setdefault(line.node, []).append(sighting)
+    return found
 
 
 def burnin_sightings(report: BurnInReport) -> dict[str, list[Sighting]]:

@@ -2,7 +2,9 @@
 
 The nodes come from the live pods, from the scheduler's `Scheduled` Events of the job's pods (kept after the
 pods are gone, for the API server's Event TTL, 1 h by default) and from the health controller's Events on the
-job. The signals: the controller's quarantine annotations, the GPUHealthy condition and its Events on the node.
+job. The signals: the controller's quarantine annotations, the GPUHealthy condition and its Events on the node,
+and the nodes' kernel log lines in Loki, read as the health controller reads them (its settings, from the chart's
+ConfigMap).
 """
 
 from __future__ import annotations
@@ -12,14 +14,28 @@ import time
 from typing import Any
 
 from konduktor.controller.decide import CONDITION_TYPE
+from konduktor.controller.loki import LokiSource
 from konduktor.controller.node_writes import EVENT_NAMESPACE
-from konduktor.controller.triage import NodeRecord, Sighting, Triage, judge
+from konduktor.controller.settings import HealthSettings, parse_settings
+from konduktor.controller.sources import SourceError
+from konduktor.controller.telemetry import HealthMetrics
+from konduktor.controller.triage import (
+    LATE_SECONDS,
+    NodeRecord,
+    Sighting,
+    Triage,
+    judge,
+    kernel_sightings,
+    with_sightings,
+)
 from konduktor.errors import UsageError
-from konduktor.kube.client import Kube
+from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.timestamps import parse_time
-from konduktor.vocabulary import QUARANTINE_REASON, QUARANTINED_AT
+from konduktor.vocabulary import QUARANTINE_REASON, QUARANTINED_AT, SYSTEM_NAMESPACE
 
 COMPONENT = "konduktor-health"
+SETTINGS_KEY = "health.yaml"  # in konduktor-core's ConfigMap of the controller's settings
+CORE_SELECTOR = "app.kubernetes.io/name=konduktor-core"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 _ASSIGNED = re.compile(r"Successfully assigned (?P<namespace>[^/\s]+)/(?P<pod>\S+) to (?P<node>\S+)")
 _TOLD = re.compile(r"GPU node (?P<node>\S+) (?:was|would have been) quarantined.*?on it: (?P<pods>[^.]*)\.")
@@ -117,3 +133,36 @@ def _when(event: dict[str, Any]) -> float:
     stamps = (event.get(k) for k in ("lastTimestamp", "eventTime", "firstTimestamp"))
     found = (parse_time(s) for s in (*stamps, event["metadata"].get("creationTimestamp")))
     return next((t for t in found if t is not None), 0.0)
+
+
+def controller_settings(kube: Kube, namespace: str = SYSTEM_NAMESPACE) -> HealthSettings | None:
+    """The health controller's settings as konduktor-core deployed them; None where it is not installed."""
+    try:
+        config_maps = kube.list("v1", "ConfigMap", namespace, label_selector=CORE_SELECTOR)
+    except ApiError as problem:
+        if problem.status in (403, 404):  # not ours to read, or no such namespace: triage without kernel logs
+            return None
+        raise
+    for config_map in config_maps:
+        text = (config_map.get("data") or {}).get(SETTINGS_KEY)
+        if text is not None:
+            return parse_settings(text, f"ConfigMap {namespace}/{config_map['metadata']['name']} {SETTINGS_KEY}")
+    return None
+
+
+def with_kernel_logs(kube: Kube, found: Triage, loki_url: str | None = None) -> tuple[Triage, str | None]:
+    """The triage with the kernel lines of the job's nodes in its window (and LATE_SECONDS after), read from Loki
+    as the health controller reads them (its settings; `loki_url` instead of its URL, for a port-forward), and
+    why they could not be read, if so."""
+    settings = controller_settings(kube)
+    if settings is None or settings.loki is None:
+        return found, "no Loki in the health controller's settings (is konduktor-core installed?)"
+    loki = settings.loki if loki_url is None else settings.loki.model_copy(update={"url": loki_url})
+    try:
+        lines = LokiSource(loki, HealthMetrics()).lines_between(
+            int(found.start * 1e9), int((found.end + LATE_SECONDS) * 1e9)
+        )
+    except SourceError as problem:
+        return found, f"Loki at {loki.url}: {problem}"
+    nodes = {n.node for n in found.nodes}
+    return with_sightings(found, kernel_sightings([line for line in lines if line.node in nodes], settings)), None
