@@ -344,6 +344,9 @@ def test_quick_burnin_on_two_nodes(capsys: pytest.CaptureFixture[str], cluster: 
         assert checks["inventory"]["summary"] == "10 x H100 SXM5 80GB"
         assert (checks["ecc"]["verdict"], checks["kernel_log"]["verdict"]) == ("PASS", "PASS")
     assert "burn-in test-quick: 2 PASS, 0 WARN, 0 FAIL, 0 ERROR, 0 SKIPPED" in err
+    # The same run collected again, as YAML: the same document.
+    again = burnin(capsys, cluster, "--nodes", ",".join(chosen), "--level", "quick", "--run-id", run_id, "-o", "yaml")
+    assert again[0] == 0 and YAML(typ="safe").load(again[1]) == report
 
     # The Jobs as the API server stored them, and where the scheduler put their pods.
     jobs = run_jobs(kube, run_id)

@@ -19,12 +19,12 @@ import typer
 
 from konduktor.burnin.manifests import make_run_id
 from konduktor.burnin.plan import exit_code, select_targets
-from konduktor.burnin.report import render_json, render_junit, render_table
+from konduktor.burnin.report import render_json, render_junit, render_table, report_to_dict
 from konduktor.burnin.results import BurnInReport, Verdict
 from konduktor.burnin.runner import BurnInRequest, BurnInRunner
 from konduktor.burnin.thresholds import DEFAULT_THRESHOLDS
 from konduktor.burnin.tiers import BurnInImages, Tier, options_for_tier
-from konduktor.cli.console import err, progress
+from konduktor.cli.console import err, print_document, progress
 from konduktor.cli.quotas import load_checked
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
 from konduktor.config.model import UNSCHEDULABLE_SECONDS, Config, duration_seconds
@@ -35,7 +35,7 @@ from konduktor.kube.client import Kube
 from konduktor.quotas.manifests import to_yaml
 from konduktor.vocabulary import BURNIN_NAMESPACE
 
-ReportFormat = Literal["table", "json", "junit"]
+ReportFormat = Literal["table", "json", "yaml", "junit"]
 DEFAULT_NAMESPACE = BURNIN_NAMESPACE
 _IMAGE_KEYS = {f.name.replace("_", "-"): f.name for f in fields(BurnInImages) if f.name != "nccl_tests_binary"}
 _DURATION = re.compile(r"^(\d+(\.\d+)?(s|m|h))+$")
@@ -67,7 +67,7 @@ def burnin(
         ),
     ] = None,
     output: Annotated[
-        ReportFormat, typer.Option("-o", "--output", help="table per node, JSON, or JUnit XML for CI.")
+        ReportFormat, typer.Option("-o", "--output", help="table per node, json or yaml, or JUnit XML for CI.")
     ] = "table",
     quarantine: Annotated[
         bool, typer.Option("--quarantine", help="Taint FAIL nodes with the health controller's quarantine.")
@@ -119,7 +119,10 @@ def burnin(
             return
         request = BurnInRequest(options, run, namespace, tuple(names), wait_s, quarantine, unschedulable_s)
         report, waited_out = burn_in(kube, loaded.config if loaded else None, request)
-        sys.stdout.write({"table": render_table, "json": render_json, "junit": render_junit}[output](report))
+        if output == "yaml":
+            print_document(report_to_dict(report), "yaml")
+        else:
+            sys.stdout.write({"table": render_table, "json": render_json, "junit": render_junit}[output](report))
     code = exit_code(report, waited_out)
     if code == 4:
         err.print(f"some Jobs are still running; collect them with --run-id {run}", markup=False)
