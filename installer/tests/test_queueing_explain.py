@@ -303,3 +303,27 @@ def test_many_quarantined_nodes_are_counted_after_the_first_five() -> None:
     answer = verdict(workload("waits", gpus=8, pods=2), [], capacity)
     quarantines = [r["message"] for r in answer["reasons"] if r["kind"] == "quarantine"]
     assert len(quarantines) == 6 and quarantines[-1] == "and 3 more quarantined h100 nodes (30 GPUs)"
+
+
+def test_a_policy_finding_is_a_reason_with_its_policy_and_a_remedy() -> None:
+    """What the admission policies say of the job (a refusal, or a warning in warn-first mode), whatever its state."""
+    refusal = (
+        "jobs.batch \"x\" is forbidden: ValidatingAdmissionPolicy 'konduktor-priority-classes' with binding "
+        "'konduktor-priority-classes' denied request: kueue.x-k8s.io/priority-class \"vip\" is not a platform "
+        "priority class; use one of: opportunistic, standard, default, urgent"
+    )
+    warning = (
+        "Validation failed for ValidatingAdmissionPolicy 'konduktor-gpu-through-localqueue' with binding "
+        "'konduktor-gpu-through-localqueue': GPU pods must name a LocalQueue"
+    )
+    answer = as_json(
+        why("x", "team-a", None, workloads=[], local_queues=LOCAL_QUEUES, capacity=None, pending=[], job_labels={},
+            policy=[refusal, warning])
+    )  # fmt: skip
+    messages = [r["message"] for r in answer["reasons"] if r["kind"] == "policy"]
+    assert messages == [
+        'policy konduktor-priority-classes: kueue.x-k8s.io/priority-class "vip" is not a platform priority class; '
+        "use one of: opportunistic, standard, default, urgent",
+        "policy konduktor-gpu-through-localqueue: GPU pods must name a LocalQueue",
+    ]
+    assert any("the platform's policy refuses the job as written" in r for r in answer["remedies"])

@@ -6,13 +6,16 @@ Konduktor's admission policies as they ship. Attempts are server-side dry runs u
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from conftest import EXAMPLE, Sim
 
+from konduktor.cli.team import main as team_main
 from konduktor.config.load import load_config
+from konduktor.errors import ExitCode
 from konduktor.kube.client import MERGE_PATCH, ApiError, Identity, Kube
 from konduktor.quotas.render import KUEUE_API
 from konduktor.quotas.sync import sync_quotas
@@ -263,3 +266,34 @@ def test_nobody_but_the_platform_puts_a_namespace_in_a_team(member: Kube, sim: S
             refused_by_policy(patch_refusal(admin, "Namespace", TEAM, {"metadata": {"labels": change}}, None), policy)
     finally:
         admin.close()
+
+
+def test_why_names_the_policy_a_job_breaks(member: Kube, sim: Sim, capsys: pytest.CaptureFixture[str]) -> None:
+    """A job made while the priority-class policy only warned (a warn-first adoption): Kueue makes no Workload for
+    its unknown class, and the member's `konduktor why` names the policy and its reason."""
+    binding = ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding", "konduktor-priority-classes")
+    actions = (sim.kube.get(*binding) or {})["spec"]["validationActions"]
+    job = gpu_job("tenancy-vip", TEAM, gpus=1, priority="vip")
+    sim.kube.patch(*binding, patch={"spec": {"validationActions": ["Warn", "Audit"]}})
+    try:
+
+        def created() -> bool:
+            try:
+                member.create(copy.deepcopy(job))
+            except ApiError as problem:
+                assert problem.status == 403, problem.message  # the binding is still enforcing
+                return False
+            return True
+
+        wait_until("the policy to only warn, and the job to be made", created, timeout=60)
+    finally:
+        sim.kube.patch(*binding, patch={"spec": {"validationActions": actions}})
+    try:
+        code = team_main(["why", "tenancy-vip", "-n", TEAM, "-o", "json", "--kubeconfig", str(sim.kubeconfig),
+                          "--as", MEMBER.user, "--as-group", TEAM])  # fmt: skip
+        verdict = json.loads(capsys.readouterr().out)
+        assert code == ExitCode.NEGATIVE and verdict["state"] == "not-queued", verdict
+        [policy] = [r["message"] for r in verdict["reasons"] if r["kind"] == "policy"]
+        assert policy.startswith('policy konduktor-priority-classes: kueue.x-k8s.io/priority-class "vip"'), policy
+    finally:
+        sim.kube.delete("batch/v1", "Job", "tenancy-vip", TEAM)

@@ -14,6 +14,7 @@ from konduktor.cli.console import err, print_rows
 from konduktor.cli.target import ContextOption, KubeconfigOption, running_target
 from konduktor.errors import ChangeRefused, ExitCode, NeverFits, UsageError
 from konduktor.kube.client import ApiError, Identity, Kube
+from konduktor.kube.policy_audit import policy_findings
 from konduktor.queueing.cluster import team_queues, verdict_for, workload_of_job
 from konduktor.queueing.explain import QUEUE_LABEL, Verdict, as_json, queue_view
 from konduktor.queueing.submit import PRIORITIES, fill_in, workload_for
@@ -127,7 +128,9 @@ def why_command(
         if workload is None and found is None:
             raise UsageError(f"no job or workload {job} in namespace {ns}", hint="`konduktor queue` lists them")
         labels = found["metadata"].get("labels", {}) if found is not None else None
-        verdict = verdict_for(team, job, workload, labels)
+        # The job as it stands, judged by the platform's policies as if the member created it now.
+        policy = policy_findings(kube, found) if found is not None else []
+        verdict = verdict_for(team, job, workload, labels, policy)
         _print_verdict(verdict, output)
         raise typer.Exit(EXIT_CODES[verdict.state])
 

@@ -68,6 +68,16 @@ def audit_copy(obj: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": copy_meta, "spec": job_spec}
 
 
+def policy_findings(client: Kube, obj: dict[str, Any]) -> list[str]:
+    """What Konduktor's policies say of a Pod or Job were it created now by `client`'s identity: the refusal
+    (policies that deny) or the warnings (policies that warn). Nothing is created."""
+    try:
+        warnings = client.dry_run_create(audit_copy(obj))
+    except ApiError as problem:  # enforcing (Deny): the refusal is the finding
+        warnings = [problem.message]
+    return [warning for warning in warnings if f"ValidatingAdmissionPolicy '{POLICY_PREFIX}" in warning]
+
+
 def audit_workloads(kube: Kube) -> list[Violation]:
     """Every Pod and Job in the cluster, controller-owned ones included, that a Konduktor policy refuses or
     warns about."""
@@ -77,11 +87,6 @@ def audit_workloads(kube: Kube) -> list[Violation]:
             for obj in kube.list(api_version, kind):
                 client = job_controller if created_by_the_job_controller(obj) else kube
                 meta = obj["metadata"]
-                try:
-                    warnings = client.dry_run_create(audit_copy(obj))
-                except ApiError as problem:  # enforcing (Deny): the refusal is the finding
-                    warnings = [problem.message]
-                for warning in warnings:
-                    if f"ValidatingAdmissionPolicy '{POLICY_PREFIX}" in warning:
-                        violations.append(Violation(kind, meta["namespace"], meta["name"], warning))
+                for finding in policy_findings(client, obj):
+                    violations.append(Violation(kind, meta["namespace"], meta["name"], finding))
     return violations

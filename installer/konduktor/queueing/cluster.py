@@ -3,6 +3,7 @@ where it is served, the published capacity, and (as an administrator) the capaci
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,7 +127,11 @@ def workload_of_job(workloads: list[dict[str, Any]], job: str) -> dict[str, Any]
 
 
 def verdict_for(
-    team: TeamQueues, job: str, workload: dict[str, Any] | None, job_labels: dict[str, str] | None = None
+    team: TeamQueues,
+    job: str,
+    workload: dict[str, Any] | None,
+    job_labels: dict[str, str] | None = None,
+    policy: Sequence[str] = (),
 ) -> Verdict:
     """`why` for one job of the team's namespace, from what `team_queues` read."""
     return why(
@@ -139,4 +144,5 @@ def verdict_for(
         pending=team.pending,
         job_labels=job_labels,
         source=team.source,
+        policy=policy,
     )
