@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from konduktor.cli.team import main as team_main
 from konduktor.config.load import load_config
 from konduktor.errors import ExitCode
 from konduktor.kube.client import MERGE_PATCH, ApiError, Identity, Kube
+from konduktor.paths import product_dir
 from konduktor.quotas.render import KUEUE_API
 from konduktor.quotas.sync import sync_quotas
 from konduktor.sim.workloads import RESTRICTED_CONTAINER, RESTRICTED_POD, condition, gpu_job, is_true, workload_of
@@ -297,3 +299,31 @@ def test_why_names_the_policy_a_job_breaks(member: Kube, sim: Sim, capsys: pytes
         assert policy.startswith('policy konduktor-priority-classes: kueue.x-k8s.io/priority-class "vip"'), policy
     finally:
         sim.kube.delete("batch/v1", "Job", "tenancy-vip", TEAM)
+
+
+def skypilot_pod(task_file: Path, **labels: str) -> dict[str, Any]:
+    """A pod of a SkyPilot task as SkyPilot's own parser reads the file: its `resources.labels` on the pod, one
+    node's accelerators as the GPU request, its `pod_config` merged into the spec."""
+    import sky
+
+    task = sky.Task.from_yaml(str(task_file))
+    [resources] = list(task.resources)
+    [(_, gpus)] = resources.accelerators.items()
+    spec = copy.deepcopy(resources.cluster_config_overrides["kubernetes"]["pod_config"]["spec"])
+    [container] = spec["containers"]
+    container.update(name="ray-node", image="python:3.12-slim", command=["sleep", "1"])
+    container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"nvidia.com/gpu": str(gpus)}}
+    metadata = {"name": "skypilot-train-head", "namespace": TEAM, "labels": {**resources.labels, **labels}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def test_the_seeds_skypilot_task_is_admitted_as_written_and_a_foreign_priority_is_not(
+    member: Kube, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """examples/skypilot/train.yaml, read by SkyPilot: its pods pass Pod Security, Kueue's webhooks and every
+    platform policy as a team member creates them; the seeds' `high-priority` class is refused by name."""
+    monkeypatch.setenv("HOME", str(tmp_path))  # SkyPilot keeps its state under ~/.sky
+    task_file = product_dir("examples") / "skypilot" / "train.yaml"
+    assert create_refusal(member, skypilot_pod(task_file)) is None
+    seeds = skypilot_pod(task_file, **{"kueue.x-k8s.io/priority-class": "high-priority"})
+    refused_by_policy(create_refusal(member, seeds), "konduktor-priority-classes")
