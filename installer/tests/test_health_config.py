@@ -59,9 +59,14 @@ def test_every_field_maps_to_the_controller_setting_it_names() -> None:
     assert (settings.requalification.tier, settings.requalification.priority_class) == ("quick", "burnin-low")
 
 
+# examples/config.yaml's GPU types, which `up` passes to the controller whatever its `health:` section says.
+GPU_TYPES = {"h100": {"product": "NVIDIA-H100-80GB-HBM3", "gpus_per_node": 10}}
+
+
 def test_an_absent_section_sets_nothing_so_the_charts_values_stay() -> None:
     assert controller_settings(Health()) == {}
-    assert "controller" not in umbrella_values(config_with({}), values())["konduktor-core"]
+    core = umbrella_values(config_with({}), values())["konduktor-core"]
+    assert core["controller"]["settings"] == {"gpu_types": GPU_TYPES}  # the config's GPU types only
     # One field given: only that one, in its section.
     assert controller_settings(config_with({"breaker": {"maxNodes": 5}}).health) == {"breaker": {"max_nodes": 5}}
 
@@ -183,7 +188,7 @@ def test_render_prints_the_chart_values_up_passes(capsys: pytest.CaptureFixture[
     assert printed == umbrella_values(config, values())
     assert printed["konduktor-core"] == {
         "policies": {"priorityClasses": list(config.priorities)},
-        "controller": {"settings": controller_settings(config.health)},
+        "controller": {"settings": {**controller_settings(config.health), "gpu_types": GPU_TYPES}},
     }
 
 

@@ -63,11 +63,13 @@ def _without_unset(settings: dict[str, Any]) -> dict[str, Any]:
 
 def core_values(config: Config) -> dict[str, Any]:
     """konduktor-core's values the config implies: the priority classes its admission policy admits (the config's
-    WorkloadPriorityClasses, which the quotas render) and the controller settings of its `health:` section."""
-    values: dict[str, Any] = {"policies": {"priorityClasses": list(config.priorities)}}
-    if settings := controller_settings(config.health):
-        values["controller"] = {"settings": settings}
-    return values
+    WorkloadPriorityClasses, which the quotas render), and the controller settings of its `health:` section with
+    its GPU types (a node of a type with fewer GPUs than `gpusPerNode` has lost one)."""
+    settings = controller_settings(config.health)
+    settings["gpu_types"] = {
+        name: {"product": gpu.product, "gpus_per_node": gpu.gpus_per_node} for name, gpu in config.gpu_types.items()
+    }
+    return {"policies": {"priorityClasses": list(config.priorities)}, "controller": {"settings": settings}}
 
 
 def umbrella_values(config: Config, chart_values: dict[str, Any]) -> dict[str, Any]:
