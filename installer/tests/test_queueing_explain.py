@@ -14,7 +14,7 @@ from konduktor.queueing.capacity import (
     node_capacity,
     to_json,
 )
-from konduktor.queueing.explain import as_json, pending_order, why
+from konduktor.queueing.explain import as_json, pending_order, why, with_policy
 from konduktor.quotas.usage import TeamUsage
 
 LOCAL_QUEUES = {("team-a", "default"): "team-a", ("team-b", "default"): "team-b"}
@@ -316,10 +316,10 @@ def test_a_policy_finding_is_a_reason_with_its_policy_and_a_remedy() -> None:
         "Validation failed for ValidatingAdmissionPolicy 'konduktor-gpu-through-localqueue' with binding "
         "'konduktor-gpu-through-localqueue': GPU pods must name a LocalQueue"
     )
-    answer = as_json(
-        why("x", "team-a", None, workloads=[], local_queues=LOCAL_QUEUES, capacity=None, pending=[], job_labels={},
-            policy=[refusal, warning])
-    )  # fmt: skip
+    verdict = why(
+        "x", "team-a", None, workloads=[], local_queues=LOCAL_QUEUES, capacity=None, pending=[], job_labels={}
+    )
+    answer = as_json(with_policy(verdict, [refusal, warning]))
     messages = [r["message"] for r in answer["reasons"] if r["kind"] == "policy"]
     assert messages == [
         'policy konduktor-priority-classes: kueue.x-k8s.io/priority-class "vip" is not a platform priority class; '

@@ -10,7 +10,7 @@ from typing import Any
 from konduktor.errors import UsageError
 from konduktor.kube.client import ApiError, Kube
 from konduktor.queueing.capacity import CAPACITY_KEY, Capacity, configmap, from_json, node_capacity
-from konduktor.queueing.explain import Pending, Source, Verdict, job_name, pending_order, why
+from konduktor.queueing.explain import Pending, Source, Verdict, job_name, pending_order, why, with_policy
 from konduktor.quotas.usage import team_usage
 from konduktor.vocabulary import CAPACITY_CONFIGMAP, TEAM_LABEL
 
@@ -133,8 +133,9 @@ def verdict_for(
     job_labels: dict[str, str] | None = None,
     policy: Sequence[str] = (),
 ) -> Verdict:
-    """`why` for one job of the team's namespace, from what `team_queues` read."""
-    return why(
+    """`why` for one job of the team's namespace, from what `team_queues` read, with what the platform's policies
+    say of it."""
+    verdict = why(
         job,
         team.namespace,
         workload,
@@ -144,5 +145,5 @@ def verdict_for(
         pending=team.pending,
         job_labels=job_labels,
         source=team.source,
-        policy=policy,
     )
+    return with_policy(verdict, policy)

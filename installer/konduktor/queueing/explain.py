@@ -193,43 +193,8 @@ def why(
     pending: list[Pending],
     job_labels: dict[str, str] | None = None,
     source: Source = "derived",
-    policy: Sequence[str] = (),
 ) -> Verdict:
-    """One verdict for a job: its state, the reasons in plain words, and what would make it run. `policy` holds
-    what the platform's admission policies say of the job as it stands (`konduktor.kube.policy_audit`)."""
-    verdict = _verdict(job, namespace, workload, workloads, local_queues, capacity, pending, job_labels, source)
-    for finding in policy:
-        verdict.reasons.append(Reason("policy", policy_reason(finding)))
-    if policy:
-        verdict.remedies.append(
-            "the platform's policy refuses the job as written (it was made before the policy was enforced, or while "
-            "it only warned): delete it, fix what the policy names and submit it again"
-        )
-    return verdict
-
-
-_POLICY = re.compile(
-    r"ValidatingAdmissionPolicy '(?P<policy>[^']+)' with binding '[^']*'(?: denied request)?: (?P<why>.*)"
-)
-
-
-def policy_reason(finding: str) -> str:
-    """An admission policy's refusal or warning, as `policy NAME: why`."""
-    found = _POLICY.search(finding)
-    return f"policy {found['policy']}: {found['why']}" if found else finding
-
-
-def _verdict(
-    job: str,
-    namespace: str,
-    workload: dict[str, Any] | None,
-    workloads: list[dict[str, Any]],
-    local_queues: dict[tuple[str, str], str],
-    capacity: Capacity | None,
-    pending: list[Pending],
-    job_labels: dict[str, str] | None,
-    source: Source,
-) -> Verdict:
+    """One verdict for a job: its state, the reasons in plain words, and what would make it run."""
     if workload is None:
         return _not_queued(job, namespace, job_labels or {}, local_queues)
     name = workload["metadata"]["name"]
@@ -297,6 +262,30 @@ def _verdict(
         return verdict
     _explain_pending(verdict, workload, workloads, capacity)
     return verdict
+
+
+def with_policy(verdict: Verdict, findings: Sequence[str]) -> Verdict:
+    """The verdict with what the platform's admission policies say of the job as it stands (a refusal, or a
+    warning in warn-first mode; `konduktor.kube.policy_audit.policy_findings`), whatever its state."""
+    for finding in findings:
+        verdict.reasons.append(Reason("policy", policy_reason(finding)))
+    if findings:
+        verdict.remedies.append(
+            "the platform's policy refuses the job as written (it was made before the policy was enforced, or while "
+            "it only warned): delete it, fix what the policy names and submit it again"
+        )
+    return verdict
+
+
+_POLICY = re.compile(
+    r"ValidatingAdmissionPolicy '(?P<policy>[^']+)' with binding '[^']*'(?: denied request)?: (?P<why>.*)"
+)
+
+
+def policy_reason(finding: str) -> str:
+    """An admission policy's refusal or warning, as `policy NAME: why`."""
+    found = _POLICY.search(finding)
+    return f"policy {found['policy']}: {found['why']}" if found else finding
 
 
 def _preemption(workload: dict[str, Any]) -> str | None:
