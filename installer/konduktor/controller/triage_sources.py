@@ -135,7 +135,7 @@ def _when(event: dict[str, Any]) -> float:
     return next((t for t in found if t is not None), 0.0)
 
 
-def controller_settings(kube: Kube, namespace: str = SYSTEM_NAMESPACE) -> HealthSettings | None:
+def deployed_settings(kube: Kube, namespace: str = SYSTEM_NAMESPACE) -> HealthSettings | None:
     """The health controller's settings as konduktor-core deployed them; None where it is not installed."""
     try:
         config_maps = kube.list("v1", "ConfigMap", namespace, label_selector=CORE_SELECTOR)
@@ -154,7 +154,7 @@ def with_kernel_logs(kube: Kube, found: Triage, loki_url: str | None = None) -> 
     """The triage with the kernel lines of the job's nodes in its window (and LATE_SECONDS after), read from Loki
     as the health controller reads them (its settings; `loki_url` instead of its URL, for a port-forward), and
     why they could not be read, if so."""
-    settings = controller_settings(kube)
+    settings = deployed_settings(kube)
     if settings is None or settings.loki is None:
         return found, "no Loki in the health controller's settings (is konduktor-core installed?)"
     loki = settings.loki if loki_url is None else settings.loki.model_copy(update={"url": loki_url})

@@ -290,12 +290,12 @@ def policy_reason(finding: str) -> str:
 
 def _preemption(workload: dict[str, Any]) -> str | None:
     """Kueue preempted this pending workload (and requeued it): when and why, or None."""
-    preempted = condition(workload, "Preempted")
-    evicted = condition(workload, "Evicted")
-    if preempted is None or preempted.get("status") != "True":
-        if evicted is None or evicted.get("status") != "True" or evicted.get("reason") != "Preempted":
-            return None
-        preempted = evicted
+    if is_true(workload, "Preempted"):
+        preempted = condition(workload, "Preempted") or {}
+    elif is_true(workload, "Evicted") and (condition(workload, "Evicted") or {}).get("reason") == "Preempted":
+        preempted = condition(workload, "Evicted") or {}
+    else:
+        return None
     reason = str(preempted.get("reason", ""))
     why_text = PREEMPTED_FOR.get(reason, "for another workload")
     return f"Kueue preempted it at {preempted.get('lastTransitionTime', '?')} {why_text} ({reason or 'Preempted'})"
