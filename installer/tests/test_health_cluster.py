@@ -31,8 +31,8 @@ from sim_fixture import health_taints, node, patch_node
 from konduktor.burnin.manifests import NODE_ANNOTATION, node_job
 from konduktor.burnin.tiers import options_for_tier
 from konduktor.controller.decide import CONDITION_TYPE, Taint, UpdateNode
-from konduktor.controller.leader import LEASE_API, LEASE_NAME
-from konduktor.controller.loop import BREAKER_ANNOTATION, CURSOR_ANNOTATION, HealthController
+from konduktor.controller.leader import BREAKER_ANNOTATION, LEASE_API, LEASE_NAME
+from konduktor.controller.loop import CURSOR_ANNOTATION, HealthController
 from konduktor.controller.nodes import NodeEvent, list_nodes
 from konduktor.controller.requalification import REQUALIFICATION_LABEL
 from konduktor.controller.server import HealthServer
@@ -47,7 +47,6 @@ from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
 from konduktor.sim.cluster import free_port
 from konduktor.sim.gpus import FAULTS_ANNOTATION
-from konduktor.tools.pinned import Toolbox
 from konduktor.vocabulary import (
     HEALTH_TAINT_KEY,
     QUARANTINE_REASON,
@@ -556,53 +555,6 @@ def test_dry_run_writes_nothing(sim: Sim, kube: Kube, loki: LokiApi, tmp_path: P
 
 
 # --- Prometheus ------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture()
-def prometheus(tmp_path: Path) -> Iterator[Callable[[str], str]]:
-    """A real Prometheus over a TSDB backfilled from OpenMetrics text; returns its URL."""
-    processes: list[subprocess.Popen[bytes]] = []
-
-    def start(openmetrics: str) -> str:
-        data = tmp_path / "tsdb"
-        source = tmp_path / "series.om"
-        source.write_text(openmetrics)
-        backfill = subprocess.run(
-            [str(Toolbox().path("promtool")), "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
-            capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
-        assert backfill.returncode == 0, backfill.stderr
-        config = tmp_path / "prometheus.yml"
-        config.write_text("global:\n  scrape_interval: 15s\n")
-        port = free_port()
-        log = (tmp_path / "prometheus.log").open("wb")
-        processes.append(
-            subprocess.Popen(
-                [
-                    str(Toolbox().path("prometheus")),
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={data}",
-                    f"--web.listen-address=127.0.0.1:{port}",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        )
-        url = f"http://127.0.0.1:{port}"
-
-        def ready() -> bool:
-            try:
-                return requests.get(f"{url}/-/ready", timeout=1).status_code == 200
-            except requests.RequestException:
-                return False
-
-        wait_until("Prometheus to be ready", ready, timeout=60)
-        return url
-
-    yield start
-    for process in processes:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def openmetrics(now: float) -> str:

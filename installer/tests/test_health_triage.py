@@ -5,13 +5,17 @@ from __future__ import annotations
 import pytest
 
 from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, PairVerdict, Verdict
+from konduktor.controller.classify import DcgmSample
 from konduktor.controller.loki import LogLine
-from konduktor.controller.settings import HealthSettings
+from konduktor.controller.prometheus import DcgmSignal
+from konduktor.controller.settings import HealthSettings, PrometheusSettings
 from konduktor.controller.triage import (
     LATE_SECONDS,
     NodeRecord,
     Sighting,
     burnin_sightings,
+    culprit_findings,
+    dcgm_sightings,
     judge,
     kernel_sightings,
     pair_culprits,
@@ -125,3 +129,64 @@ def test_kernel_lines_blame_a_node_fault_and_show_an_application_fault() -> None
     assert "GPU_HAS_FALLEN_OFF_THE_BUS" in found["gpu-0"][0].message
     judged = judge("train", "team-a", START, END, [node("gpu-0", *found["gpu-0"]), node("gpu-1", *found["gpu-1"])])
     assert judged.culprits == ("gpu-0",)
+
+
+XID_79_LINE = "[1.2] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus."
+
+
+def dcgm(node: str, metric: str, value: float, since: float) -> DcgmSignal:
+    return DcgmSignal(DcgmSample(node, "3", metric, value), since, "counter")
+
+
+def test_dcgm_faults_blame_by_the_controllers_rules() -> None:
+    """A double-bit ECC error blames its node; thermal throttling is shown only; DCGM's Xid gauge is judged by the
+    Xid catalog."""
+    found = dcgm_sightings(
+        [
+            dcgm("gpu-0", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 2, START + 30),
+            dcgm("gpu-1", "DCGM_FI_DEV_THERMAL_VIOLATION", 1500, START + 40),
+            dcgm("gpu-2", "DCGM_FI_DEV_XID_ERRORS", 79, START + 50),
+        ],
+        HealthSettings(),
+    )
+    assert [(s.source, s.reason, s.fault, s.at) for s in found["gpu-0"]] == [
+        ("dcgm", "EccDoubleBitError", True, START + 30)
+    ]
+    assert 'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="3"} = 2' in found["gpu-0"][0].message
+    assert [(s.reason, s.fault) for s in found["gpu-1"]] == [("ThermalViolation", False)]
+    assert [(s.reason, s.fault) for s in found["gpu-2"]] == [("Xid79", True)]
+    judged = judge("train", "team-a", START, END, [node(n, *found[n]) for n in found])
+    assert judged.culprits == ("gpu-0", "gpu-2")
+
+
+def test_a_kernel_xid_needs_dcgm_where_the_controller_reads_it() -> None:
+    """With Prometheus in the settings a log line alone (forgeable) blames nothing, as the controller does not act
+    on it; DCGM's gauge showing the same code on the node confirms it."""
+    settings = HealthSettings(prometheus=PrometheusSettings(url="http://prometheus:9090"))
+    lines = [LogLine(n, 1_750_000_100_000_000_000, XID_79_LINE) for n in ("gpu-0", "gpu-1")]
+    confirming = dcgm_sightings([dcgm("gpu-1", "DCGM_FI_DEV_XID_ERRORS", 79, START + 90)], settings)
+    found = kernel_sightings(lines, settings, confirming)
+    assert [(s.reason, s.fault) for s in found["gpu-0"]] == [("Xid79", False)]
+    assert "not confirmed by DCGM_FI_DEV_XID_ERRORS" in (found["gpu-0"][0].finding or pytest.fail()).meaning
+    assert [(s.reason, s.fault) for s in found["gpu-1"]] == [("Xid79", True)]
+    assert [s.fault for s in kernel_sightings(lines, HealthSettings())["gpu-0"]] == [True]  # no DCGM read
+
+
+def test_the_quarantine_acts_on_each_culprits_first_fault_and_leaves_the_rest() -> None:
+    """One finding per culprit, its earliest in the window (a burn-in's last); nothing for a clean node, a node
+    in quarantine already, or evidence from before the node last passed a requalification burn-in."""
+    lines = [LogLine(n, int((START + 100) * 1e9), XID_79_LINE) for n in ("gpu-0", "gpu-2", "gpu-3")]
+    kernel = kernel_sightings(lines, HealthSettings())
+    report = BurnInReport("kb-1", "standard", "v1", (node_verdict("gpu-0", Verdict.FAIL),))
+    burnin = burnin_sightings(report)
+    nodes = [
+        node("gpu-0", *burnin["gpu-0"], *kernel["gpu-0"]),
+        node("gpu-1"),
+        node("gpu-2", fault(START + 200), *kernel["gpu-2"]),
+        NodeRecord("gpu-3", ("gpu-3-pod",), tuple(kernel["gpu-3"]), requalified_at=START + 150),
+    ]
+    found = judge("train", "team-a", START, END, nodes)
+    assert found.culprits == ("gpu-0", "gpu-2", "gpu-3")
+    assert [(f.node, f.reason) for f in culprit_findings(found)] == [("gpu-0", "Xid79")]
+    burnt = judge("train", "team-a", START, END, [node("gpu-0", *burnin["gpu-0"])])
+    assert [(f.node, f.reason) for f in culprit_findings(burnt)] == [("gpu-0", "BurnInFailed")]

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -30,9 +32,11 @@ from test_health_cluster import (
 
 from konduktor.cli.cluster_quotas import sync_quotas
 from konduktor.config.load import load_config
+from konduktor.controller.leader import BREAKER_ANNOTATION, LEASE_API, LEASE_NAME
 from konduktor.controller.loop import HealthController
-from konduktor.controller.settings import AffectedWorkSettings, HealthSettings
+from konduktor.controller.settings import AffectedWorkSettings, HealthSettings, PrometheusSettings
 from konduktor.kube.client import Kube
+from konduktor.kube.timestamps import parse_time
 from konduktor.quotas.render import KUEUE_API
 from konduktor.sim.gpus import FAULTS_ANNOTATION
 from konduktor.sim.workloads import gpu_job, is_true, job_state, workload_of
@@ -307,34 +311,37 @@ def test_triage_burnin_names_the_faulty_node_of_a_four_node_job_and_quarantines_
             taints = [t for t in node(kube, bad)["spec"]["taints"] if t["key"] == HEALTH_TAINT_KEY]
             assert taints == [{"key": HEALTH_TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}]
             reasons = [e["reason"] for e in installer_events(kube) if e["involvedObject"]["name"] == bad]
-            assert reasons.count("BurnInFailed") == 1  # the second run's FAIL is recorded as a failed requalification
-        assert "--quarantine acts on a burn-in's FAIL" in triage(sim, JOB, "-n", TEAM, "--quarantine").stderr
+            assert reasons == ["BurnInFailed"]  # the second run leaves the node in quarantine to the controller
+        assert "in quarantine already" in found.stderr
     finally:
         release_nodes(kube, sorted(set(placed.values())))
 
 
 @pytest.fixture
-def deployed_settings(kube: Kube, loki: LokiApi) -> Iterator[None]:
-    """The health controller's settings as konduktor-core deploys them (its ConfigMap), reading the test's Loki;
-    a ConfigMap of an installed konduktor-core is set aside meanwhile and put back. The namespace stays, as `up`
-    would leave it (deleting it would still be going on when a later test installs there)."""
+def deploy(kube: Kube) -> Iterator[Callable[[HealthSettings], None]]:
+    """Deploys health controller settings as konduktor-core does (its ConfigMap); a ConfigMap of an installed
+    konduktor-core is set aside meanwhile and put back. The namespace stays, as `up` would leave it (deleting it
+    would still be going on when a later test installs there)."""
     kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
     existing = kube.list("v1", "ConfigMap", SYSTEM_NAMESPACE, label_selector="app.kubernetes.io/name=konduktor-core")
     for config_map in existing:
         kube.delete("v1", "ConfigMap", config_map["metadata"]["name"], SYSTEM_NAMESPACE)
-    text = yaml.safe_dump(HealthSettings(loki=loki.settings()).model_dump(mode="json", exclude_none=True))
-    ours = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": "triage-test-health",
-            "namespace": SYSTEM_NAMESPACE,
-            "labels": {"app.kubernetes.io/name": "konduktor-core"},
-        },
-        "data": {"health.yaml": text},
-    }
-    kube.apply(ours)
-    yield
+
+    def deployed(health: HealthSettings) -> None:
+        text = yaml.safe_dump(health.model_dump(mode="json", exclude_none=True))
+        ours = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": "triage-test-health",
+                "namespace": SYSTEM_NAMESPACE,
+                "labels": {"app.kubernetes.io/name": "konduktor-core"},
+            },
+            "data": {"health.yaml": text},
+        }
+        kube.apply(ours)
+
+    yield deployed
     kube.delete("v1", "ConfigMap", "triage-test-health", SYSTEM_NAMESPACE)
     for config_map in existing:
         meta = config_map["metadata"]
@@ -342,11 +349,14 @@ def deployed_settings(kube: Kube, loki: LokiApi) -> Iterator[None]:
         kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": kept, "data": config_map.get("data", {})})
 
 
-def test_triage_reads_the_kernel_logs_of_the_jobs_nodes_in_its_window(
-    sim: Sim, kube: Kube, loki: LokiApi, deployed_settings: None
+def test_triage_reads_the_kernel_logs_of_the_jobs_nodes_in_its_window_and_quarantines_through_the_breaker(
+    sim: Sim, kube: Kube, loki: LokiApi, deploy: Callable[[HealthSettings], None]
 ) -> None:
     """No controller ran: the Xid 79 in Loki on one of the job's nodes is the evidence that names it, the job's
-    own Xid 13 on the other is shown only; Loki out of reach is said, and the rest of the evidence stands."""
+    own Xid 13 on the other is shown only; Loki out of reach is said, and the rest of the evidence stands.
+    `--quarantine` then quarantines the culprit as the controller would: not while the controller's breaker is
+    tripped (its Lease says so), once after it is reset, and not again."""
+    deploy(HealthSettings(loki=loki.settings()))
     placed = start_job(kube)
     faulty, healthy = sorted(placed.values())
     xid_on(loki, faulty, XID_79)
@@ -369,6 +379,95 @@ def test_triage_reads_the_kernel_logs_of_the_jobs_nodes_in_its_window(
     assert [(s["source"], s["reason"], s["fault"]) for s in nodes[healthy]["evidence"]] == [
         ("kernel-log", "Xid13", False)
     ]
+    assert "not read: DCGM: no Prometheus in the health controller's settings" in found.stderr
     unreachable = triage(sim, JOB, "-n", TEAM, "--loki", "http://127.0.0.1:9", "-o", "json")
     assert unreachable.returncode == 1  # nothing else blames a node
-    assert "kernel logs not read: Loki at http://127.0.0.1:9" in unreachable.stderr
+    assert "not read: kernel logs: Loki at http://127.0.0.1:9" in unreachable.stderr
+
+    try:
+        with tripped_breaker(kube):
+            held = triage(sim, JOB, "-n", TEAM, "--quarantine", "-o", "json")
+            assert held.returncode == 0, held.stderr
+            assert "quarantine suppressed: circuit breaker open" in held.stderr
+            assert health_taints(node(kube, faulty)) == []
+            assert [e["reason"] for e in installer_events(kube) if e["involvedObject"]["name"] == faulty] == [
+                "QuarantineSuppressed"
+            ]
+        for _ in range(2):
+            done = triage(sim, JOB, "-n", TEAM, "--quarantine", "-o", "json")
+            assert done.returncode == 0, done.stderr
+            assert health_taints(node(kube, faulty)) == [
+                {"key": HEALTH_TAINT_KEY, "value": "unhealthy", "effect": "NoSchedule"}
+            ]
+            reasons = [e["reason"] for e in installer_events(kube) if e["involvedObject"]["name"] == faulty]
+            assert reasons == ["QuarantineSuppressed", "Xid79"]  # the second run writes nothing
+        assert health_taints(node(kube, healthy)) == []
+        assert "in quarantine already" in done.stderr
+    finally:
+        release_nodes(kube, [faulty, healthy])
+
+
+@contextmanager
+def tripped_breaker(kube: Kube) -> Iterator[None]:
+    """The health controller's Lease with its breaker tripped, as the controller leaves it; then reset, as an
+    operator resets it."""
+    trip = {BREAKER_ANNOTATION: "2026-01-01T00:00:00Z"}
+    if kube.get(LEASE_API, "Lease", LEASE_NAME, SYSTEM_NAMESPACE) is None:
+        lease = {"apiVersion": LEASE_API, "kind": "Lease", "metadata": {"name": LEASE_NAME, "annotations": trip}}
+        kube.create({**lease, "metadata": {**lease["metadata"], "namespace": SYSTEM_NAMESPACE}})
+    else:
+        kube.patch(LEASE_API, "Lease", LEASE_NAME, {"metadata": {"annotations": trip}}, SYSTEM_NAMESPACE)
+    try:
+        yield
+    finally:
+        reset = {"metadata": {"annotations": {BREAKER_ANNOTATION: None}}}
+        kube.patch(LEASE_API, "Lease", LEASE_NAME, reset, SYSTEM_NAMESPACE)
+
+
+def dcgm_series(start: float, faulty: str, other: str) -> str:
+    """OpenMetrics text: a double-bit ECC error on GPU 3 of `faulty` just after `start`; quiet on `other`."""
+    lines = []
+    for host, values in ((faulty, (0, 0, 2, 2)), (other, (0, 0, 0, 0))):
+        for at, value in zip((start - 40, start - 20, start + 1, start + 2), values, strict=True):
+            lines.append(f'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{gpu="3",Hostname="{host}"}} {value} {at:.3f}')
+    return "\n".join([*lines, "# EOF", ""])
+
+
+def test_triage_reads_the_dcgm_series_of_the_jobs_nodes_and_confirms_kernel_xids_by_them(
+    sim: Sim,
+    kube: Kube,
+    loki: LokiApi,
+    prometheus: Callable[[str], str],
+    deploy: Callable[[HealthSettings], None],
+) -> None:
+    """With Prometheus in the controller's settings: a double-bit ECC error in the job's window on one node names
+    it; an Xid 79 log line on the other that DCGM did not report is shown, not blamed (as the controller would not
+    act on it), and Prometheus out of reach is said."""
+    placed = start_job(kube)
+    faulty, other = sorted(placed.values())
+    started = parse_time(kube.get("batch/v1", "Job", JOB, TEAM)["status"]["startTime"])
+    assert started is not None
+    wait_until("the ECC error's time to have come", lambda: time.time() > started + 3, timeout=10)
+    url = prometheus(dcgm_series(started, faulty, other))
+    deploy(HealthSettings(loki=loki.settings(), prometheus=PrometheusSettings(url=url)))
+    xid_on(loki, other, XID_79)
+
+    def read_both() -> dict[str, Any]:
+        report: dict[str, Any] = json.loads(triage(sim, JOB, "-n", TEAM, "-o", "json").stdout)
+        return {n["node"]: [(e["source"], e["reason"], e["fault"]) for e in n["evidence"]] for n in report["nodes"]}
+
+    wait_until("Loki to serve the line", lambda: read_both()[other], timeout=30)
+    found = triage(sim, JOB, "-n", TEAM, "-o", "json")
+    assert found.returncode == 0, found.stderr
+    report = json.loads(found.stdout)
+    assert report["culprits"] == [faulty]
+    nodes = {n["node"]: n for n in report["nodes"]}
+    [ecc] = nodes[faulty]["evidence"]
+    assert (ecc["source"], ecc["reason"], ecc["fault"]) == ("dcgm", "EccDoubleBitError", True)
+    assert 'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="3"} = 2' in ecc["message"]
+    assert ecc["at"] == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started + 1))
+    [line] = nodes[other]["evidence"]
+    assert (line["source"], line["reason"], line["fault"]) == ("kernel-log", "Xid79", False)
+    unreachable = triage(sim, JOB, "-n", TEAM, "--prometheus", "http://127.0.0.1:9", "-o", "json")
+    assert unreachable.returncode == 1
+    assert "not read: DCGM: Prometheus at http://127.0.0.1:9" in unreachable.stderr

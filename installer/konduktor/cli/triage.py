@@ -1,5 +1,5 @@
 """`konduktor-install triage JOB`: which node of a failed job had a GPU fault, with the evidence; on request, a
-burn-in of the job's nodes and the quarantine of those it FAILs."""
+burn-in of the job's nodes, and the quarantine of the culprits as the health controller would make it."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ import typer
 from konduktor.burnin.manifests import make_run_id
 from konduktor.burnin.runner import BurnInRequest
 from konduktor.burnin.tiers import Tier, options_for_tier
-from konduktor.cli.burnin import burn_in
+from konduktor.cli.burnin import burn_in, say
 from konduktor.cli.console import OutputFormat, err, print_document, print_rows
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
-from konduktor.controller.triage import burnin_sightings, with_sightings
-from konduktor.controller.triage_sources import triage_job, with_kernel_logs
-from konduktor.errors import ExitCode, UsageError
+from konduktor.controller.quarantine import quarantine_findings
+from konduktor.controller.settings import HealthSettings
+from konduktor.controller.triage import burnin_sightings, culprit_findings, with_sightings
+from konduktor.controller.triage_sources import deployed_settings, triage_job, with_telemetry
+from konduktor.errors import ExitCode
 
 
 def triage(
@@ -32,7 +34,10 @@ def triage(
     ] = Tier.STANDARD,
     quarantine: Annotated[
         bool,
-        typer.Option("--quarantine", help="Quarantine the nodes the burn-in FAILs, as `burnin --quarantine` does."),
+        typer.Option(
+            "--quarantine",
+            help="Quarantine the culprits as the health controller would (its settings, its fleet breaker).",
+        ),
     ] = False,
     loki: Annotated[
         str | None,
@@ -40,6 +45,14 @@ def triage(
             "--loki",
             help="Read the kernel logs from Loki at this URL (a port-forward, say) instead of the health "
             "controller's, with its query.",
+        ),
+    ] = None,
+    prometheus: Annotated[
+        str | None,
+        typer.Option(
+            "--prometheus",
+            help="Read the DCGM series from Prometheus at this URL (a port-forward, say) instead of the health "
+            "controller's.",
         ),
     ] = None,
     kubeconfig: KubeconfigOption = None,
@@ -51,24 +64,22 @@ def triage(
 
     The nodes come from the job's pods and, after they are gone, from the scheduler's and the health controller's
     Events; the evidence from the controller's quarantine, the GPUHealthy condition and its Events on each node,
-    and the nodes' kernel lines in Loki (read as the health controller reads them). With --burnin, a burn-in of just
-    those nodes adds its verdicts (progress on stderr). Exit 2: no such Job, or --quarantine without --burnin; 5: the
-    cluster could not be reached."""
-    if quarantine and not burnin:
-        raise UsageError(
-            "--quarantine acts on a burn-in's FAIL: add --burnin",
-            hint="the health controller quarantines on its own signals (the evidence triage shows) by itself",
-        )
-    with connect(kubeconfig, context, sim, read_only=not burnin) as kube:
-        found, unread = with_kernel_logs(kube, triage_job(kube, job, namespace), loki)
-        if unread:
-            err.print(f"kernel logs not read: {unread}", markup=False)
+    and the nodes' kernel lines in Loki and DCGM series in Prometheus (read as the health controller reads them).
+    With --burnin, a burn-in of just those nodes adds its verdicts (progress on stderr). With --quarantine, each
+    culprit not yet quarantined goes through the controller's decision with its settings and fleet breaker. Exit 2:
+    no such Job; 5: the cluster could not be reached."""
+    with connect(kubeconfig, context, sim, read_only=not (burnin or quarantine)) as kube:
+        settings = deployed_settings(kube)
+        found, unread = with_telemetry(triage_job(kube, job, namespace), settings, loki, prometheus)
+        for missing in unread:
+            err.print(f"not read: {missing}", markup=False)
         if burnin and found.nodes:
             nodes = tuple(n.node for n in found.nodes)
             run = make_run_id(datetime.now(UTC))
-            request = BurnInRequest(options_for_tier(level), run, nodes=nodes, quarantine=quarantine)
-            report, _ = burn_in(kube, None, request)
+            report, _ = burn_in(kube, None, BurnInRequest(options_for_tier(level), run, nodes=nodes))
             found = with_sightings(found, burnin_sightings(report))
+        if quarantine:
+            quarantine_findings(kube, culprit_findings(found), settings or HealthSettings(), say)
     if output in ("json", "yaml"):
         print_document(found.as_json(), "json" if output == "json" else "yaml")
     else:

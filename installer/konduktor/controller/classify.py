@@ -214,6 +214,25 @@ def burnin_finding(result: NodeVerdict) -> Finding | None:
     return None
 
 
+def node_pairs_finding(node: str, evidence: str) -> Finding:
+    """NCCL failed on every node pair with `node` while its partners passed with other nodes: the bisection's
+    culprit, hardware evidence as a burn-in FAIL is."""
+    return Finding(
+        node,
+        "burnin",
+        None,
+        None,
+        "NCCL_NODE_PAIRS_FAILED",
+        "NCCL failed on every node pair with this node",
+        Severity.CRITICAL,
+        RecommendedAction.CONTACT_SUPPORT,
+        True,
+        False,
+        "NodePairsFailed",
+        evidence,
+    )
+
+
 def verdict_detail(result: NodeVerdict) -> str:
     """Why the node got its verdict, in one line: the checks that decided it and their reasons."""
     deciding = [c for c in result.checks if c.verdict is result.verdict]

@@ -192,11 +192,15 @@ def _carries_taint_key(node: NodeState) -> bool:
     return any(t.key == HEALTH_TAINT_KEY for t in node.taints)
 
 
-def restore_breaker(nodes: Mapping[str, NodeState], settings: BreakerSettings, now: float) -> BreakerState:
-    """After a restart: the quarantines of the window that are still in place, read from our annotations
-    (one released within the window is not counted, which errs towards allowing a quarantine)."""
+def restore_breaker(
+    nodes: Mapping[str, NodeState], settings: BreakerSettings, now: float, tripped_at: float | None = None
+) -> BreakerState:
+    """The breaker as the cluster records it: the quarantines of the window that are still in place, read from our
+    annotations (one released within the window is not counted, which errs towards allowing a quarantine), and
+    when it tripped, as the leader Lease keeps it."""
     times = (parse_time(n.annotations.get(QUARANTINED_AT)) for n in nodes.values() if quarantined_by_us(n))
-    return BreakerState(tuple(sorted(t for t in times if t is not None and now - t < settings.window_seconds)))
+    recent = tuple(sorted(t for t in times if t is not None and now - t < settings.window_seconds))
+    return BreakerState(recent, tripped_at)
 
 
 def decide(

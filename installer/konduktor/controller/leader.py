@@ -22,6 +22,9 @@ from konduktor.kube.client import ApiError, Kube
 
 LEASE_API = "coordination.k8s.io/v1"
 LEASE_NAME = "konduktor-health"
+# When the fleet breaker tripped. It outlives restarts and leader changes; an operator resets the breaker by
+# removing it: kubectl annotate lease konduktor-health -n konduktor-system konduktor.ai/breaker-tripped-at-
+BREAKER_ANNOTATION = "konduktor.ai/breaker-tripped-at"
 
 
 def micro_time(when: float) -> str:

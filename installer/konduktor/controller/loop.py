@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from konduktor.controller.actuator import Actuator, Outcome, action_name
 from konduktor.controller.affected import AffectedWorkload, RequeuingWorkload
@@ -38,7 +38,7 @@ from konduktor.controller.decide import (
     quarantined_by_us,
     restore_breaker,
 )
-from konduktor.controller.leader import LeaderLease
+from konduktor.controller.leader import BREAKER_ANNOTATION, LeaderLease
 from konduktor.controller.logs import log
 from konduktor.controller.loki import LokiCursor, LokiSource
 from konduktor.controller.node_writes import timestamp
@@ -67,9 +67,6 @@ CURSOR_ANNOTATION = "konduktor.ai/loki-cursor"
 # A cursor that moved past nothing is saved at most this often: a quiet cluster need not write the Lease on every
 # poll, and a new leader then reads again at most this much of nothing.
 CURSOR_SAVE_SECONDS = 60.0
-# When the breaker tripped. It outlives restarts and leader changes; an operator resets the breaker by
-# removing it: kubectl annotate lease konduktor-health -n konduktor-system konduktor.ai/breaker-tripped-at-
-BREAKER_ANNOTATION = "konduktor.ai/breaker-tripped-at"
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
@@ -302,10 +299,9 @@ class HealthController:
         so; reset when an operator removed the trip from the Lease."""
         tripped = self.lease.annotations.get(BREAKER_ANNOTATION) if self.lease is not None else None
         if self.breaker is None:
-            restored = restore_breaker(states, self.settings.breaker, now)
-            tripped_at = parse_time(tripped)
-            self._trip_saved = tripped_at is not None
-            return restored if tripped_at is None else replace(restored, tripped_at=tripped_at)
+            restored = restore_breaker(states, self.settings.breaker, now, parse_time(tripped))
+            self._trip_saved = restored.tripped
+            return restored
         if self.breaker.tripped and self._trip_saved and tripped is None:
             log(logging.WARNING, "circuit breaker reset: the trip was removed from the Lease; quarantining resumes")
             self._trip_saved = False

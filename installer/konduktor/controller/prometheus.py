@@ -12,8 +12,8 @@ showed, which the detection-latency metric measures from, and lets the controlle
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Literal
 
@@ -157,16 +157,30 @@ class PrometheusSource:
 
     @property
     def query(self) -> str:
-        names = "|".join(HEALTH_FIELDS)
-        return f'{{__name__=~"{names}"}}[{self.settings.window_seconds:g}s]'
+        return health_query(self.settings.window_seconds)
 
     def read(self, now: float) -> list[DcgmSignal]:
         """New faults; raises SourceError when Prometheus cannot be asked or gives an answer of the wrong shape."""
+        found = (signal(s) for s in self._series(self.query, now))
+        return self.novelty.new((f for f in found if f is not None), now)
+
+    def faults_between(self, start: float, end: float, nodes: Collection[str]) -> list[DcgmSignal]:
+        """The faults the health series of `nodes` show between `start` and `end`, one per series and judged as
+        `read` judges them (a state as it stands at `end`); nothing is held back as already reported. The read
+        starts a window earlier: a counter's rise right after `start` is seen only against a sample before it."""
+        if not nodes:
+            return []
+        # Node names are DNS subdomains: a dot is the only regex character in them (escaped for RE2 and PromQL).
+        names = "|".join(n.replace(".", "\\\\.") for n in sorted(nodes))
+        query = health_query(end - start + self.settings.window_seconds, f'{self.settings.node_label}=~"{names}"')
+        found = [f for f in (signal(s) for s in self._series(query, end)) if f is not None]
+        # A state that began before the window and lasts into it is a fault in the window from its start.
+        return [replace(f, since=max(f.since, start)) for f in found if f.since >= start or f.shape == "state"]
+
+    def _series(self, query: str, at: float) -> list[DcgmSeries]:
         try:
             response = self.http.get(
-                self.settings.url + "/api/v1/query",
-                params={"query": self.query, "time": f"{now:.3f}"},
-                timeout=self.timeout,
+                self.settings.url + "/api/v1/query", params={"query": query, "time": f"{at:.3f}"}, timeout=self.timeout
             )
             response.raise_for_status()
             answer: object = response.json()  # truncated or non-JSON bodies raise requests.JSONDecodeError
@@ -178,5 +192,10 @@ class PrometheusSource:
             self.metrics.source_up.labels(source="prometheus").set(0)
             raise SourceError(f"unexpected Prometheus answer: {problem}") from problem
         self.metrics.source_up.labels(source="prometheus").set(1)
-        found = (signal(s) for s in series)
-        return self.novelty.new((f for f in found if f is not None), now)
+        return series
+
+
+def health_query(seconds: float, matcher: str = "") -> str:
+    """The raw samples of every health field (of the series `matcher` selects) over the last `seconds`."""
+    names = "|".join(HEALTH_FIELDS)
+    return f'{{__name__=~"{names}"{"," + matcher if matcher else ""}}}[{round(seconds * 1000)}ms]'

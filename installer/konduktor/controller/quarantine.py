@@ -1,5 +1,5 @@
 """The manual quarantine: a burn-in's FAIL nodes quarantined on an operator's word (`konduktor-install burnin
---quarantine`, `up` with `burnin.quarantine`).
+--quarantine`, `up` with `burnin.quarantine`), and the culprits of a job's triage (`triage --quarantine`).
 
 The writes are planned by the controller's own `decide` and made by its node writes (`node_writes`): the same
 taint, annotations, condition and Events as an unattended quarantine, so the controller later treats these
@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from konduktor.burnin.results import NodeVerdict
+from konduktor.controller.classify import Finding
 from konduktor.controller.decide import (
     CONDITION_TYPE,
     BreakerState,
@@ -23,11 +24,15 @@ from konduktor.controller.decide import (
     StartRequalification,
     UpdateNode,
     decide,
+    restore_breaker,
 )
+from konduktor.controller.leader import BREAKER_ANNOTATION, LEASE_API, LEASE_NAME
 from konduktor.controller.node_writes import make_writes
-from konduktor.controller.nodes import node_state
+from konduktor.controller.nodes import gpu_node_states, node_state
 from konduktor.controller.settings import BreakerSettings, HealthSettings
 from konduktor.kube.client import Kube
+from konduktor.kube.timestamps import parse_time
+from konduktor.vocabulary import SYSTEM_NAMESPACE
 
 # Who made the writes, in the Events: the installer, not the controller's pod.
 COMPONENT = "konduktor-install"
@@ -47,9 +52,14 @@ def quarantine_plan(verdicts: Sequence[NodeVerdict], nodes: Sequence[Mapping[str
     states = {state.name: state for state in map(node_state, nodes)}
     settings = HealthSettings(breaker=BreakerSettings(max_fraction=1.0, max_nodes=max(1, len(states))))
     failed = [v for v in verdicts if v.quarantine]
-    plan = decide((), states, BreakerState(), settings, now, results=failed)
+    return _no_requalification(decide((), states, BreakerState(), settings, now, results=failed))
+
+
+def _no_requalification(plan: Plan) -> Plan:
     # Requalification is the controller's to start, after its cooldown.
-    return replace(plan, actions=tuple(a for a in plan.actions if not isinstance(a, StartRequalification)))
+    actions = tuple(a for a in plan.actions if not isinstance(a, StartRequalification))
+    withheld = tuple(a for a in plan.withheld if not isinstance(a, StartRequalification))
+    return replace(plan, actions=actions, withheld=withheld)
 
 
 def describe_action(action: UpdateNode | SetCondition | RecordEvent | StartRequalification) -> str:
@@ -71,8 +81,31 @@ def quarantine_failed(kube: Kube, verdicts: Sequence[NodeVerdict], say: Callable
     if not any(v.quarantine for v in verdicts):
         say("quarantine: no node FAILed")
         return
+    _carry_out(kube, quarantine_plan(verdicts, kube.list("v1", "Node"), time.time()), say)
+
+
+def quarantine_findings(
+    kube: Kube, findings: Sequence[Finding], settings: HealthSettings, say: Callable[[str], None]
+) -> None:
+    """Quarantine by `findings` as the health controller would on its own signals: its `decide` with its
+    `settings` (opt-out label, taint effect, dry run) and its fleet breaker as the cluster records it (the
+    quarantines of its window on the nodes, the trip on its Lease). A quarantine the breaker holds back is an Event
+    on the node, as the controller's are. A trip is left to the controller to record on its Lease: the quarantines
+    made here are counted from the nodes by the next run all the same."""
+    if not findings:
+        say("quarantine: nothing to do: no culprit, or every culprit is in quarantine already")
+        return
     now = time.time()
-    plan = quarantine_plan(verdicts, kube.list("v1", "Node"), now)
+    states = gpu_node_states(kube.list("v1", "Node"), settings)
+    lease = kube.get(LEASE_API, "Lease", LEASE_NAME, SYSTEM_NAMESPACE) or {}
+    tripped = parse_time((lease.get("metadata", {}).get("annotations") or {}).get(BREAKER_ANNOTATION))
+    breaker = restore_breaker(states, settings.breaker, now, tripped)
+    _carry_out(kube, _no_requalification(decide(findings, states, breaker, settings, now)), say)
+
+
+def _carry_out(kube: Kube, plan: Plan, say: Callable[[str], None]) -> None:
     for notice in plan.notices:
         say(f"quarantine: {notice.node or ''}: {notice.message}")
+    for action in plan.withheld:
+        say(f"quarantine: dry run (the health controller's dry_run): would have {describe_action(action)}")
     make_writes(kube, plan.actions, COMPONENT, COMPONENT, lambda action: say(f"quarantine: {describe_action(action)}"))

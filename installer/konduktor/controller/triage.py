@@ -1,7 +1,8 @@
 """Triage of a job: which of the nodes it ran on shows a GPU fault in its time window, with the evidence.
 
 Pure: the caller reads the job's nodes and their health signals (triage_sources.py) and gets a judgement, to
-which a burn-in of those nodes, run on request, adds its verdicts.
+which a burn-in of those nodes, run on request, adds its verdicts; and, on request, the findings by which the
+health controller's `decide` quarantines the culprits.
 """
 
 from __future__ import annotations
@@ -12,8 +13,18 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from konduktor.burnin.results import BurnInReport, PairVerdict, Verdict
-from konduktor.controller.classify import classify_report, verdict_detail
+from konduktor.controller.classify import (
+    Finding,
+    burnin_finding,
+    classify_dcgm,
+    classify_report,
+    needs_confirmation,
+    node_pairs_finding,
+    unconfirmed,
+    verdict_detail,
+)
 from konduktor.controller.loki import LogLine
+from konduktor.controller.prometheus import DcgmSignal
 from konduktor.controller.settings import HealthSettings
 from konduktor.gpu.kernel_log import parse_line
 
@@ -21,20 +32,23 @@ from konduktor.gpu.kernel_log import parse_line
 # gpu_lost_grace_seconds, DCGM is scraped every 30 s), and a job often dies of the fault before it is reported.
 LATE_SECONDS = 600.0
 
-Source = Literal["quarantine", "condition", "event", "kernel-log", "burnin"]
+Source = Literal["quarantine", "condition", "event", "kernel-log", "dcgm", "burnin"]
 
 
 @dataclass(frozen=True)
 class Sighting:
     """One health signal on a node: the quarantine, the GPUHealthy condition, an Event of the controller, a kernel
-    log line from Loki, or a burn-in verdict (undated: run on request, after the job, it counts whatever the job's
-    window)."""
+    log line from Loki, a DCGM series from Prometheus, or a burn-in verdict (undated: run on request, after the
+    job, it counts whatever the job's window)."""
 
     at: float | None
     source: Source
     reason: str
     message: str
     fault: bool  # it points at the node; an application Xid points at the job itself
+    # The controller's judgement of the signal, by which triage can quarantine the node; the controller's own
+    # records (quarantine, condition, Events) have none: it has acted on them already.
+    finding: Finding | None = None
 
 
 @dataclass(frozen=True)
@@ -42,6 +56,7 @@ class NodeRecord:
     node: str
     pods: tuple[str, ...]  # the job's pods seen on it (live pods, scheduling Events, the controller's Events)
     signals: tuple[Sighting, ...]
+    requalified_at: float | None = None  # when it last passed a burn-in out of quarantine
 
 
 @dataclass(frozen=True)
@@ -118,18 +133,46 @@ def with_sightings(found: Triage, extra: Mapping[str, Sequence[Sighting]]) -> Tr
     return judge(found.job, found.namespace, found.start, found.end, nodes)
 
 
-def kernel_sightings(lines: Sequence[LogLine], settings: HealthSettings) -> dict[str, list[Sighting]]:
+def kernel_sightings(
+    lines: Sequence[LogLine], settings: HealthSettings, dcgm: Mapping[str, Sequence[Sighting]] | None = None
+) -> dict[str, list[Sighting]]:
     """The Xid and SXid lines of the nodes' kernel logs, judged by the controller's catalog: a fault that takes
-    the node out of service (Xid 79, 48, ...) blames it; an application's own Xid (13, 31, 43) is shown only."""
+    the node out of service (Xid 79, 48, ...) blames it; an application's own Xid (13, 31, 43) is shown only.
+
+    Where the controller reads DCGM too, a kernel Xid blames a node only when DCGM's Xid gauge showed the same code
+    on it (`dcgm`, the node's DCGM sightings), as the controller acts on it: a log line alone can be forged."""
+    confirmed = {
+        (node, s.finding.code)
+        for node, seen in (dcgm or {}).items()
+        for s in seen
+        if s.finding is not None and s.finding.kind == "xid"
+    }
     found: dict[str, list[Sighting]] = {}
     for line in lines:
         report = parse_line(line.line)
         if report is None:
             continue
         finding = classify_report(report, line.node, settings)
+        if needs_confirmation(finding, settings) and (line.node, finding.code) not in confirmed:
+            finding = unconfirmed(finding)
         message = f"{finding.name}: {line.line.strip()}"
-        sighting = Sighting(line.timestamp_ns / 1e9, "kernel-log", finding.reason, message, finding.quarantine)
+        at = line.timestamp_ns / 1e9
+        sighting = Sighting(at, "kernel-log", finding.reason, message, finding.quarantine, finding)
         found.setdefault(line.node, []).append(sighting)
+    return found
+
+
+def dcgm_sightings(signals: Sequence[DcgmSignal], settings: HealthSettings) -> dict[str, list[Sighting]]:
+    """The faults DCGM's series showed on the nodes, judged as the controller judges them: an Xid by the catalog,
+    other fields by their rule (a double-bit ECC error blames the node, a pending row remap is shown only)."""
+    found: dict[str, list[Sighting]] = {}
+    for signal in signals:
+        finding = classify_dcgm(signal.sample, settings)
+        if finding is None:
+            continue
+        message = f"{finding.name}: {finding.evidence}"
+        sighting = Sighting(signal.since, "dcgm", finding.reason, message, finding.quarantine, finding)
+        found.setdefault(finding.node, []).append(sighting)
     return found
 
 
@@ -142,10 +185,12 @@ def burnin_sightings(report: BurnInReport) -> dict[str, list[Sighting]]:
         message = f"{run}: {verdict.verdict.value}: {verdict_detail(verdict)}"
         fault = verdict.verdict is Verdict.FAIL
         reason = f"BurnIn{verdict.verdict.value.title()}"
-        found.setdefault(verdict.node, []).append(Sighting(None, "burnin", reason, message, fault))
+        finding = burnin_finding(verdict) if fault else None
+        found.setdefault(verdict.node, []).append(Sighting(None, "burnin", reason, message, fault, finding))
     for node, partners in pair_culprits(report.pairs).items():
         message = f"{run}: NCCL failed on every pair with it ({', '.join(partners)}); those nodes passed with others"
-        found.setdefault(node, []).append(Sighting(None, "burnin", "NodePairsFailed", message, fault=True))
+        finding = node_pairs_finding(node, message)
+        found.setdefault(node, []).append(Sighting(None, "burnin", "NodePairsFailed", message, True, finding))
     return found
 
 
@@ -164,3 +209,24 @@ def pair_culprits(pairs: Sequence[PairVerdict]) -> dict[str, list[str]]:
         for node, partners in failed_with.items()
         if node not in passed and all(partner in passed for partner in partners)
     }
+
+
+def culprit_findings(found: Triage) -> list[Finding]:
+    """What triage's quarantine hands to the controller's `decide`: for each culprit, the finding of its earliest
+    fault in the window (a burn-in's, run now, last). Left out: a node the controller holds in quarantine already
+    (it is the controller's to handle), and evidence older than the node's last requalification (it passed a
+    burn-in since)."""
+    findings = []
+    for node in found.nodes:
+        if node.node not in found.culprits or any(s.source == "quarantine" for s in node.signals):
+            continue
+        since = node.requalified_at
+        usable = [
+            s
+            for s in found.evidence(node)
+            if s.fault and s.finding is not None and (s.at is None or since is None or s.at > since)
+        ]
+        usable.sort(key=lambda s: (s.at is None, s.at or 0.0))
+        if usable and usable[0].finding is not None:
+            findings.append(usable[0].finding)
+    return findings

@@ -3,8 +3,8 @@
 The nodes come from the live pods, from the scheduler's `Scheduled` Events of the job's pods (kept after the
 pods are gone, for the API server's Event TTL, 1 h by default) and from the health controller's Events on the
 job. The signals: the controller's quarantine annotations, the GPUHealthy condition and its Events on the node,
-and the nodes' kernel log lines in Loki, read as the health controller reads them (its settings, from the chart's
-ConfigMap).
+the nodes' kernel log lines in Loki and their DCGM series in Prometheus, read as the health controller reads them
+(its settings, from the chart's ConfigMap).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 from konduktor.controller.decide import CONDITION_TYPE
 from konduktor.controller.loki import LokiSource
 from konduktor.controller.node_writes import EVENT_NAMESPACE
+from konduktor.controller.prometheus import PrometheusSource
 from konduktor.controller.settings import HealthSettings, parse_settings
 from konduktor.controller.sources import SourceError
 from konduktor.controller.telemetry import HealthMetrics
@@ -24,6 +25,7 @@ from konduktor.controller.triage import (
     NodeRecord,
     Sighting,
     Triage,
+    dcgm_sightings,
     judge,
     kernel_sightings,
     with_sightings,
@@ -31,7 +33,7 @@ from konduktor.controller.triage import (
 from konduktor.errors import UsageError
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.timestamps import parse_time
-from konduktor.vocabulary import QUARANTINE_REASON, QUARANTINED_AT, SYSTEM_NAMESPACE
+from konduktor.vocabulary import QUARANTINE_REASON, QUARANTINED_AT, REQUALIFIED_AT, SYSTEM_NAMESPACE
 
 COMPONENT = "konduktor-health"
 SETTINGS_KEY = "health.yaml"  # in konduktor-core's ConfigMap of the controller's settings
@@ -47,7 +49,7 @@ def triage_job(kube: Kube, job_name: str, namespace: str) -> Triage:
         raise UsageError(f"no Job {job_name} in namespace {namespace}", hint="name a batch Job: triage JOB -n NS")
     start, end = _window(job)
     pods = _pods_by_node(kube, job, namespace, start)
-    nodes = [NodeRecord(node, tuple(sorted(names)), tuple(_signals(kube, node))) for node, names in pods.items()]
+    nodes = [_record(kube, node, names) for node, names in pods.items()]
     return judge(job_name, namespace, start, end, nodes)
 
 
@@ -91,11 +93,14 @@ def _pods_by_node(kube: Kube, job: dict[str, Any], namespace: str, start: float)
     return found
 
 
-def _signals(kube: Kube, node_name: str) -> list[Sighting]:
+def _record(kube: Kube, node_name: str, pods: set[str]) -> NodeRecord:
+    """The node with the controller's records of it: quarantine, GPUHealthy condition, Events, requalification."""
     signals: list[Sighting] = []
+    requalified_at = None
     node = kube.get("v1", "Node", node_name)
     if node is not None:
         annotations = node["metadata"].get("annotations", {})
+        requalified_at = parse_time(annotations.get(REQUALIFIED_AT))
         if QUARANTINED_AT in annotations:
             reason = annotations.get(QUARANTINE_REASON, "")
             signals.append(
@@ -125,7 +130,7 @@ def _signals(kube: Kube, node_name: str) -> list[Sighting]:
         # are shown as context only.
         fault = message.startswith(("quarantined", "also:", "quarantine escalated", "circuit breaker open"))
         signals.append(Sighting(_when(event), "event", event.get("reason", ""), message, fault=fault))
-    return signals
+    return NodeRecord(node_name, tuple(sorted(pods)), tuple(signals), requalified_at)
 
 
 def _when(event: dict[str, Any]) -> float:
@@ -150,19 +155,36 @@ def deployed_settings(kube: Kube, namespace: str = SYSTEM_NAMESPACE) -> HealthSe
     return None
 
 
-def with_kernel_logs(kube: Kube, found: Triage, loki_url: str | None = None) -> tuple[Triage, str | None]:
-    """The triage with the kernel lines of the job's nodes in its window (and LATE_SECONDS after), read from Loki
-    as the health controller reads them (its settings; `loki_url` instead of its URL, for a port-forward), and
-    why they could not be read, if so."""
-    settings = deployed_settings(kube)
-    if settings is None or settings.loki is None:
-        return found, "no Loki in the health controller's settings (is konduktor-core installed?)"
+def with_telemetry(
+    found: Triage, settings: HealthSettings | None, loki_url: str | None = None, prometheus_url: str | None = None
+) -> tuple[Triage, list[str]]:
+    """The triage with the job's nodes' DCGM series and kernel lines in its window (and LATE_SECONDS after), read
+    as the health controller reads them (its `settings`; a URL given here instead of its own, for a port-forward),
+    and what could not be read, in words."""
+    if settings is None:
+        return found, ["no health controller settings (is konduktor-core installed?): no kernel logs, no DCGM"]
+    unread = []
+    nodes = {n.node for n in found.nodes}
+    start, end = found.start, found.end + LATE_SECONDS
+    dcgm: dict[str, list[Sighting]] = {}
+    if settings.prometheus is None:
+        unread.append("DCGM: no Prometheus in the health controller's settings")
+    else:
+        prometheus = settings.prometheus
+        prometheus = prometheus if prometheus_url is None else prometheus.model_copy(update={"url": prometheus_url})
+        try:
+            signals = PrometheusSource(prometheus, HealthMetrics()).faults_between(start, end, nodes)
+            dcgm = dcgm_sightings(signals, settings)
+        except SourceError as problem:
+            unread.append(f"DCGM: Prometheus at {prometheus.url}: {problem}")
+    if settings.loki is None:
+        unread.append("kernel logs: no Loki in the health controller's settings")
+        return with_sightings(found, dcgm), unread
     loki = settings.loki if loki_url is None else settings.loki.model_copy(update={"url": loki_url})
     try:
-        lines = LokiSource(loki, HealthMetrics()).lines_between(
-            int(found.start * 1e9), int((found.end + LATE_SECONDS) * 1e9)
-        )
+        lines = LokiSource(loki, HealthMetrics()).lines_between(int(start * 1e9), int(end * 1e9))
     except SourceError as problem:
-        return found, f"Loki at {loki.url}: {problem}"
-    nodes = {n.node for n in found.nodes}
-    return with_sightings(found, kernel_sightings([line for line in lines if line.node in nodes], settings)), None
+        unread.append(f"kernel logs: Loki at {loki.url}: {problem}")
+        return with_sightings(found, dcgm), unread
+    kernel = kernel_sightings([line for line in lines if line.node in nodes], settings, dcgm)
+    return with_sightings(found, {n: [*dcgm.get(n, ()), *kernel.get(n, ())] for n in nodes}), unread
