@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from konduktor.controller.classify import classify_dcgm, classify_report
 from konduktor.controller.loki import LokiSource, entries, unseen
-from konduktor.controller.prometheus import Novelty, PrometheusSource, matrix, signal
+from konduktor.controller.prometheus import Novelty, PrometheusSource, matrix, moved, signal
 from konduktor.controller.settings import HealthSettings, LokiSettings, PrometheusSettings
 from konduktor.controller.sources import SourceError
 from konduktor.controller.telemetry import HealthMetrics
@@ -122,6 +122,19 @@ def test_arbitrary_json_is_never_a_crash(answer: Any) -> None:
         entries(answer, "node")
     with contextlib.suppress(SourceError):
         matrix(answer, "Hostname", "gpu")
+    with contextlib.suppress(SourceError):
+        moved(answer)
+
+
+def test_the_moved_series_are_named_by_their_field() -> None:
+    """The first answer of triage's DCGM read: each series' field in konduktor_field (PromQL functions drop
+    __name__); anything else there is a wrong answer, not a series to read."""
+    metric = {"Hostname": "gpu-0", "gpu": "3", "konduktor_field": "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"}
+    answer = {"status": "success", "data": {"resultType": "vector", "result": [{"metric": metric, "value": [1, "2"]}]}}
+    assert moved(answer) == [("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", {"Hostname": "gpu-0", "gpu": "3"})]
+    metric["konduktor_field"] = "up"
+    with pytest.raises(SourceError, match="konduktor_field is 'up', not a health field"):
+        moved(answer)
 
 
 def stream_answer(*values: list[Any]) -> dict[str, Any]:

@@ -253,13 +253,19 @@ def triage(sim: Sim, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+def judged(found: subprocess.CompletedProcess[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """`triage -o json`'s culprits, and its nodes by name."""
+    report = json.loads(found.stdout)
+    return report["culprits"], {n["node"]: n for n in report["nodes"]}
+
+
 def test_triage_names_the_node_with_the_fault_and_the_evidence(sim: Sim, kube: Kube, loki: LokiApi) -> None:
     api = loki
     placed = start_job(kube)
     faulty, healthy = sorted(placed.values())
     clean = triage(sim, JOB, "-n", TEAM, "-o", "json")
     assert clean.returncode == 1, clean.stderr  # no fault yet: nothing to blame
-    assert json.loads(clean.stdout)["culprits"] == []
+    assert judged(clean)[0] == []
 
     xid_on(api, faulty, XID_79)
     xid_on(api, healthy, XID_13)  # the job's own fault on the other node: context, not blame
@@ -267,9 +273,8 @@ def test_triage_names_the_node_with_the_fault_and_the_evidence(sim: Sim, kube: K
     controller(kube, settings(loki=api.settings(), affected_work=none)).reconcile_once()
     found = triage(sim, JOB, "-n", TEAM, "-o", "json")
     assert found.returncode == 0, found.stderr
-    report = json.loads(found.stdout)
-    assert report["culprits"] == [faulty]
-    nodes = {n["node"]: n for n in report["nodes"]}
+    culprits, nodes = judged(found)
+    assert culprits == [faulty]
     assert set(nodes) == {faulty, healthy}
     assert {s["source"] for s in nodes[faulty]["evidence"]} == {"quarantine", "condition", "event"}
     assert any("GPU has fallen off the bus" in s["message"] for s in nodes[faulty]["evidence"])
@@ -301,9 +306,8 @@ def test_triage_burnin_names_the_faulty_node_of_a_four_node_job_and_quarantines_
         for _ in range(2):
             found = triage(sim, JOB, "-n", TEAM, "--burnin", "--quarantine", "-o", "json")
             assert found.returncode == 0, found.stderr
-            report = json.loads(found.stdout)
-            assert report["culprits"] == [bad]
-            nodes = {n["node"]: n for n in report["nodes"]}
+            culprits, nodes = judged(found)
+            assert culprits == [bad]
             assert set(nodes) == set(placed.values())
             [burnin] = [e for e in nodes[bad]["evidence"] if e["source"] == "burnin"]
             assert burnin["reason"] == "BurnInFail" and "FAIL: matmul_sdc: mismatch" in burnin["message"]
@@ -364,15 +368,14 @@ def test_triage_reads_the_kernel_logs_of_the_jobs_nodes_in_its_window_and_quaran
     xid_on(loki, "gpu-h100-9999", XID_79)  # not one of the job's nodes
 
     def found_both() -> bool:
-        report = json.loads(triage(sim, JOB, "-n", TEAM, "-o", "json").stdout)
-        return sum(len(n["evidence"]) for n in report["nodes"]) == 2
+        _, nodes = judged(triage(sim, JOB, "-n", TEAM, "-o", "json"))
+        return sum(len(n["evidence"]) for n in nodes.values()) == 2
 
     wait_until("Loki to serve both lines", found_both, timeout=30)
     found = triage(sim, JOB, "-n", TEAM, "-o", "json")
     assert found.returncode == 0, found.stderr
-    report = json.loads(found.stdout)
-    assert report["culprits"] == [faulty]
-    nodes = {n["node"]: n for n in report["nodes"]}
+    culprits, nodes = judged(found)
+    assert culprits == [faulty]
     [fault] = nodes[faulty]["evidence"]
     assert (fault["source"], fault["reason"], fault["fault"]) == ("kernel-log", "Xid79", True)
     assert "GPU_HAS_FALLEN_OFF_THE_BUS" in fault["message"]
@@ -425,11 +428,18 @@ def tripped_breaker(kube: Kube) -> Iterator[None]:
 
 
 def dcgm_series(start: float, faulty: str, other: str) -> str:
-    """OpenMetrics text: a double-bit ECC error on GPU 3 of `faulty` just after `start`; quiet on `other`."""
+    """OpenMetrics text: on `faulty`, a double-bit ECC error on GPU 3 just after `start` and a row remap failure on
+    GPU 5 since before it; quiet on `other`."""
+    series = {
+        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", faulty, "3"): (0, 0, 2, 2),
+        ("DCGM_FI_DEV_ROW_REMAP_FAILURE", faulty, "5"): (0, 1, 1, 1),
+        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", other, "3"): (0, 0, 0, 0),
+        ("DCGM_FI_DEV_ROW_REMAP_FAILURE", other, "5"): (0, 0, 0, 0),
+    }
     lines = []
-    for host, values in ((faulty, (0, 0, 2, 2)), (other, (0, 0, 0, 0))):
+    for (metric, host, gpu), values in series.items():
         for at, value in zip((start - 40, start - 20, start + 1, start + 2), values, strict=True):
-            lines.append(f'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{gpu="3",Hostname="{host}"}} {value} {at:.3f}')
+            lines.append(f'{metric}{{gpu="{gpu}",Hostname="{host}"}} {value} {at:.3f}')
     return "\n".join([*lines, "# EOF", ""])
 
 
@@ -441,8 +451,8 @@ def test_triage_reads_the_dcgm_series_of_the_jobs_nodes_and_confirms_kernel_xids
     deploy: Callable[[HealthSettings], None],
 ) -> None:
     """With Prometheus in the controller's settings: a double-bit ECC error in the job's window on one node names
-    it; an Xid 79 log line on the other that DCGM did not report is shown, not blamed (as the controller would not
-    act on it), and Prometheus out of reach is said."""
+    it, with the row remap failure it had since before the job; an Xid 79 log line on the other that DCGM did not
+    report is shown, not blamed (as the controller would not act on it), and Prometheus out of reach is said."""
     placed = start_job(kube)
     faulty, other = sorted(placed.values())
     started = parse_time(kube.get("batch/v1", "Job", JOB, TEAM)["status"]["startTime"])
@@ -452,20 +462,21 @@ def test_triage_reads_the_dcgm_series_of_the_jobs_nodes_and_confirms_kernel_xids
     deploy(HealthSettings(loki=loki.settings(), prometheus=PrometheusSettings(url=url)))
     xid_on(loki, other, XID_79)
 
-    def read_both() -> dict[str, Any]:
-        report: dict[str, Any] = json.loads(triage(sim, JOB, "-n", TEAM, "-o", "json").stdout)
-        return {n["node"]: [(e["source"], e["reason"], e["fault"]) for e in n["evidence"]] for n in report["nodes"]}
-
-    wait_until("Loki to serve the line", lambda: read_both()[other], timeout=30)
+    wait_until(
+        "Loki to serve the line",
+        lambda: judged(triage(sim, JOB, "-n", TEAM, "-o", "json"))[1][other]["evidence"],
+        timeout=30,
+    )
     found = triage(sim, JOB, "-n", TEAM, "-o", "json")
     assert found.returncode == 0, found.stderr
-    report = json.loads(found.stdout)
-    assert report["culprits"] == [faulty]
-    nodes = {n["node"]: n for n in report["nodes"]}
-    [ecc] = nodes[faulty]["evidence"]
+    culprits, nodes = judged(found)
+    assert culprits == [faulty]
+    remap, ecc = sorted(nodes[faulty]["evidence"], key=lambda e: e["at"])
     assert (ecc["source"], ecc["reason"], ecc["fault"]) == ("dcgm", "EccDoubleBitError", True)
     assert 'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="3"} = 2' in ecc["message"]
     assert ecc["at"] == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started + 1))
+    assert (remap["source"], remap["reason"], remap["fault"]) == ("dcgm", "RowRemapFailure", True)
+    assert remap["at"] == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))  # set before; counted from start
     [line] = nodes[other]["evidence"]
     assert (line["source"], line["reason"], line["fault"]) == ("kernel-log", "Xid79", False)
     unreachable = triage(sim, JOB, "-n", TEAM, "--prometheus", "http://127.0.0.1:9", "-o", "json")

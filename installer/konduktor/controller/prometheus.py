@@ -12,10 +12,11 @@ showed, which the detection-latency metric measures from, and lets the controlle
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+import json
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 from itertools import pairwise
-from typing import Literal
+from typing import Literal, TypeVar
 
 import requests
 
@@ -27,6 +28,7 @@ from konduktor.gpu.catalog import DCGM_RULES, DCGM_XID_FIELD
 from konduktor.observability.metrics import MetricType, lookup
 
 HEALTH_FIELDS = (DCGM_XID_FIELD, *DCGM_RULES)
+Answer = TypeVar("Answer")
 SignalShape = Literal["counter", "code", "state"]
 
 
@@ -166,25 +168,39 @@ class PrometheusSource:
 
     def faults_between(self, start: float, end: float, nodes: Collection[str]) -> list[DcgmSignal]:
         """The faults the health series of `nodes` show between `start` and `end`, one per series and judged as
-        `read` judges them (a state as it stands at `end`); nothing is held back as already reported. The read
-        starts a window earlier: a counter's rise right after `start` is seen only against a sample before it."""
+        `read` judges them (a state as it stands at `end`); nothing is held back as already reported.
+
+        A long job's every sample on every GPU of its nodes would pass Prometheus's per-query sample limit (50
+        million by default) and be a large answer besides, so one query first names the series that moved in the
+        window (a counter or code that changed, a state that was set), and only those are read sample by sample.
+        The read starts a window earlier: a counter's rise right after `start` is seen only against a sample
+        before it."""
         if not nodes:
             return []
+        seconds = end - start + self.settings.window_seconds
         # Node names are DNS subdomains: a dot is the only regex character in them (escaped for RE2 and PromQL).
         names = "|".join(n.replace(".", "\\\\.") for n in sorted(nodes))
-        query = health_query(end - start + self.settings.window_seconds, f'{self.settings.node_label}=~"{names}"')
-        found = [f for f in (signal(s) for s in self._series(query, end)) if f is not None]
+        selector = f'{self.settings.node_label}=~"{names}"'
+        found = []
+        for field, series_labels in self._ask(moved_query(seconds, selector), end, moved):
+            exactly = ",".join(f"{k}={json.dumps(v)}" for k, v in sorted({**series_labels, "__name__": field}.items()))
+            series = self._series(f"{{{exactly}}}[{_duration(seconds)}]", end)
+            found += [f for f in map(signal, series) if f is not None]
         # A state that began before the window and lasts into it is a fault in the window from its start.
         return [replace(f, since=max(f.since, start)) for f in found if f.since >= start or f.shape == "state"]
 
     def _series(self, query: str, at: float) -> list[DcgmSeries]:
+        return self._ask(query, at, lambda answer: matrix(answer, self.settings.node_label, self.settings.gpu_label))
+
+    def _ask(self, query: str, at: float, read: Callable[[object], Answer]) -> Answer:
+        """An instant query's answer, as `read` reads it; raises SourceError when Prometheus cannot be asked or
+        gives an answer of the wrong shape."""
         try:
             response = self.http.get(
                 self.settings.url + "/api/v1/query", params={"query": query, "time": f"{at:.3f}"}, timeout=self.timeout
             )
             response.raise_for_status()
-            answer: object = response.json()  # truncated or non-JSON bodies raise requests.JSONDecodeError
-            series = matrix(answer, self.settings.node_label, self.settings.gpu_label)
+            found = read(response.json())  # truncated or non-JSON bodies raise requests.JSONDecodeError
         except requests.RequestException as problem:
             self.metrics.source_up.labels(source="prometheus").set(0)
             raise SourceError(str(problem)) from problem
@@ -192,10 +208,41 @@ class PrometheusSource:
             self.metrics.source_up.labels(source="prometheus").set(0)
             raise SourceError(f"unexpected Prometheus answer: {problem}") from problem
         self.metrics.source_up.labels(source="prometheus").set(1)
-        return series
+        return found
 
 
-def health_query(seconds: float, matcher: str = "") -> str:
-    """The raw samples of every health field (of the series `matcher` selects) over the last `seconds`."""
-    names = "|".join(HEALTH_FIELDS)
-    return f'{{__name__=~"{names}"{"," + matcher if matcher else ""}}}[{round(seconds * 1000)}ms]'
+def health_query(seconds: float) -> str:
+    """The raw samples of every health field over the last `seconds`."""
+    return f'{{__name__=~"{"|".join(HEALTH_FIELDS)}"}}[{_duration(seconds)}]'
+
+
+FIELD_LABEL = "konduktor_field"  # names a series' field in `moved_query`'s answer, whose functions drop __name__
+
+
+def moved_query(seconds: float, matcher: str) -> str:
+    """The health series (of those `matcher` selects) that moved in the last `seconds`: a counter or code that
+    changed, a state that was set. One instant query, evaluated series by series within Prometheus."""
+    terms = []
+    for field in HEALTH_FIELDS:
+        function = "max_over_time" if shape(field) == "state" else "changes"
+        moved = f"{function}({field}{{{matcher}}}[{_duration(seconds)}]) > 0"
+        terms.append(f'label_replace({moved}, "{FIELD_LABEL}", "{field}", "", "")')
+    return " or ".join(terms)
+
+
+def moved(answer: object) -> list[tuple[str, dict[str, str]]]:
+    """The (field, labels) of each series in `moved_query`'s answer."""
+    found = []
+    for index, item in enumerate(success_data(answer, "vector")):
+        where = f"data.result[{index}]"
+        names = labels(mapping(item, where).get("metric"), f"{where}.metric")
+        field = names.pop(FIELD_LABEL, "")
+        if field not in HEALTH_FIELDS:
+            raise SourceError(f"{where}.metric: {FIELD_LABEL} is {field[:60]!r}, not a health field")
+        found.append((field, names))
+    return found
+
+
+def _duration(seconds: float) -> str:
+    # Whole milliseconds: PromQL takes no fractions or exponents, which a long window in seconds would need.
+    return f"{round(seconds * 1000)}ms"
