@@ -164,7 +164,7 @@ def kernel_sightings(
 
 def dcgm_sightings(signals: Sequence[DcgmSignal], settings: HealthSettings) -> dict[str, list[Sighting]]:
     """The faults DCGM's series showed on the nodes, judged as the controller judges them: an Xid by the catalog,
-    other fields by their rule (a double-bit ECC error blames the node, a pending row remap is shown only)."""
+    other fields by their rule (a double-bit ECC error blames the node, clocks throttled for heat are shown only)."""
     found: dict[str, list[Sighting]] = {}
     for signal in signals:
         finding = classify_dcgm(signal.sample, settings)
@@ -221,12 +221,9 @@ def culprit_findings(found: Triage) -> list[Finding]:
         if node.node not in found.culprits or any(s.source == "quarantine" for s in node.signals):
             continue
         since = node.requalified_at
-        usable = [
-            s
-            for s in found.evidence(node)
-            if s.fault and s.finding is not None and (s.at is None or since is None or s.at > since)
-        ]
+        usable = [s for s in found.evidence(node) if s.fault and (s.at is None or since is None or s.at > since)]
         usable.sort(key=lambda s: (s.at is None, s.at or 0.0))
-        if usable and usable[0].finding is not None:
-            findings.append(usable[0].finding)
+        first = next((s.finding for s in usable if s.finding is not None), None)
+        if first is not None:
+            findings.append(first)
     return findings
