@@ -413,18 +413,22 @@ def test_triage_reads_the_kernel_logs_of_the_jobs_nodes_in_its_window_and_quaran
 @contextmanager
 def tripped_breaker(kube: Kube) -> Iterator[None]:
     """The health controller's Lease with its breaker tripped, as the controller leaves it; then reset, as an
-    operator resets it."""
+    operator resets it (a Lease made here is removed)."""
     trip = {BREAKER_ANNOTATION: "2026-01-01T00:00:00Z"}
-    if kube.get(LEASE_API, "Lease", LEASE_NAME, SYSTEM_NAMESPACE) is None:
-        lease = {"apiVersion": LEASE_API, "kind": "Lease", "metadata": {"name": LEASE_NAME, "annotations": trip}}
-        kube.create({**lease, "metadata": {**lease["metadata"], "namespace": SYSTEM_NAMESPACE}})
+    made = kube.get(LEASE_API, "Lease", LEASE_NAME, SYSTEM_NAMESPACE) is None
+    if made:
+        metadata = {"name": LEASE_NAME, "namespace": SYSTEM_NAMESPACE, "annotations": trip}
+        kube.create({"apiVersion": LEASE_API, "kind": "Lease", "metadata": metadata})
     else:
         kube.patch(LEASE_API, "Lease", LEASE_NAME, {"metadata": {"annotations": trip}}, SYSTEM_NAMESPACE)
     try:
         yield
     finally:
-        reset = {"metadata": {"annotations": {BREAKER_ANNOTATION: None}}}
-        kube.patch(LEASE_API, "Lease", LEASE_NAME, reset, SYSTEM_NAMESPACE)
+        if made:
+            kube.delete(LEASE_API, "Lease", LEASE_NAME, SYSTEM_NAMESPACE)
+        else:
+            reset = {"metadata": {"annotations": {BREAKER_ANNOTATION: None}}}
+            kube.patch(LEASE_API, "Lease", LEASE_NAME, reset, SYSTEM_NAMESPACE)
 
 
 def dcgm_series(start: float, faulty: str, other: str) -> str:
