@@ -19,7 +19,7 @@ from enum import StrEnum
 from typing import Any
 
 from konduktor.controller.decide import CONDITION_TYPE, NodeState, quarantined_by_us
-from konduktor.controller.nodes import expected_gpus, is_gpu_node, node_state
+from konduktor.controller.nodes import gpu_node_state
 from konduktor.controller.requalification import run_of
 from konduktor.controller.settings import HealthSettings
 from konduktor.kube.timestamps import parse_time
@@ -198,11 +198,9 @@ def health_view(
     authors, running = quarantine_authors(events), running_burnins(jobs)
     views = []
     for node in nodes:
-        expected = expected_gpus(dict(node), settings)
-        if not is_gpu_node(dict(node), expected):
-            continue
-        state = node_state(dict(node), expected, node["metadata"]["name"] in running)
-        views.append(node_health(node, state, authors, running, settings))
+        state = gpu_node_state(dict(node), settings, node["metadata"]["name"] in running)
+        if state is not None:
+            views.append(node_health(node, state, authors, running, settings))
     return sorted(views, key=lambda view: view.node)
 
 

@@ -46,10 +46,8 @@ from konduktor.controller.nodes import (
     NodeCache,
     NodeEvent,
     NodeWatch,
-    expected_gpus,
-    is_gpu_node,
+    gpu_node_state,
     list_nodes,
-    node_state,
 )
 from konduktor.controller.prometheus import DcgmSignal, PrometheusSource
 from konduktor.controller.requalification import PodLogs, Requalifier, Result, StepLogs
@@ -218,9 +216,9 @@ class HealthController:
             if cached and cached[:2] == (version, name in running):
                 states[name] = cached
                 continue
-            expected = expected_gpus(node, self.settings)
-            if is_gpu_node(node, expected):
-                states[name] = (version, name in running, node_state(node, expected, name in running))
+            state = gpu_node_state(node, self.settings, name in running)
+            if state is not None:
+                states[name] = (version, name in running, state)
         self._states = states
         return {name: state for name, (_, _, state) in states.items()}
 

@@ -6,7 +6,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -38,15 +38,10 @@ def is_gpu_node(node: Node, expected: int | None) -> bool:
     return expected is not None or GPU_RESOURCE in node.get("status", {}).get("capacity", {})
 
 
-def gpu_node_states(nodes: Iterable[Node], settings: HealthSettings) -> dict[str, NodeState]:
-    """The GPU nodes among `nodes` as the decision sees them, by name (the controller's loop keeps its own, updated
-    node by node)."""
-    states = {}
-    for node in nodes:
-        expected = expected_gpus(node, settings)
-        if is_gpu_node(node, expected):
-            states[node["metadata"]["name"]] = node_state(node, expected)
-    return states
+def gpu_node_state(node: Node, settings: HealthSettings, requalification_running: bool = False) -> NodeState | None:
+    """The node as the decision sees it, with the GPUs its type should have; None when it is no GPU node."""
+    expected = expected_gpus(node, settings)
+    return node_state(node, expected, requalification_running) if is_gpu_node(node, expected) else None
 
 
 # The kubelet's own conditions: node health in general, not the GPUs'; never rules for this controller.

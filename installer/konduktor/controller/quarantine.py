@@ -28,7 +28,7 @@ from konduktor.controller.decide import (
 )
 from konduktor.controller.leader import BREAKER_ANNOTATION, LEASE_API, LEASE_NAME
 from konduktor.controller.node_writes import make_writes
-from konduktor.controller.nodes import gpu_node_states, node_state
+from konduktor.controller.nodes import gpu_node_state, node_state
 from konduktor.controller.settings import BreakerSettings, HealthSettings
 from konduktor.kube.client import Kube
 from konduktor.kube.timestamps import parse_time
@@ -96,7 +96,8 @@ def quarantine_findings(
         say("quarantine: nothing to do: no culprit, or every culprit is in quarantine already")
         return
     now = time.time()
-    states = gpu_node_states(kube.list("v1", "Node"), settings)
+    gpu_nodes = ((node["metadata"]["name"], gpu_node_state(node, settings)) for node in kube.list("v1", "Node"))
+    states = {name: state for name, state in gpu_nodes if state is not None}
     lease = kube.get(LEASE_API, "Lease", LEASE_NAME, SYSTEM_NAMESPACE) or {}
     tripped = parse_time((lease.get("metadata", {}).get("annotations") or {}).get(BREAKER_ANNOTATION))
     breaker = restore_breaker(states, settings.breaker, now, tripped)
