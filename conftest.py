@@ -1,4 +1,8 @@
-"""Shared fixtures: `sim`, one running simulated cluster per session (see sim_fixture.py)."""
+"""The test session's shared fixtures, declared once for installer/tests and e2e alike: one `sim` (the simulated
+cluster, started once per session), the admission-policy, Loki and Prometheus fixtures.
+
+A fixture imported by two conftest files is two fixtures: a whole-suite run would start two session clusters.
+"""
 
 from __future__ import annotations
 
@@ -13,5 +17,5 @@ from loki_api import loki, loki_server
 from prometheus_tsdb import prometheus
 from sim_fixture import EXAMPLE, Sim, sim
 
-# Test modules import only these from `conftest`: pytest loads e2e/conftest.py under the same module name.
+# Test modules import only EXAMPLE and Sim from `conftest`.
 __all__ = ["EXAMPLE", "Sim", "enforcing", "loki", "loki_server", "prometheus", "sim"]
