@@ -2,7 +2,7 @@
 """All-reduce bus bandwidth and data check across nodes, for the node-pair fabric test.
 
 Started by torchrun in every pod of the pair Job (one process per GPU), so it needs no sshd or
-MPI; its numbers agree closely with nccl-tests (burnin.md §6.2). Shipped in the burn-in
+MPI; its numbers agree closely with nccl-tests (docs/design/burnin.md#node-pairs-and-bisection). Shipped in the burn-in
 ConfigMap next to matmul.py and, like it, uses only the standard library and PyTorch. Rank 0
 prints one JSON result line; any rank that fails prints an error line.
 
@@ -25,7 +25,7 @@ _FLOAT32_BYTES = 4
 
 
 def busbw_factor(world_size: int) -> float:
-    """all_reduce moves 2(n-1)/n of the buffer per rank (nccl-tests PERFORMANCE.md, burnin.md §2 notes)."""
+    """all_reduce moves 2(n-1)/n of the buffer per rank (docs/design/burnin.md#nccl-tests)."""
     return 2 * (world_size - 1) / world_size
 
 

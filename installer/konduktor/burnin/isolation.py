@@ -1,7 +1,7 @@
 """Find the bad node(s) behind failing multi-node NCCL tests, testing in node pairs.
 
-Pairs are the unit (burnin.md §6.2: pairs first, then bisect). Round one tests every node once
-(even/odd). A pair that fails holds at least one bad node; each member is then re-paired with a
+Pairs are the unit (docs/design/burnin.md#node-pairs-and-bisection: pairs first, then bisect). Round one tests
+every node once (even/odd). A pair that fails holds at least one bad node; each member is then re-paired with a
 node already proven good, which halves the suspects in one round — bisection down to single
 nodes. When no node is proven good yet, suspects are paired in combinations not tried before
 until one pair passes.

@@ -8,7 +8,7 @@ steps after it from collecting evidence.
 
 Per node pair: an Indexed Job with two completions, one pod on each node, and a headless Service
 so rank 0 has a stable DNS name (`<job>-0.<service>`); torchrun runs allreduce.py without MPI or
-sshd (burnin.md §6.2, "No MPI" row). Read the result from the log of completion index 0.
+sshd (docs/design/burnin.md#node-pairs-and-bisection). Read the result from the log of completion index 0.
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def step_privileges(step: Step, options: BurnInOptions) -> StepPrivileges:
                 privileged=True,
                 writable_root=True,
                 reason="DCGM diagnostics run a host engine that drives the GPUs directly; privileged "
-                "was chosen over CAP_SYS_ADMIN (burnin.md §6.1)",
+                "was chosen over CAP_SYS_ADMIN (docs/design/burnin.md#jobs-on-kubernetes)",
             )
         case Step.DCGM:
             return StepPrivileges(
@@ -152,7 +152,7 @@ def step_privileges(step: Step, options: BurnInOptions) -> StepPrivileges:
                 capabilities=("SYS_ADMIN",),
                 writable_root=True,
                 reason="DCGM diagnostics run a host engine that drives the GPUs directly and needs "
-                "CAP_SYS_ADMIN; it writes its log under /var/log (burnin.md §6.1)",
+                "CAP_SYS_ADMIN; it writes its log under /var/log (docs/design/burnin.md#jobs-on-kubernetes)",
             )
         case _:
             return StepPrivileges()
@@ -307,7 +307,7 @@ def _volumes(run_id: str) -> list[dict[str, Any]]:
 def step_container(step: Step, options: BurnInOptions, gpus: int) -> dict[str, Any]:
     env = list(_BASE_ENV)
     if step is Step.NCCL:
-        # Pinned, because the goals differ per algorithm (burnin.md §9 rec. 3).
+        # Pinned, because the goals differ per algorithm (docs/design/burnin.md#nccl-tests).
         nvls = "1" if options.nccl_algorithm is NcclAlgorithm.NVLS else "0"
         env += [{"name": "NCCL_NVLS_ENABLE", "value": nvls}, {"name": "NCCL_DEBUG", "value": "WARN"}]
     return {
@@ -327,7 +327,8 @@ def _privileges_note(steps: Sequence[tuple[str, StepPrivileges]]) -> str:
 
 def gpu_node_tolerations(extra: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     # Every effect of both keys: GPU nodes are tainted nvidia.com/gpu, and a quarantined node (health taint)
-    # is exactly where a re-qualifying burn-in, or a preflight of that node, must run (burnin.md §6.1).
+    # is exactly where a re-qualifying burn-in, or a preflight of that node, must run
+    # (docs/design/burnin.md#jobs-on-kubernetes).
     return [
         {"key": GPU_RESOURCE, "operator": "Exists"},
         {"key": HEALTH_TAINT_KEY, "operator": "Exists"},
@@ -350,7 +351,7 @@ def taint_tolerations(taints: Sequence[Mapping[str, str]]) -> list[dict[str, str
 
 def pin_to_hostnames(hostnames: Sequence[str]) -> dict[str, Any]:
     # Node affinity, not spec.nodeName: nodeName skips the scheduler, so a busy node makes the pod
-    # fail (OutOfcpu, OutOfnvidia.com/gpu) instead of waiting (burnin.md §6.1).
+    # fail (OutOfcpu, OutOfnvidia.com/gpu) instead of waiting (docs/design/burnin.md#jobs-on-kubernetes).
     return {
         "requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [
@@ -433,7 +434,8 @@ def node_job(
 # --------------------------------------------------------------------------------------------
 # Node pair: Indexed Job + headless Service.
 
-PAIR_TIMEOUT_S = 1200  # torchrun start, rendezvous and an 8 GiB all_reduce; 2-5 min typical (burnin.md §2 T14)
+# torchrun start, rendezvous and an 8 GiB all_reduce; 2-5 min typical (docs/design/burnin.md#tiers)
+PAIR_TIMEOUT_S = 1200
 
 
 def pair_objects(
@@ -450,7 +452,7 @@ def pair_objects(
     """(headless Service, Indexed Job) for a two-node all_reduce; `gpus` per node.
 
     `rdma_resources` (e.g. {"rdma/ib": 1}) are requested per pod; RDMA then needs IPC_LOCK to pin
-    memory for the NIC (burnin.md §6.1).
+    memory for the NIC (docs/design/burnin.md#jobs-on-kubernetes).
     """
     check_run_id(run_id)
     _check_gpus(gpus)

@@ -40,7 +40,8 @@ class MatmulConfig:
     m: int = 8192
     n: int = 8192
     k: int = 8192
-    dtype: str = "bfloat16"  # stated explicitly: float32 may silently run as TF32 (burnin.md §5)
+    # Stated explicitly: float32 may silently run as TF32 (docs/design/burnin.md#matmul-pitfalls).
+    dtype: str = "bfloat16"
     seed: int = 1234
     warmup_iters: int = 20
     window_s: float = 10.0
@@ -206,7 +207,7 @@ def burn_device(
             if reading:
                 samples.append(reading)
             digests.append(digest_tensor(out))
-            # NaN/Inf are only ~1 % of corruption outcomes (burnin.md §5), so this complements
+            # NaN/Inf are only ~1 % of corruption outcomes (docs/design/burnin.md#matmul-pitfalls), so this complements
             # the digest comparison rather than replacing it.
             nonfinite += int((~torch.isfinite(out)).sum().item())
         line.update(
@@ -248,7 +249,7 @@ def digest_key(line: dict[str, Any]) -> str:
     """What must match for two digests to be comparable.
 
     cuBLAS results are bitwise reproducible only for the same toolkit, architecture and SM count
-    (burnin.md §5 pitfall 8); shape, dtype and seed fix the computation itself.
+    (docs/design/burnin.md#matmul-pitfalls); shape, dtype and seed fix the computation itself.
     """
     parts = [
         line.get("name"),
@@ -316,7 +317,7 @@ def nvidia_smi_sampler(index: int) -> ClockSampler | None:
 
     fields = _SMI_FIELDS
     if query(fields) is None:
-        # Drivers before 535 know the field as clocks_throttle_reasons (burnin.md §11 azure/throttle).
+        # Drivers before 535 know the field as clocks_throttle_reasons (docs/design/burnin.md#nvidia-smi).
         fields = ("clocks.sm", "clocks_throttle_reasons.active", "temperature.gpu", "power.draw")
         if query(fields) is None:
             return None
@@ -421,7 +422,7 @@ def list_devices(spec: str) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    # Pinned cuBLAS workspace keeps results bitwise reproducible (burnin.md §5 pitfall 8), and PCI
+    # Pinned cuBLAS workspace keeps results bitwise reproducible (docs/design/burnin.md#matmul-pitfalls), and PCI
     # ordering makes CUDA device i the GPU nvidia-smi calls i. Both must precede CUDA init.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")

@@ -2,8 +2,8 @@
 
 Exit codes are recorded but never decide alone: gpu-burn exits 0 on FAULTY GPUs, `dcgmi diag`
 exits 226/205 with a readable report, nccl-tests exits non-zero only for wrong data or an opt-in
-bandwidth floor (burnin.md §1). Unparseable or truncated output raises `OutputError`, which the
-verdict turns into ERROR, never into PASS.
+bandwidth floor (docs/design/burnin.md#tool-output-and-exit-codes). Unparseable or truncated output raises
+`OutputError`, which the verdict turns into ERROR, never into PASS.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def _flag(value: str | None) -> bool | None:
 # --------------------------------------------------------------------------------------------
 # nvidia-smi CSV queries (quick tier).
 
-# Drivers before 535 name the clock-event field `clocks_throttle_reasons` (burnin.md §11 azure/throttle).
+# Drivers before 535 name the clock-event field `clocks_throttle_reasons` (docs/design/burnin.md#nvidia-smi).
 _FIELD_ALIASES = {"clocks_throttle_reasons.active": "clocks_event_reasons.active"}
 
 
@@ -417,7 +417,7 @@ def _dcgm_warnings(*lists: Any) -> tuple[DcgmWarning, ...]:
 
 
 def parse_dcgm_diag_json(text: str) -> DcgmDiag:
-    """`dcgmi diag -j`: `DCGM Diagnostic.test_categories[].tests[].results[]` (burnin.md §2 notes).
+    """`dcgmi diag -j`: `DCGM Diagnostic.test_categories[].tests[].results[]` (docs/design/burnin.md#dcgmi-diag).
 
     DCGM 3 named the top key `DCGM GPU Diagnostic` and the entity `gpu_id`; both are accepted. An entity's
     `errors` are kept with its warnings.
@@ -610,7 +610,7 @@ class CollectiveRow:
     @property
     def busbw_gb_s(self) -> float:
         # Mean over placements: what `# Avg bus bandwidth` reports when -b == -e, the number the
-        # goals were measured with (burnin.md §2 T12).
+        # goals were measured with (docs/design/burnin.md#nccl-tests).
         return statistics.fmean(p.busbw_gb_s for p in self.placements)
 
 
@@ -635,7 +635,7 @@ class CollectiveResult:
 
 
 def parse_nccl_tests(text: str) -> CollectiveResult:
-    """nccl-tests stdout, or the `-J` JSON file (nccl-tests ≥ 2.17.3, burnin.md §2 notes)."""
+    """nccl-tests stdout, or the `-J` JSON file (nccl-tests ≥ 2.17.3, docs/design/burnin.md#nccl-tests)."""
     if text.lstrip().startswith("{"):
         return parse_nccl_tests_json(text)
     return parse_nccl_tests_text(text)
@@ -851,7 +851,7 @@ _BURN_STATUS = re.compile(r"GPU (\d+): (OK|FAULTY)")
 
 
 def parse_gpu_burn(text: str) -> GpuBurnResult:
-    """gpu-burn prints `\\r`-separated progress and a final `Tested N GPUs:` list (burnin.md §2 T7)."""
+    """gpu-burn prints `\\r`-separated progress and a final `Tested N GPUs:` list (docs/design/burnin.md#gpu-burn)."""
     status: dict[int, str] = {}
     died: set[int] = set()
     errors: dict[int, int] = {}

@@ -102,7 +102,7 @@ def _xml_text(text: str) -> str:
 def _testcase(parent: ET.Element, classname: str, check: CheckResult) -> tuple[int, int, int]:
     """One testcase; returns (failures, errors, skipped) it adds."""
     case = ET.SubElement(parent, "testcase", classname=_xml_text(classname), name=_xml_text(check.check))
-    # Metrics as properties, as pytest's record_property does (burnin.md §9 rec. 10).
+    # Metrics as properties, as pytest's record_property does (docs/design/burnin.md#reports).
     if check.evidence:
         properties = ET.SubElement(case, "properties")
         for item in check.evidence:

@@ -2,10 +2,10 @@
 
 Goals are fractions of a physical peak, so a model is described by its datasheet numbers and a
 few ratios; a second rule compares each GPU with the median of its node, which catches one slow
-GPU among healthy peers. Every number cites the burn-in reference notes (`burnin.md`, section).
+GPU among healthy peers. Every number cites the heading of docs/design/burnin.md it comes from.
 
 Bands: at or above `pass_at` is PASS, down to `fail_below` is WARN, below it FAIL. The goals in
-burnin.md are the PASS lines; the WARN margin under them (10 % of the goal by default) exists
+docs/design/burnin.md#thresholds are the PASS lines; the WARN margin under them (10 % of the goal by default) exists
 because those goals come from other people's systems (cooling, power caps, clocks differ) and a
 result just under a goal is a reason to look, not proof of a bad part. Only FAIL quarantines.
 """
@@ -19,7 +19,7 @@ from enum import StrEnum
 
 
 class NcclAlgorithm(StrEnum):
-    """All-reduce bus bandwidth is only comparable within one algorithm (burnin.md §3)."""
+    """All-reduce bus bandwidth is only comparable within one algorithm (docs/design/burnin.md#nccl-tests)."""
 
     RING = "ring"
     NVLS = "nvls"  # NVLink SHARP: busbw can exceed the NVLink line rate
@@ -65,19 +65,19 @@ class GpuModel:
     dcgm_ignored_tests: frozenset[str] = frozenset()
 
 
-# Gen5 x16 carries ~63 GB/s per direction (burnin.md §3 H100 row); Gen4 runs at half the per-lane rate.
+# Gen5 x16 carries ~63 GB/s per direction (docs/design/burnin.md#physical-peaks); Gen4 runs at half the per-lane rate.
 _PCIE5_X16 = 63.0
 _PCIE4_X16 = _PCIE5_X16 / 2
 
 # BF16 matmul goal for every model: 0.70 of the dense peak; good cuBLAS matmuls reach 0.73-0.87
-# (burnin.md §4 row 1, §3 MAMF column).
+# (docs/design/burnin.md#thresholds, #achievable-fractions).
 _MATMUL = goal(0.70)
-# NVLink pair copy goal: 0.70 of one direction of NVLink (burnin.md §4 row 3).
+# NVLink pair copy goal: 0.70 of one direction of NVLink (docs/design/burnin.md#thresholds).
 _NVLINK_P2P = goal(0.70)
-# PCIe H2D/D2H on Gen5 x16: 0.75 x 63 ~ 47 GB/s (burnin.md §4 row 4).
+# PCIe H2D/D2H on Gen5 x16: 0.75 x 63 ~ 47 GB/s (docs/design/burnin.md#thresholds).
 _PCIE5_COPY = goal(0.75)
 # H100/H200 one-node all_reduce: ring >= 0.9 x 370 = 333 GB/s, NVLS >= 0.9 x 480 = 430 GB/s,
-# against 450 GB/s of NVLink per direction (burnin.md §4 row 5, §3 NVLink column).
+# against 450 GB/s of NVLink per direction (docs/design/burnin.md#thresholds).
 _HOPPER_NCCL = {NcclAlgorithm.RING: goal(round(333 / 450, 3)), NcclAlgorithm.NVLS: goal(round(430 / 450, 3))}
 
 GPU_MODELS: tuple[GpuModel, ...] = (
@@ -85,107 +85,108 @@ GPU_MODELS: tuple[GpuModel, ...] = (
         key="a100-sxm4-80gb",
         name="A100 SXM4 80GB",
         product_patterns=(r"A100-SXM4-80GB",),
-        bf16_dense_tflops=312.0,  # burnin.md §3
-        hbm_tb_s=2.04,  # burnin.md §3
-        nvlink_gb_s=300.0,  # NVLink3 300 / 600 GB/s (burnin.md §3)
+        bf16_dense_tflops=312.0,  # docs/design/burnin.md#physical-peaks
+        hbm_tb_s=2.04,  # docs/design/burnin.md#physical-peaks
+        nvlink_gb_s=300.0,  # NVLink3 300 / 600 GB/s (docs/design/burnin.md#physical-peaks)
         nvswitch=True,
-        pcie_gb_s=_PCIE4_X16,  # PCIe4 x16 (burnin.md §3)
-        matmul_bf16=_MATMUL,  # A100 >= 218 TFLOPS (burnin.md §4)
-        # A100 >= 210 GB/s (burnin.md §4). NVLS needs Hopper-generation NVSwitch, so NCCL runs ring
+        pcie_gb_s=_PCIE4_X16,  # PCIe4 x16 (docs/design/burnin.md#physical-peaks)
+        matmul_bf16=_MATMUL,  # A100 >= 218 TFLOPS (docs/design/burnin.md#thresholds)
+        # A100 >= 210 GB/s (docs/design/burnin.md#thresholds). NVLS needs Hopper-generation NVSwitch, so NCCL runs ring
         # on A100 whatever NCCL_NVLS_ENABLE says; both keys carry the ring goal.
         nccl_allreduce={NcclAlgorithm.RING: goal(0.70), NcclAlgorithm.NVLS: goal(0.70)},
-        nvlink_p2p=_NVLINK_P2P,  # A100 210 GB/s (burnin.md §4)
-        pcie_copy=goal(round(21 / _PCIE4_X16, 3)),  # Azure A100 >= 21 GB/s (burnin.md §2 T10)
-        hbm_copy=goal(round(1.17 / 2.04, 3)),  # DCGM A100 floor ~1.17 TB/s (burnin.md §2 T5)
+        nvlink_p2p=_NVLINK_P2P,  # A100 210 GB/s (docs/design/burnin.md#thresholds)
+        pcie_copy=goal(round(21 / _PCIE4_X16, 3)),  # Azure A100 >= 21 GB/s (docs/design/burnin.md#thresholds)
+        hbm_copy=goal(round(1.17 / 2.04, 3)),  # DCGM A100 floor ~1.17 TB/s (docs/design/burnin.md#thresholds)
     ),
     GpuModel(
         key="h100-sxm5",
         name="H100 SXM5 80GB",
         # nvidia-smi calls the SXM5 part "NVIDIA H100 80GB HBM3" (GFD label NVIDIA-H100-80GB-HBM3).
         product_patterns=(r"H100-80GB-HBM3", r"H100-SXM5-80GB"),
-        bf16_dense_tflops=989.0,  # burnin.md §3
-        hbm_tb_s=3.35,  # burnin.md §3
-        nvlink_gb_s=450.0,  # NVLink4 450 / 900 GB/s (burnin.md §3)
+        bf16_dense_tflops=989.0,  # docs/design/burnin.md#physical-peaks
+        hbm_tb_s=3.35,  # docs/design/burnin.md#physical-peaks
+        nvlink_gb_s=450.0,  # NVLink4 450 / 900 GB/s (docs/design/burnin.md#physical-peaks)
         nvswitch=True,
-        pcie_gb_s=_PCIE5_X16,  # burnin.md §3
-        matmul_bf16=_MATMUL,  # H100 >= 692 TFLOPS (burnin.md §4)
+        pcie_gb_s=_PCIE5_X16,  # docs/design/burnin.md#physical-peaks
+        matmul_bf16=_MATMUL,  # H100 >= 692 TFLOPS (docs/design/burnin.md#thresholds)
         nccl_allreduce=_HOPPER_NCCL,
-        nvlink_p2p=_NVLINK_P2P,  # H100 315 GB/s (burnin.md §4)
+        nvlink_p2p=_NVLINK_P2P,  # H100 315 GB/s (docs/design/burnin.md#thresholds)
         pcie_copy=_PCIE5_COPY,
-        hbm_copy=goal(round(1.905 / 3.35, 3)),  # DCGM H100 floor 1905000 MB/s (burnin.md §2 T5, §3)
+        hbm_copy=goal(round(1.905 / 3.35, 3)),  # DCGM H100 floor 1905000 MB/s (docs/design/burnin.md#thresholds)
     ),
     GpuModel(
         key="h100-pcie",
         name="H100 PCIe 80GB",
         product_patterns=(r"H100-PCIE(-80GB)?",),
-        bf16_dense_tflops=756.0,  # burnin.md §3
-        hbm_tb_s=2.0,  # burnin.md §3
-        nvlink_gb_s=300.0,  # NVLink bridge 600 GB/s bidirectional (burnin.md §3)
+        bf16_dense_tflops=756.0,  # docs/design/burnin.md#physical-peaks
+        hbm_tb_s=2.0,  # docs/design/burnin.md#physical-peaks
+        nvlink_gb_s=300.0,  # NVLink bridge 600 GB/s bidirectional (docs/design/burnin.md#physical-peaks)
         nvswitch=False,  # bridges join pairs only; unbridged links are legitimately inactive
-        pcie_gb_s=_PCIE5_X16,  # burnin.md §3
-        matmul_bf16=_MATMUL,  # general 0.70 rule; no measured MAMF for this SKU (burnin.md §4)
+        pcie_gb_s=_PCIE5_X16,  # docs/design/burnin.md#physical-peaks
+        matmul_bf16=_MATMUL,  # general 0.70 rule; no measured MAMF for this SKU (docs/design/burnin.md#thresholds)
         nccl_allreduce={},  # no documented one-node figure: judged SKIPPED, not guessed
-        nvlink_p2p=_NVLINK_P2P,  # general 0.70 x uni rule (burnin.md §4), bridged pairs only
+        nvlink_p2p=_NVLINK_P2P,  # general 0.70 x uni rule (docs/design/burnin.md#thresholds), bridged pairs only
         pcie_copy=_PCIE5_COPY,
     ),
     GpuModel(
         key="h200-sxm",
         name="H200 SXM 141GB",
         product_patterns=(r"H200", r"H200-141GB-HBM3E"),
-        bf16_dense_tflops=989.0,  # burnin.md §3
-        hbm_tb_s=4.8,  # burnin.md §3
-        nvlink_gb_s=450.0,  # burnin.md §3
+        bf16_dense_tflops=989.0,  # docs/design/burnin.md#physical-peaks
+        hbm_tb_s=4.8,  # docs/design/burnin.md#physical-peaks
+        nvlink_gb_s=450.0,  # docs/design/burnin.md#physical-peaks
         nvswitch=True,
-        pcie_gb_s=_PCIE5_X16,  # burnin.md §3
-        matmul_bf16=_MATMUL,  # H200 >= 692 TFLOPS (burnin.md §4)
-        nccl_allreduce=_HOPPER_NCCL,  # measured 482 NVLS / 368 ring (burnin.md §3)
-        nvlink_p2p=_NVLINK_P2P,  # H200 315 GB/s (burnin.md §4)
+        pcie_gb_s=_PCIE5_X16,  # docs/design/burnin.md#physical-peaks
+        matmul_bf16=_MATMUL,  # H200 >= 692 TFLOPS (docs/design/burnin.md#thresholds)
+        nccl_allreduce=_HOPPER_NCCL,  # measured 482 NVLS / 368 ring (docs/design/burnin.md#achievable-fractions)
+        nvlink_p2p=_NVLINK_P2P,  # H200 315 GB/s (docs/design/burnin.md#thresholds)
         pcie_copy=_PCIE5_COPY,
-        hbm_copy=goal(round(2.333 / 4.8, 3)),  # DCGM H200 floor 2333 GB/s (burnin.md §2 T5, §3)
+        hbm_copy=goal(round(2.333 / 4.8, 3)),  # DCGM H200 floor 2333 GB/s (docs/design/burnin.md#thresholds)
     ),
     GpuModel(
         key="b200",
         name="B200 (HGX)",
         product_patterns=(r"B200", r"B200-\d+GB-HBM3E"),
-        bf16_dense_tflops=2250.0,  # burnin.md §3
-        hbm_tb_s=8.0,  # burnin.md §3
-        nvlink_gb_s=900.0,  # NVLink5 900 / 1800 GB/s (burnin.md §3)
+        bf16_dense_tflops=2250.0,  # docs/design/burnin.md#physical-peaks
+        hbm_tb_s=8.0,  # docs/design/burnin.md#physical-peaks
+        nvlink_gb_s=900.0,  # NVLink5 900 / 1800 GB/s (docs/design/burnin.md#physical-peaks)
         nvswitch=True,
-        pcie_gb_s=_PCIE5_X16,  # burnin.md §3
-        matmul_bf16=_MATMUL,  # B200 >= 1575 TFLOPS (burnin.md §4)
+        pcie_gb_s=_PCIE5_X16,  # docs/design/burnin.md#physical-peaks
+        matmul_bf16=_MATMUL,  # B200 >= 1575 TFLOPS (docs/design/burnin.md#thresholds)
         # 0.9 x 845.7 GB/s measured @16 GiB on one P6-B200 node with NCCL defaults, which use NVLS on
-        # NVSwitch systems (burnin.md §3); no ring figure is documented, so ring runs are SKIPPED.
+        # NVSwitch systems (docs/design/burnin.md#achievable-fractions); no ring figure is documented, so
+        # ring runs are SKIPPED.
         nccl_allreduce={NcclAlgorithm.NVLS: goal(round(0.9 * 845.7 / 900, 3))},
-        nvlink_p2p=_NVLINK_P2P,  # general 0.70 x uni rule (burnin.md §4)
+        nvlink_p2p=_NVLINK_P2P,  # general 0.70 x uni rule (docs/design/burnin.md#thresholds)
         pcie_copy=_PCIE5_COPY,
     ),
     GpuModel(
         key="gb200",
         name="GB200",
         product_patterns=(r"GB200", r"GB200-\d+GB-HBM3E"),
-        bf16_dense_tflops=2500.0,  # burnin.md §3
-        hbm_tb_s=8.0,  # burnin.md §3
-        nvlink_gb_s=900.0,  # burnin.md §3
+        bf16_dense_tflops=2500.0,  # docs/design/burnin.md#physical-peaks
+        hbm_tb_s=8.0,  # docs/design/burnin.md#physical-peaks
+        nvlink_gb_s=900.0,  # docs/design/burnin.md#physical-peaks
         nvswitch=True,
-        pcie_gb_s=None,  # host link is NVLink-C2C (burnin.md §3)
-        matmul_bf16=_MATMUL,  # MAMF 1822 TF = 0.729 of peak (burnin.md §3)
-        # 0.9 x 835 GB/s, the low end of NVL72 racks @4-8 GiB (burnin.md §3).
+        pcie_gb_s=None,  # host link is NVLink-C2C (docs/design/burnin.md#physical-peaks)
+        matmul_bf16=_MATMUL,  # MAMF 1822 TF = 0.729 of peak (docs/design/burnin.md#achievable-fractions)
+        # 0.9 x 835 GB/s, the low end of NVL72 racks @4-8 GiB (docs/design/burnin.md#achievable-fractions).
         nccl_allreduce={NcclAlgorithm.NVLS: goal(round(0.9 * 835 / 900, 3))},
-        nvlink_p2p=goal(round(613 / 900, 3)),  # Crusoe GB200 floor 613 GB/s (burnin.md §2 T11)
+        nvlink_p2p=goal(round(613 / 900, 3)),  # Crusoe GB200 floor 613 GB/s (docs/design/burnin.md#thresholds)
         # Hosts without Fabric Manager fail DCGM's `software` test; Crusoe skips it for gb200
-        # (burnin.md §6.1).
+        # (docs/design/burnin.md#jobs-on-kubernetes).
         dcgm_ignored_tests=frozenset({"software"}),
     ),
     GpuModel(
         key="l40s",
         name="L40S",
         product_patterns=(r"L40S",),
-        bf16_dense_tflops=362.0,  # burnin.md §3
-        hbm_tb_s=0.86,  # GDDR6 (burnin.md §3)
-        nvlink_gb_s=None,  # burnin.md §3
+        bf16_dense_tflops=362.0,  # docs/design/burnin.md#physical-peaks
+        hbm_tb_s=0.86,  # GDDR6 (docs/design/burnin.md#physical-peaks)
+        nvlink_gb_s=None,  # docs/design/burnin.md#physical-peaks
         nvswitch=False,
-        pcie_gb_s=None,  # PCIe generation not documented in burnin.md: copy checks SKIPPED
-        matmul_bf16=_MATMUL,  # general 0.70 rule (burnin.md §4)
+        pcie_gb_s=None,  # no PCIe generation in docs/design/burnin.md#physical-peaks: copy checks SKIPPED
+        matmul_bf16=_MATMUL,  # general 0.70 rule (docs/design/burnin.md#thresholds)
         nccl_allreduce={},  # no NVLink; no documented PCIe-only figure
     ),
 )
@@ -195,14 +196,15 @@ GPU_MODELS: tuple[GpuModel, ...] = (
 class PassiveLimits:
     """Limits for the quick tier (nvidia-smi state and kernel log)."""
 
-    # SRAM corrected ECC above 10 000 fails (Azure `check_gpu_ecc 20000000 10000`, burnin.md §2 T1).
+    # SRAM corrected ECC above 10 000 fails (Azure `check_gpu_ecc 20000000 10000`,
+    # docs/design/burnin.md#passive-limits).
     sram_corrected_max: int = 10_000
-    # Xids count as current for the last 2 h (Azure, burnin.md §2 T2); older ones only warn,
+    # Xids count as current for the last 2 h (Azure, docs/design/burnin.md#passive-limits); older ones only warn,
     # because dmesg keeps lines since boot and a repaired GPU may not have been rebooted. Which
     # codes are hardware faults is the health controller's catalogue (konduktor.gpu.catalog).
     recent_kernel_log_s: float = 2 * 3600
     # Clock-event bits that are not throttling: GPU idle 0x1 and SW power cap 0x4 (Azure,
-    # burnin.md §5 pitfall 5).
+    # docs/design/burnin.md#passive-limits).
     benign_clock_events: int = 0x1 | 0x4
 
 
@@ -212,11 +214,12 @@ class Thresholds:
 
     version: str = "konduktor-burnin@1"
     models: tuple[GpuModel, ...] = GPU_MODELS
-    # Each GPU within 10 % of its node's median (gpu-fryer's tolerance, burnin.md §4 row 1); GPUs of
-    # one healthy node already differ by ~5 % (burnin.md §1), so WARN starts only under 0.90.
+    # Each GPU within 10 % of its node's median (gpu-fryer's tolerance, docs/design/burnin.md#thresholds); GPUs
+    # of one healthy node already differ by ~5 % (docs/design/burnin.md#achievable-fractions), so WARN starts
+    # only under 0.90.
     node_median: Band = Band(pass_at=0.90, fail_below=0.85)
     # Two-node all_reduce over 8 x 400G: 350 GB/s, to be calibrated on the first healthy pairs
-    # (burnin.md §4 row 6).
+    # (docs/design/burnin.md#thresholds).
     nccl_pair_gb_s: float = 350.0
     nccl_pair: Band = Band(pass_at=1.0, fail_below=0.9)
     passive: PassiveLimits = field(default_factory=PassiveLimits)
@@ -244,7 +247,7 @@ def gpu_model_for(product: str | None, thresholds: Thresholds = DEFAULT_THRESHOL
     """The model of an `nvidia.com/gpu.product` label or nvidia-smi name; None when not in the table.
 
     Matching is exact per SKU, never per family: an H100 PCIe is not an H100 SXM, an A100 40GB is not
-    the 80GB part, and an H200 NVL is not the SXM part (burnin.md §8, thresholds per exact SKU).
+    the 80GB part, and an H200 NVL is not the SXM part (docs/design/burnin.md#thresholds: goals per exact SKU).
     """
     if not product:
         return None

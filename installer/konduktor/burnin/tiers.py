@@ -38,15 +38,15 @@ PAIR_STEP = "nccl-pair"
 class BurnInImages:
     """Container images per tool; pin digests (`image@sha256:...`) in production."""
 
-    # DCGM release the GPU Operator ships (burnin.md §11 gpuop/values); nvidia-smi is injected by
+    # DCGM release the GPU Operator ships (docs/design/burnin.md#images); nvidia-smi is injected by
     # the NVIDIA container toolkit, so the passive step reuses this image.
     dcgm: str = "nvcr.io/nvidia/cloud-native/dcgm:4.6.0-1-ubuntu24.04"
     # First NGC PyTorch release with Blackwell support; runs matmul.py and allreduce.py.
     pytorch: str = "nvcr.io/nvidia/pytorch:25.01-py3"
-    # NGC has no nccl-tests image; CoreWeave's public build ships all_reduce_perf (burnin.md §2 T14).
+    # NGC has no nccl-tests image; CoreWeave's public build ships all_reduce_perf (docs/design/burnin.md#images).
     nccl_tests: str = "ghcr.io/coreweave/nccl-tests:12.9.1-devel-ubuntu24.04-nccl2.29.2-1-d73ec07"
     nccl_tests_binary: str = "/opt/nccl_tests/build/all_reduce_perf"  # where that image installs it
-    # gpu-burn publishes no registry image (burnin.md §2 T7): the step runs only when one is given.
+    # gpu-burn publishes no registry image (docs/design/burnin.md#gpu-burn): the step runs only when one is given.
     gpu_burn: str | None = None
 
 
@@ -58,23 +58,25 @@ class BurnInOptions:
     tier: Tier
     dcgm_level: int | None = None  # None: no DCGM step
     matmul_seconds: int | None = None  # None: no matmul step
-    matmul_size: int = 8192  # square BF16 operands; 8192 is gpu-burn's and gpu-fryer's tile (burnin.md §2)
+    # Square BF16 operands; 8192 is gpu-burn's and gpu-fryer's tile (docs/design/burnin.md#matmul-pitfalls).
+    matmul_size: int = 8192
     # One large size, -b == -e: `# Avg bus bandwidth` then equals the gated number; 16 GiB is
-    # what the one-node goals were measured at (burnin.md §2 T12, §9 rec. 3).
+    # what the one-node goals were measured at (docs/design/burnin.md#nccl-tests, #achievable-fractions).
     nccl_bytes: str = "16G"
     nccl_one_node: bool = False
-    # Pinned, never left to NCCL: NVLS and ring busbw differ by ~30 % (burnin.md §1).
+    # Pinned, never left to NCCL: NVLS and ring busbw differ by ~30 % (docs/design/burnin.md#nccl-tests).
     nccl_algorithm: NcclAlgorithm = NcclAlgorithm.NVLS
-    pair_bytes: int = 8 << 30  # two-node goal measured at 8 GiB (burnin.md §4 row 6)
+    pair_bytes: int = 8 << 30  # two-node goal measured at 8 GiB (docs/design/burnin.md#thresholds)
     gpu_burn_seconds: int | None = None
     images: BurnInImages = field(default_factory=BurnInImages)
     # CRI-O rejects privileged pods with device-plugin GPUs, so SYS_ADMIN is the default
-    # (burnin.md §6.1, §8).
+    # (docs/design/burnin.md#jobs-on-kubernetes).
     dcgm_privilege: DcgmPrivilege = "sys_admin"
     # Image pulls (the PyTorch image is ~10 GB) and scheduling count against the Job deadline.
     schedule_slack_s: int = 900
     ttl_after_finished_s: int = 3600  # long enough for the installer to read the logs
-    priority_class: str | None = None  # e.g. a lowest class on a live cluster (burnin.md §6.1)
+    # E.g. a lowest class on a live cluster (docs/design/burnin.md#jobs-on-kubernetes).
+    priority_class: str | None = None
     cpu: str = "8"
     memory: str = "64Gi"
 
@@ -98,14 +100,14 @@ class BurnInOptions:
             case Step.PASSIVE:
                 return 120
             case Step.DCGM:
-                # L2 ~2 min, L3 ~15 min (burnin.md §2 T4/T5); L4 runs tens of minutes (T6).
+                # L2 ~2 min, L3 ~15 min (docs/design/burnin.md#tiers); L4 runs tens of minutes.
                 return {1: 300, 2: 900, 3: 2700}.get(self.dcgm_level or 0, 7200)
             case Step.MATMUL:
                 return (self.matmul_seconds or 0) + 600  # setup, warm-up, per-window digests
             case Step.GPU_BURN:
                 return (self.gpu_burn_seconds or 0) + 300
             case Step.NCCL:
-                return 900  # 1-3 min typical (burnin.md §2 T12)
+                return 900  # 1-3 min typical (docs/design/burnin.md#tiers)
         raise AssertionError(step)
 
     @property
@@ -114,7 +116,7 @@ class BurnInOptions:
 
 
 def options_for_tier(tier: Tier | str, **overrides: object) -> BurnInOptions:
-    """Defaults per tier (burnin.md §9 rec. 1), then the caller's overrides."""
+    """Defaults per tier (docs/design/burnin.md#tiers), then the caller's overrides."""
     try:
         tier = Tier(tier)
     except ValueError:
@@ -125,7 +127,7 @@ def options_for_tier(tier: Tier | str, **overrides: object) -> BurnInOptions:
         case Tier.QUICK:
             base = BurnInOptions(tier=tier)
         case Tier.STANDARD:
-            # DCGM level 2 (~2 min) and a 10 min matmul + SDC run (burnin.md §9 rec. 1).
+            # DCGM level 2 (~2 min) and a 10 min matmul + SDC run (docs/design/burnin.md#tiers).
             base = BurnInOptions(tier=tier, dcgm_level=2, matmul_seconds=600, nccl_one_node=True)
         case Tier.FULL:
             base = BurnInOptions(tier=tier, dcgm_level=4, matmul_seconds=3600, nccl_one_node=True)

@@ -58,7 +58,7 @@ NCCL_ALLREDUCE = "nccl_allreduce"
 GPU_BURN = "gpu_burn"
 NCCL_PAIR = "nccl_pair"
 
-# NVML clock-event bits (burnin.md §5 pitfall 5; full list in §11 azure/throttle).
+# NVML clock-event bits (docs/design/burnin.md#nvidia-smi).
 CLOCK_EVENT_NAMES = {
     0x1: "gpu_idle",
     0x2: "applications_clocks_setting",
@@ -74,7 +74,7 @@ CLOCK_EVENT_NAMES = {
 # dcgmErrorSeverity_t values that mean "usable, watch it" or "a setting": a failed test whose every
 # error has one of these is a WARN (DCGM dcgm_errors.h: 1 monitor, 5 config).
 _DCGM_SOFT_SEVERITIES = frozenset({0, 1, 5})
-# dcgmi exit codes: DCGM_ST_NVVS_ERROR (-30) and DCGM_ST_NVVS_ISOLATE_ERROR (-51) (burnin.md §2 notes).
+# dcgmi exit codes: DCGM_ST_NVVS_ERROR (-30) and DCGM_ST_NVVS_ISOLATE_ERROR (-51) (docs/design/burnin.md#dcgmi-diag).
 _DCGM_EXIT_MEANING = {226: "a test failed", 205: "a failure that needs the GPU isolated"}
 
 
@@ -223,7 +223,7 @@ def _judge_ecc(snapshot: PassiveSnapshot, limits: PassiveLimits, step: str) -> C
         if gpu.ecc_enabled is not None:
             reported = True
             if not gpu.ecc_enabled:
-                # Without ECC, memory errors become silent data corruption (burnin.md §2 T1).
+                # Without ECC, memory errors become silent data corruption (docs/design/burnin.md#passive-limits).
                 reasons.append(f"GPU{gpu.index}: ECC is disabled")
         counters = (
             ("ecc_uncorrected_volatile", gpu.ecc_uncorrected_volatile, 0),
@@ -257,7 +257,7 @@ def _judge_row_remap(snapshot: PassiveSnapshot, step: str) -> CheckResult:
     evidence = []
     for row in snapshot.remapped_rows:
         # A pending remap needs a GPU reset before the row is replaced; a failed remap means the
-        # spare rows are exhausted (burnin.md §2 T1).
+        # spare rows are exhausted (docs/design/burnin.md#passive-limits).
         if row.pending:
             reasons.append(f"{row.bus_id}: row remap pending")
         if row.failure:
@@ -500,7 +500,7 @@ def _judge_matmul_tflops(
     problems: list[tuple[Verdict, str]] = []
     for gpu in run.gpus:
         if gpu.status != "ok":
-            # A GPU that crashes under load failed, as gpu-burn's DIED (burnin.md §8); one that
+            # A GPU that crashes under load failed, as gpu-burn's DIED (docs/design/burnin.md#matmul-pitfalls); one that
             # never started (import, allocation) says nothing about the hardware.
             verdict = Verdict.FAIL if gpu.phase == "compute" else Verdict.ERROR
             problems.append((verdict, f"GPU{gpu.index} {gpu.phase or 'run'} error: {gpu.error}"))
@@ -727,7 +727,7 @@ def pair_outcomes(pairs: Iterable[PairVerdict]) -> tuple[PairOutcome, ...]:
 
 def judge_gpu_burn(result: GpuBurnResult, expected_gpus: int, median_band: Band) -> CheckResult:
     step = Step.GPU_BURN.value
-    # gpu-burn exits 0 whatever happened (burnin.md §1), so the exit code is not consulted.
+    # gpu-burn exits 0 whatever happened (docs/design/burnin.md#gpu-burn), so the exit code is not consulted.
     fails = [f"GPU{gpu}: FAULTY (compare errors)" for gpu, state in sorted(result.status.items()) if state == "FAULTY"]
     fails += [f"GPU{gpu}: DIED during the run" for gpu in sorted(result.died)]
     if result.all_died:
