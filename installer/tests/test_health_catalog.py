@@ -21,7 +21,7 @@ ALL_ENTRIES: list[CatalogEntry] = [
     CATALOG.peermem,
 ]
 
-# Every Xid row of health.md section 4.1 that has a resolution bucket.
+# Every Xid row of docs/design/gpu-faults.md#xid-catalog that has a resolution bucket.
 REFERENCE_XIDS = {
     8,
     13,
@@ -57,7 +57,7 @@ REFERENCE_XIDS = {
     158,
     159,
 }
-# Hardware Xids that the EKS agent turns into a node condition (health.md "Others found"), minus 63,
+# Hardware Xids that the EKS agent turns into a node condition (docs/design/gpu-faults.md#node-faults), minus 63,
 # a row-remap *event* that the catalog says to ignore.
 HARDWARE_XIDS = {46, 48, 54, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 143, 151, 155, 156, 158}
 

@@ -17,7 +17,7 @@ from konduktor.controller.settings import HealthSettings, WorkPolicy
 # What became of a workload on a quarantined node; the owner's Event says it in words.
 Fate = Literal["requeued", "drained", "untouched", "opted-out"]
 
-REQUEUED_REASON = "RequeuedForNodeHealth"  # Kueue emits none of these reasons (day2.md 2)
+REQUEUED_REASON = "RequeuedForNodeHealth"  # Kueue emits none of these reasons (docs/design/kueue.md#events-kueue-emits)
 NODE_FAULT_REASON = "NodeQuarantined"
 # Dry-run's: the same news, as what would have happened.
 WOULD_REQUEUE_REASON = "WouldRequeueForNodeHealth"

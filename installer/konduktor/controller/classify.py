@@ -75,7 +75,7 @@ def catalog_entry(
     entry = catalog.lookup(kind, code)
     if entry is None:
         # Unknown codes warn; quarantining them is opt-in because an unmapped code that defaulted to
-        # fatal caused NVSentinel's false-quarantine floods (health.md 7, NVS #1710).
+        # fatal caused NVSentinel's false-quarantine floods (docs/design/gpu-faults.md#unknown-codes).
         action = RecommendedAction.QUARANTINE if settings.quarantine_unknown else RecommendedAction.NONE
         return CatalogEntry(
             kind,
@@ -92,8 +92,8 @@ def catalog_entry(
             entry, severity=Severity.WARNING, meaning=f"unrecognised recovery action {recovery!r}"
         )
     if kind == "sxid" and not entry.quarantine and _sxid_token(message) == "fatal":
-        # NVSentinel treats the driver's Fatal/Non-fatal token as authoritative (health.md 4.2): a
-        # "Fatal" report of a code the guide lists as non-fatal still takes the node out.
+        # The driver's Fatal/Non-fatal token is authoritative for NVSentinel (docs/design/gpu-faults.md#sxid-classes):
+        # a "Fatal" report of a code the guide lists as non-fatal still takes the node out.
         return replace(
             entry,
             severity=Severity.CRITICAL,

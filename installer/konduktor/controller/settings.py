@@ -31,7 +31,7 @@ class BreakerSettings(_Section):
     """The fleet circuit breaker: at most max(1, min(max_fraction x GPU nodes, max_nodes)) new quarantines
     per window; one more trips it, and nothing is quarantined until an operator resets it."""
 
-    # 10 % / 10 min / 20 nodes: health.md recommendation 4 (NVSentinel's 50 % / 5 min is too loose).
+    # 10 % / 10 min / 20 nodes: docs/design/gpu-faults.md#fleet-breaker (NVSentinel's 50 % / 5 min is too loose).
     max_fraction: float = Field(default=0.1, gt=0, le=1)
     max_nodes: int = Field(default=20, ge=1)
     window_seconds: float = Field(default=600, gt=0)
@@ -109,8 +109,9 @@ class NodeConditionRule(_Section):
     quarantine: StrictBool = True
 
 
-# Condition types of other GPU health tools (health.md 3 and 4.3): the EKS node monitoring agent reports
-# AcceleratedHardwareReady=False; NVSentinel sets its fatal conditions True (syslog Xids, DCGM health watches).
+# Condition types of other GPU health tools (docs/design/gpu-faults.md#other-tools-node-conditions): the EKS node
+# monitoring agent reports AcceleratedHardwareReady=False; NVSentinel sets its fatal conditions True (syslog Xids,
+# DCGM health watches).
 DEFAULT_NODE_CONDITIONS = (
     NodeConditionRule(type="AcceleratedHardwareReady", status="False"),
     NodeConditionRule(type="SysLogsXIDError"),

@@ -1,11 +1,12 @@
 """The Kueue workloads on a node, and the writes that requeue them and tell their owners.
 
-Requeueing uses the lever `kubectl kueue stop/resume workload` uses (day2.md 1.5): spec.active=false makes Kueue
-evict the Workload (reason Deactivated: the job is suspended, its pods deleted, its quota released), and
-spec.active=true once that is done sets Requeued=True (Reactivated). The queue order of a reactivated Workload is
-its creation time, so it keeps its place; the quota it is charged to does not change. This works for every
-workload, unlike Kueue's own node replacement, which only covers TAS workloads and waits for the pods on a
-NoSchedule-tainted node to stop by themselves (day2.md 1.2), which a hung job on a dead GPU never does.
+Requeueing uses the lever `kubectl kueue stop/resume workload` uses (docs/design/kueue.md#requeue-by-deactivation):
+spec.active=false makes Kueue evict the Workload (reason Deactivated: the job is suspended, its pods deleted, its
+quota released), and spec.active=true once that is done sets Requeued=True (Reactivated). The queue order of a
+reactivated Workload is its creation time, so it keeps its place; the quota it is charged to does not change. This
+works for every workload, unlike Kueue's own node replacement, which only covers TAS workloads and waits for the
+pods on a NoSchedule-tainted node to stop by themselves (docs/design/kueue.md#node-failures), which a hung job on a
+dead GPU never does.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """What each GPU fault report means and what to do about it: the Xid, SXid and DCGM catalogs as data.
 
-Sources are the rows of `shared/reference/health.md` (section 4): NVIDIA's Xid catalog (XIDCAT: the
-"Immediate" resolution bucket), the Fabric Manager guide's SXid classes, and the DCGM failure-code map
-of NVSentinel. Each entry's comment names the row it comes from. Codes missing here are *unknown*: the
-classifier reports them as warnings and quarantines only when the controller's config says so, because
-an unmapped code that defaulted to fatal is what flooded NVSentinel with 672 false events (NVS #1710).
+Sources are the tables of docs/design/gpu-faults.md: NVIDIA's Xid catalog (XIDCAT: the "Immediate" resolution
+bucket), the Fabric Manager guide's SXid classes, and the DCGM failure-code map of NVSentinel. Each entry's comment
+names the row it comes from, with the short tags of docs/design/gpu-faults.md#sources. Codes missing here are
+*unknown*: the classifier reports them as warnings and quarantines only when the controller's config says so,
+because an unmapped code that defaulted to fatal is what flooded NVSentinel with 672 false events (NVS #1710).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class CatalogEntry:
 
 
 # Application faults: the catalog sends these to the application (RESTART_APP / IGNORE / app teardown).
-# k8s-device-plugin skips exactly this set (health.md "Others found", DP); they never quarantine.
+# k8s-device-plugin skips exactly this set (docs/design/gpu-faults.md#application-xids); they never quarantine.
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68})
 
 _S = Severity
@@ -156,10 +156,11 @@ _XIDS: tuple[CatalogEntry, ...] = (
     _fault(158, "GPU_FATAL_TIMEOUT", "GPU fatal timeout", _A.RESET_GPU),
     # 159: XIDCAT CHECK_UVM / SYMPATHETIC_REPORT_SOLO; NVS CONTACT_SUPPORT; ours E unless UVM/vGPU.
     _xid(159, "CHI_NON_DATA_ERROR", "CHI non-data error", _S.WARNING, _A.NONE),
-    # 162-172 have no resolution bucket in the pinned catalog copy (health.md 4.1): they stay unknown.
+    # 162-172 have no resolution bucket in the pinned catalog copy: they stay unknown
+    # (docs/design/gpu-faults.md#codes-without-a-bucket).
 )
 
-# Xid 154 is the driver's own verdict on the Xids it accompanies (health.md 4.1 note b; NVS parses the
+# Xid 154 is the driver's own verdict on the Xids it accompanies (docs/design/gpu-faults.md#xid-154; NVS parses the
 # text in the last parentheses: "... from 0x0 (None) to 0x2 (Node Reboot Required)"). Keys are lower case.
 XID_154_RECOVERY: Mapping[str, CatalogEntry] = {
     "none": _xid(154, "GPU_RECOVERY_ACTION_CHANGED", "Recovery action: none", _S.INFO, _A.NONE),
@@ -201,7 +202,7 @@ def _sxid_class(
     )
 
 
-# SXids: the Fabric Manager guide's four classes as health.md 4.2 lists them (GPUD sxid.go encoding).
+# SXids: the Fabric Manager guide's four classes (docs/design/gpu-faults.md#sxid-classes; GPUD sxid.go encoding).
 _SXIDS: tuple[CatalogEntry, ...] = (
     # Non-fatal single-bit ECC: the guide's recovery is "none" (KON's allow-list holds these too).
     *_sxid_class(
@@ -335,8 +336,8 @@ class DcgmRule:
     quarantine: bool = False
 
 
-# DCGM exporter series (health.md 4.3: names from dcgm-exporter default-counters.csv; actions from NVS
-# dcgmerrorsmapping.csv). DCGM_FI_DEV_XID_ERRORS is not here: its value is an Xid code and goes
+# DCGM exporter series (docs/design/gpu-faults.md#exporter-fields: names from dcgm-exporter default-counters.csv;
+# actions from NVS dcgmerrorsmapping.csv). DCGM_FI_DEV_XID_ERRORS is not here: its value is an Xid code and goes
 # through the Xid catalog.
 DCGM_RULES: Mapping[str, DcgmRule] = {
     rule.field_name: rule

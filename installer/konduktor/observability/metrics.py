@@ -373,8 +373,8 @@ REQUALIFICATION_VERDICTS: tuple[str, ...] = tuple(verdict.value for verdict in V
 DETECTION_SOURCES = ("kernel_log", "dcgm", "allocatable", "node_condition", "burnin")
 SIGNAL_SOURCES = ("loki", "prometheus")
 WITHHELD_ACTIONS = ("taint", "untaint", "condition", "event", "requalification", "requeue", "reactivate")
-# Kernel-log faults should reach a taint in <= 5 s and DCGM-only faults in <= 20 s at p99 (health.md
-# recommendation 6); the buckets bracket both targets.
+# Kernel-log faults should reach a taint in <= 5 s and DCGM-only faults in <= 20 s at p99
+# (docs/design/gpu-faults.md#detection-latency-targets); the buckets bracket both targets.
 DETECTION_LATENCY_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 
 
