@@ -328,7 +328,8 @@ def test_config_quantity_formatting() -> None:
 
 
 def test_config_derived_cpu_memory_follow_the_gpu_share() -> None:
-    # quotas.md 7.3: 4 nodes x 8 GPUs, 192 CPU / 1900Gi, reserve 8 / 64Gi; 16 GPUs -> 368 CPU, 3672Gi.
+    # docs/design/kueue.md#worked-example: 4 nodes x 8 GPUs, 192 CPU / 1900Gi, reserve 8 / 64Gi;
+    # 16 GPUs -> 368 CPU, 3672Gi.
     h100 = config({"gpuTypes": {"h100": {"gpusPerNode": 8}}})
     gpu_type, reserve = h100.gpu_types["h100"], h100.capacity_reserve
     assert (share_for(16, gpu_type, reserve).cpu, share_for(16, gpu_type, reserve).memory) == ("368", "3672Gi")

@@ -1,4 +1,4 @@
-"""The packages of `konduktor` import each other only downwards (docs/architecture: layout).
+"""The packages of `konduktor` import each other only downwards (docs/design/architecture.md#import-rule).
 
 Every module's imports are read with `ast` (imports inside functions and under TYPE_CHECKING included), each
 one is mapped to its package, and the pair must be allowed by `ALLOWED`. Imports that run against the layering

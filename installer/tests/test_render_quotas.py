@@ -34,7 +34,7 @@ def resources(queue: dict[str, Any], flavor: str) -> dict[str, dict[str, str]]:
 
 
 def test_render_reference_example_matches_the_reviewed_cluster_queues() -> None:
-    # The 2-team, 4 x 8 H100 example of the quota design notes (section 7.3), checked there against the CRDs.
+    # The 2-team, 4 x 8 H100 example of docs/design/kueue.md#worked-example, checked against the CRDs.
     reference = config(
         {
             "kueue": {"sharing": "fair"},

@@ -1,7 +1,7 @@
 """Lint rules over a parsed config: what Kueue accepts but gets wrong, and what Kueue would reject.
 
-Rule ids follow the quota design notes (L1-L15; L16 guards tenancy, L17 the alert routes, L18 the health
-settings). Every rule is a pure function of the
+Rule ids are those of docs/design/kueue.md#lint-rules (L1-L15 Kueue facts; L16 guards tenancy, L17 the alert routes,
+L18 the health settings). Every rule is a pure function of the
 config (L14 also of a list of nodes) returning findings with a YAML path; the loader adds the line numbers.
 """
 
