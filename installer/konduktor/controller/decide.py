@@ -13,8 +13,9 @@ Pure: the caller passes the nodes as it sees them, the breaker state and the clo
   of affected workloads are still made, saying what would have happened to them (a Normal Event, reason
   WouldRequeueForNodeHealth or NodeWouldBeQuarantined);
 - the Kueue workloads with pods on a node are handled only when this call quarantines the node (so the breaker,
-  dry-run and the node's opt-out bound them too), by the affected-work policy of the fault's class; a workload
-  whose owner or namespace opted out is only told. Only workloads we deactivated are ever reactivated.
+  dry-run and the node's opt-out bound them too), by the affected-work policy of the fault's class; a lost GPU
+  requeues the workload that held it and drains the others (`gpu_loss`); a workload whose owner or namespace opted
+  out is only told. Only workloads we deactivated are ever reactivated.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from konduktor.controller.affected import (
     policy_for,
 )
 from konduktor.controller.classify import Finding, ForeignCondition, burnin_finding, verdict_detail
+from konduktor.controller.gpu_loss import Attribution, Judgement, judge_lost_gpu
 from konduktor.controller.settings import BreakerSettings, HealthSettings
 from konduktor.gpu.catalog import Severity
 from konduktor.gpu.node import GpuNode, Taint, TaintEffect
@@ -212,14 +214,16 @@ def decide(
     results: Sequence[NodeVerdict] = (),
     work: Mapping[str, Sequence[AffectedWorkload]] | None = None,
     requeuing: Sequence[RequeuingWorkload] = (),
+    attribution: Mapping[str, Attribution] | None = None,
 ) -> Plan:
     """Plan the writes for new findings and burn-in results, then start due requalifications.
 
     `nodes` holds every GPU node by name (the breaker's fraction is of these); `now` is wall-clock
     seconds since the epoch, as recorded in the annotations. `work` holds the workloads with pods on the nodes
-    of quarantining findings; `requeuing` the workloads this controller deactivated and has not yet reactivated.
+    of quarantining findings; `requeuing` the workloads this controller deactivated and has not yet reactivated;
+    `attribution` what DCGM says of the GPUs of the nodes that lost some (none where it could not be read).
     """
-    planner = _Planner(nodes, breaker, settings, now, work or {})
+    planner = _Planner(nodes, breaker, settings, now, work or {}, attribution or {})
     for workload in requeuing:
         planner.requeue_done(workload)
     for result in results:
@@ -253,9 +257,11 @@ class _Planner:
         settings: HealthSettings,
         now: float,
         work: Mapping[str, Sequence[AffectedWorkload]],
+        attribution: Mapping[str, Attribution],
     ) -> None:
         self.nodes = dict(nodes)
         self.work = work
+        self.attribution = attribution
         self.settings = settings
         self.now = now
         self.stamp = _stamp(now)
@@ -368,10 +374,13 @@ class _Planner:
 
     def _affected_work(self, node: str, finding: Finding) -> None:
         """The workloads with pods on a node quarantined now: requeue, drain or leave them, and tell owners."""
-        policy = policy_for(finding, self.settings)
-        for workload in self.work.get(node, ()):
+        work = self.work.get(node, ())
+        judged = self._lost_gpu_judgements(node, work) if finding.kind == "gpu_lost" else {}
+        for workload in work:
             if not workload.active:
                 continue  # someone deactivated it: theirs to resume, and no longer running here
+            judgement = judged.get((workload.namespace, workload.name))
+            policy = judgement.policy if judgement else policy_for(finding, self.settings)
             fate = fate_for(workload, policy, self.settings.opt_out_label)
             if fate == "requeued":
                 reason = f"{finding.reason} on {node} at {self.stamp}"
@@ -383,6 +392,7 @@ class _Planner:
                 fate,
                 dry_run=self.settings.dry_run,
                 opt_out_label=self.settings.opt_out_label,
+                why=judgement.why if judgement else "",
             )
             objects = (workload.owner, workload.ref) if workload.owner is not None else (workload.ref,)
             dry_run = self.settings.dry_run
@@ -392,6 +402,14 @@ class _Planner:
                 node, workload.namespace, objects, event_type, owner_reason(fate, dry_run=dry_run), _cut(message)
             )
             self.work_writes.append(told)
+
+    def _lost_gpu_judgements(self, node: str, work: Sequence[AffectedWorkload]) -> dict[tuple[str, str], Judgement]:
+        """Which workload held the GPUs the node lost (`gpu_loss`): its holder is requeued, the others drained."""
+        state = self.nodes[node]
+        missing = 1
+        if state.gpu_expected is not None and state.gpu_allocatable is not None:
+            missing = state.gpu_expected - state.gpu_allocatable
+        return judge_lost_gpu(work, missing, self.attribution.get(node), self.settings.affected_work)
 
     def requeue_done(self, workload: RequeuingWorkload) -> None:
         """Reactivate a Workload we deactivated once Kueue has released its quota (the eviction is done)."""

@@ -54,7 +54,8 @@ class CatalogEntry:
 
 
 # Application faults: the catalog sends these to the application (RESTART_APP / IGNORE / app teardown).
-# k8s-device-plugin skips exactly this set (health.md "Others found", DP); they never quarantine.
+# k8s-device-plugin leaves a GPU healthy for these and, in its current releases, for 109 as well
+# (controller/gpu_loss.py); they never quarantine.
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68})
 
 _S = Severity
