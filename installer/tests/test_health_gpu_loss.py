@@ -4,12 +4,13 @@ Prometheus answer, and the owners' Events the decision plans."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from konduktor.controller.affected import AffectedWorkload, ObjectRef
-from konduktor.controller.classify import Finding, LostGpuWatch
+from konduktor.controller.classify import DcgmSample, Finding, LostGpuWatch, classify_dcgm
 from konduktor.controller.decide import BreakerState, DeactivateWorkload, NodeState, Plan, TellOwner, decide
 from konduktor.controller.gpu_loss import (
     Attribution,
@@ -240,3 +241,61 @@ def test_dry_run_tells_the_holder_it_would_have_been_requeued() -> None:
     assert [a.name for a in made.work_withheld if isinstance(a, DeactivateWorkload)] == [A.name]
     assert told(made, "a").reason == "WouldRequeueForNodeHealth"
     assert told(made, "b").reason == "NodeWouldBeQuarantined"
+
+
+def quarantined_by(finding: Finding, work: Sequence[AffectedWorkload]) -> dict[str, NodeState]:
+    """The nodes after a first decision quarantined gpu-1 for `finding`."""
+    nodes = {f"gpu-{i}": NodeState(f"gpu-{i}", gpu_allocatable=9 if i == 1 else 10, gpu_expected=10) for i in range(10)}
+    first = decide([finding], nodes, BreakerState(), HealthSettings(), NOW - 60, work={"gpu-1": list(work)})
+    (update,) = [a for a in first.actions if type(a).__name__ == "UpdateNode"]
+    annotations = {k: v for k, v in update.annotations.items() if v is not None}
+    return {**nodes, "gpu-1": replace(nodes["gpu-1"], taints=update.add_taints, annotations=annotations)}
+
+
+def dcgm_xid_48() -> Finding:
+    found = classify_dcgm(DcgmSample("gpu-1", "3", "DCGM_FI_DEV_XID_ERRORS", 48), HealthSettings())
+    assert found is not None and found.quarantine and not found.node_unusable
+    return found
+
+
+def test_a_gpu_lost_on_a_node_its_xid_quarantined_before_requeues_the_holder_alone() -> None:
+    """DCGM's Xid 48 quarantined the node a minute ago and drained both jobs; the device plugin then withdrew the
+    GPU. The holder is requeued and told; the other job, told at the quarantine, hears nothing more."""
+    nodes = quarantined_by(dcgm_xid_48(), [A, B])
+    found = Attribution((held("3", "a-0"),), mapped=True)
+    made = decide(
+        [lost_gpu()], nodes, BreakerState(), HealthSettings(), NOW, work={"gpu-1": [A, B]}, attribution={"gpu-1": found}
+    )
+    assert [a.name for a in made.work if isinstance(a, DeactivateWorkload)] == [A.name]
+    (holder,) = [a for a in made.work if isinstance(a, TellOwner)]
+    assert holder.objects[0].name == "a" and holder.reason == "RequeuedForNodeHealth"
+    assert "was quarantined at 2025-06-15T15:05:40Z" in holder.message  # when it was, not now
+    assert not [a for a in made.actions if type(a).__name__ == "UpdateNode"]  # no second quarantine
+
+
+def test_a_gpu_lost_again_on_a_quarantined_node_whose_holder_has_left_changes_nothing() -> None:
+    nodes = quarantined_by(lost_gpu(), [A, B])
+    made = decide(
+        [lost_gpu()],
+        nodes,
+        BreakerState(),
+        HealthSettings(),
+        NOW,
+        work={"gpu-1": [B]},
+        attribution={"gpu-1": Attribution((held("3", "a-0"),), mapped=True)},
+    )
+    assert made.work == ()
+
+
+def test_a_lost_gpu_and_its_xid_in_one_call_requeue_the_holder_once() -> None:
+    made = decide(
+        [lost_gpu(), dcgm_xid_48()],
+        {f"gpu-{i}": NodeState(f"gpu-{i}", gpu_allocatable=9 if i == 1 else 10, gpu_expected=10) for i in range(10)},
+        BreakerState(),
+        HealthSettings(),
+        NOW,
+        work={"gpu-1": [A, B]},
+        attribution={"gpu-1": Attribution((held("3", "a-0"),), mapped=True)},
+    )
+    assert [a.name for a in made.work if isinstance(a, DeactivateWorkload)] == [A.name]
+    assert sorted(a.objects[0].name for a in made.work if isinstance(a, TellOwner)) == ["a", "b"]

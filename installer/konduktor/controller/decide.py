@@ -14,8 +14,9 @@ Pure: the caller passes the nodes as it sees them, the breaker state and the clo
   WouldRequeueForNodeHealth or NodeWouldBeQuarantined);
 - the Kueue workloads with pods on a node are handled only when this call quarantines the node (so the breaker,
   dry-run and the node's opt-out bound them too), by the affected-work policy of the fault's class; a lost GPU
-  requeues the workload that held it and drains the others (`gpu_loss`); a workload whose owner or namespace opted
-  out is only told. Only workloads we deactivated are ever reactivated.
+  requeues the workload that held it and drains the others (`gpu_loss`), also on a node quarantined before (its
+  holder alone is handled then); a workload whose owner or namespace opted out is only told. Only workloads we
+  deactivated are ever reactivated.
 """
 
 from __future__ import annotations
@@ -270,6 +271,7 @@ class _Planner:
         self.tripped_at = breaker.tripped_at
         self.writes: list[Action] = []
         self.work_writes: list[WorkAction] = []
+        self.requeued: set[tuple[str, str]] = set()  # workloads this call deactivates
         self.notices: list[Notice] = []
         # Nodes with a fault or a burn-in result in this call: requalification waits for a later call.
         self.fresh: set[str] = set()
@@ -372,23 +374,30 @@ class _Planner:
         self.fresh.add(node.name)
         self._affected_work(node.name, finding)
 
-    def _affected_work(self, node: str, finding: Finding) -> None:
-        """The workloads with pods on a node quarantined now: requeue, drain or leave them, and tell owners."""
+    def _affected_work(self, node: str, finding: Finding, *, requeues_only: bool = False) -> None:
+        """The workloads with pods on a node quarantined now: requeue, drain or leave them, and tell owners.
+        `requeues_only`: the node was quarantined before, and its workloads told then; only a workload this fault
+        requeues is handled (and told) now."""
         work = self.work.get(node, ())
         judged = self._lost_gpu_judgements(node, work) if finding.kind == "gpu_lost" else {}
+        quarantined_at = parse_time(self.nodes[node].annotations.get(QUARANTINED_AT))
         for workload in work:
-            if not workload.active:
-                continue  # someone deactivated it: theirs to resume, and no longer running here
-            judgement = judged.get((workload.namespace, workload.name))
+            key = (workload.namespace, workload.name)
+            if not workload.active or key in self.requeued:
+                continue  # someone deactivated it (theirs to resume), or this call requeues it already
+            judgement = judged.get(key)
             policy = judgement.policy if judgement else policy_for(finding, self.settings)
             fate = fate_for(workload, policy, self.settings.opt_out_label)
+            if requeues_only and fate != "requeued":
+                continue
             if fate == "requeued":
                 reason = f"{finding.reason} on {node} at {self.stamp}"
                 self.work_writes.append(DeactivateWorkload(node, workload.namespace, workload.name, reason))
+                self.requeued.add(key)
             message = owner_message(
                 workload,
                 finding,
-                self.now,
+                quarantined_at if quarantined_at is not None else self.now,
                 fate,
                 dry_run=self.settings.dry_run,
                 opt_out_label=self.settings.opt_out_label,
@@ -431,6 +440,10 @@ class _Planner:
         elif node.annotations.get(QUARANTINE_REASON, "").split(" ", 1)[0] != finding.reason:
             # A further fault on a quarantined node: evidence for the engineer, no state change.
             self._event(node.name, "Warning", finding.reason, f"also: {_describe(finding)}")
+        if finding.kind == "gpu_lost":
+            # The Xid that made the device plugin withdraw the GPU often quarantined the node first (DCGM is read
+            # every poll, a lost GPU counts after its grace), with a policy that left the GPU's holder to finish.
+            self._affected_work(node.name, finding, requeues_only=True)
 
     def _release(self, node: NodeState, detail: str) -> None:
         ours = tuple(t for t in node.taints if t.key == HEALTH_TAINT_KEY)

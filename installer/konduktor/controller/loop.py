@@ -286,7 +286,9 @@ class HealthController:
         """The workloads on nodes that may be quarantined in this pass, and (on polls) the ones we are requeueing.
         A cluster without Kueue, or an API error, leaves the work alone: the quarantine itself still goes ahead."""
         nodes = {f.node for f in findings if f.quarantine and f.node in states}
-        nodes = {name for name in nodes if not quarantined_by_us(states[name])}
+        # A node quarantined before has its work handled again only for a lost GPU, whose holder it requeues.
+        lost = {f.node for f in findings if f.kind == "gpu_lost"}
+        nodes = {name for name in nodes if not quarantined_by_us(states[name]) or name in lost}
         try:
             work = workloads_on(self.kube, nodes, self.settings.node_concurrency) if nodes else {}
             requeued = requeuing(self.kube) if poll else []
