@@ -3,7 +3,8 @@ Prometheus answer, and the owners' Events the decision plans."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -18,9 +19,10 @@ from konduktor.controller.gpu_loss import (
     is_device_plugin_xid,
     judge_lost_gpu,
 )
-from konduktor.controller.prometheus import attribution
+from konduktor.controller.prometheus import PrometheusSource, attribution
 from konduktor.controller.settings import AffectedWorkSettings, HealthSettings, PrometheusSettings
 from konduktor.controller.sources import SourceError
+from konduktor.controller.telemetry import HealthMetrics
 
 NOW = 1_750_000_000.0
 OPT_OUT = HealthSettings().opt_out_label
@@ -299,3 +301,24 @@ def test_a_lost_gpu_and_its_xid_in_one_call_requeue_the_holder_once() -> None:
     )
     assert [a.name for a in made.work if isinstance(a, DeactivateWorkload)] == [A.name]
     assert sorted(a.objects[0].name for a in made.work if isinstance(a, TellOwner)) == ["a", "b"]
+
+
+def test_the_attribution_is_read_from_a_real_prometheus(prometheus: Callable[[str], str]) -> None:
+    """The query the controller asks, answered by Prometheus over the exporter's Xid series of two nodes."""
+    now = time.time()
+    lines = []
+    for gpu, labels, values in (
+        ("3", ',pod="a-0",namespace="team-a",container="train"', (0, 48)),
+        ("5", ',pod="b-0",namespace="team-a",container="train"', (0, 0)),
+        ("7", "", (0, 0)),
+    ):
+        for at, value in zip((now - 40, now - 10), values, strict=True):
+            lines.append(f'DCGM_FI_DEV_XID_ERRORS{{gpu="{gpu}",Hostname="gpu-1"{labels}}} {value} {at:.3f}')
+    lines.append(f'DCGM_FI_DEV_XID_ERRORS{{gpu="0",Hostname="gpu-2",pod="c-0",namespace="team-b"}} 79 {now - 10:.3f}')
+    url = prometheus("\n".join([*lines, "# EOF", ""]))
+    source = PrometheusSource(PrometheusSettings(url=url), HealthMetrics())
+    assert source.attribution("gpu-1", now - 120, now) == Attribution(
+        (LostGpu("3", 48, (("team-a", "a-0"),)),), mapped=True
+    )
+    assert source.attribution("gpu-9", now - 120, now) == Attribution((), mapped=False)
+    assert source.attribution("gpu-1", now - 120, now - 30) == Attribution((), mapped=True)  # before the Xid
