@@ -161,6 +161,20 @@ def test_the_gpu_that_showed_a_device_plugin_xid_is_lost_with_the_pods_that_held
     assert read == Attribution((LostGpu("3", 48, (("team-a", "a-0"),)),), mapped=True)
 
 
+def test_a_holder_that_let_go_of_the_gpu_before_its_xid_was_read_is_still_named() -> None:
+    """The holder's process died with the Xid and its pod ended; the exporter read the Xid after the kubelet had
+    released the GPU, on a series without pod labels."""
+    read = attribution(
+        answer(
+            series("3", [0, 0], pod="a-0", namespace="team-a", container="main"),
+            series("3", [48]),
+            series("5", [0, 0, 0], pod="b-0", namespace="team-a", container="main"),
+        ),
+        PrometheusSettings(url="http://prometheus:9090"),
+    )
+    assert read == Attribution((LostGpu("3", 48, (("team-a", "a-0"),)),), mapped=True)
+
+
 def test_the_pod_labels_are_read_by_their_configured_names() -> None:
     old = PrometheusSettings(url="http://p:9090", pod_label="pod_name", namespace_label="pod_namespace")
     read = attribution(answer(series("3", [79], pod_name="a-0", pod_namespace="team-a")), old)

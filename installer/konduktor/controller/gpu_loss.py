@@ -41,7 +41,7 @@ Basis = Literal["holder", "elsewhere", "idle", "sole", "unattributed", "no-gpu"]
 @dataclass(frozen=True)
 class LostGpu:
     """A GPU of the node on which DCGM showed an Xid the device plugin withdraws GPUs for, and the pods that DCGM's
-    series of it named (namespace, pod) while it showed that Xid."""
+    series of it named (namespace, pod) in the window read."""
 
     gpu: str
     code: int

@@ -119,10 +119,12 @@ def _points(found: Mapping[str, object], where: str) -> tuple[tuple[float, float
 
 
 def attribution(answer: object, settings: PrometheusSettings) -> Attribution:
-    """What one node's `DCGM_FI_DEV_XID_ERRORS` series (a matrix answer) say about its lost GPUs: the GPUs that
-    showed an Xid the device plugin withdraws GPUs for, each with the pods its series named meanwhile (the
-    exporter's Kubernetes pod mapping labels the series of a GPU a pod holds), and whether any series names a pod.
-    Raises SourceError when the answer is not in the shape Prometheus documents."""
+    """What one node's `DCGM_FI_DEV_XID_ERRORS` series over a window (a matrix answer) say about its lost GPUs: the
+    GPUs that showed an Xid the device plugin withdraws GPUs for, each with the pods its series named in the window
+    (the exporter's Kubernetes pod mapping labels the series of a GPU a pod holds), and whether any series of the
+    node names a pod. A GPU's series before its Xid count too: a holder whose process died at once may have let go
+    of the GPU by the time the exporter read the Xid. Raises SourceError when the answer is not in the shape
+    Prometheus documents."""
     codes: dict[str, int] = {}
     holders: dict[str, set[tuple[str, str]]] = {}
     mapped = False
@@ -130,17 +132,15 @@ def attribution(answer: object, settings: PrometheusSettings) -> Attribution:
         where = f"data.result[{index}]"
         found = mapping(item, where)
         names = labels(found.get("metric"), f"{where}.metric")
-        pod, namespace = names.get(settings.pod_label, ""), names.get(settings.namespace_label, "")
-        mapped = mapped or bool(pod)
-        shown = [int(value) for _, value in _points(found, where) if is_device_plugin_xid(int(value))]
-        if not shown:
-            continue
         gpu = names.get(settings.gpu_label, "")
-        codes[gpu] = shown[-1]
-        held = holders.setdefault(gpu, set())
+        pod, namespace = names.get(settings.pod_label, ""), names.get(settings.namespace_label, "")
         if pod and namespace:
-            held.add((namespace, pod))
-    lost = tuple(LostGpu(gpu, codes[gpu], tuple(sorted(holders[gpu]))) for gpu in sorted(codes))
+            mapped = True
+            holders.setdefault(gpu, set()).add((namespace, pod))
+        shown = [int(value) for _, value in _points(found, where) if is_device_plugin_xid(int(value))]
+        if shown:
+            codes[gpu] = shown[-1]
+    lost = tuple(LostGpu(gpu, codes[gpu], tuple(sorted(holders.get(gpu, ())))) for gpu in sorted(codes))
     return Attribution(lost, mapped)
 
 
