@@ -25,7 +25,7 @@ from konduktor.quotas.manifests import to_yaml
 # Every field of the section, none at its default, so that a field lost on the way shows.
 EVERY_FIELD: dict[str, Any] = {
     "dryRun": True,
-    "affectedWork": {"unusable": "drain", "degraded": "none"},
+    "affectedWork": {"unusable": "drain", "degraded": "none", "lostGpuUnattributed": "drain"},
     "breaker": {"maxFraction": 0.25, "maxNodes": 3, "windowSeconds": 120},
     "requalification": {"tier": "quick", "maxConcurrent": 4, "cooldownSeconds": 60, "priorityClass": "burnin-low"},
     "allowNoExecute": False,
@@ -35,7 +35,7 @@ EVERY_FIELD: dict[str, Any] = {
 # What the controller must read from it.
 EXPECTED = {
     "dry_run": True,
-    "affected_work": AffectedWorkSettings(unusable="drain", degraded="none"),
+    "affected_work": AffectedWorkSettings(unusable="drain", degraded="none", lost_gpu_unattributed="drain"),
     "breaker": BreakerSettings(max_fraction=0.25, max_nodes=3, window_seconds=120),
     "max_concurrent_requalifications": 4,
     "cooldown_seconds": 60,

@@ -18,6 +18,7 @@ from loki_api import LokiApi
 from sim_fixture import installer_events, release_nodes
 from test_health_cluster import (
     XID_13,
+    XID_48,
     XID_79,
     controller,
     controller_namespace,
@@ -177,11 +178,11 @@ def test_an_application_xid_changes_nothing(kube: Kube, loki: LokiApi) -> None:
     assert ours(kube) == []
 
 
-def test_drain_leaves_running_pods_alone_and_keeps_new_ones_away(kube: Kube) -> None:
+def test_drain_leaves_running_pods_alone_and_keeps_new_ones_away(kube: Kube, loki: LokiApi) -> None:
     placed = start_job(kube)
     degraded = sorted(placed.values())[0]
-    set_allocatable(kube, degraded, 9)  # a GPU lost: degraded, so `drain` by default
-    plan = controller(kube, settings()).reconcile_once()
+    xid_on(loki, degraded, XID_48)  # a double-bit ECC error: degraded, so `drain` by default
+    plan = controller(kube, settings(loki=loki.settings())).reconcile_once()
     assert health_taints(node(kube, degraded))
     assert [type(a).__name__ for a in plan.work] == ["TellOwner"]
     assert running_on(kube) == placed
@@ -215,7 +216,8 @@ def test_dry_run_evicts_nothing_and_tells_the_owner_what_would_have_happened(kub
 
 def test_dry_run_tells_an_owner_once_while_the_fault_stays(kube: Kube) -> None:
     """A dry-run leaves the node in service, so the lost GPU is judged again on every pass (no dedup window
-    here); the owner hears of it once."""
+    here); the owner hears of it once. The job is the only one holding GPUs on the node, so it held the lost GPU and
+    would have been requeued."""
     placed = start_job(kube)
     degraded = sorted(placed.values())[0]
     set_allocatable(kube, degraded, 9)
@@ -223,8 +225,9 @@ def test_dry_run_tells_an_owner_once_while_the_fault_stays(kube: Kube) -> None:
     first, second = health.reconcile_once(), health.reconcile_once()
     assert [type(a).__name__ for a in first.work] == [type(a).__name__ for a in second.work] == ["TellOwner"]
     (event,) = ours(kube, JOB)
-    assert (event["type"], event["reason"]) == ("Normal", "NodeWouldBeQuarantined")
-    assert "the workload would have been left to finish" in event["message"]
+    assert (event["type"], event["reason"]) == ("Normal", "WouldRequeueForNodeHealth")
+    assert "this is the only workload holding GPUs on that node" in event["message"]
+    assert "the workload would have been requeued" in event["message"]
     assert not health_taints(node(kube, degraded)) and running_on(kube) == placed
 
 

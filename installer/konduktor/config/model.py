@@ -464,8 +464,14 @@ class HealthAffectedWork(Model):
     )
     degraded: WorkPolicy | None = Field(
         default=None,
-        description="Every other quarantining fault (a GPU lost, pending row remaps): requeue, drain or none; "
-        "default: drain",
+        description="Every other quarantining fault (pending row remaps, DCGM faults), and the work on a node that "
+        "lost a GPU that did not hold it: requeue, drain or none; default: drain. The workload that held a lost GPU "
+        "gets `unusable`'s policy",
+    )
+    lost_gpu_unattributed: WorkPolicy | None = Field(
+        default=None,
+        description="A GPU lost from a node where several workloads hold GPUs and DCGM cannot say which held it: "
+        "each of them is requeued, drained or left; default: requeue",
     )
 
 

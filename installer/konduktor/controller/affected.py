@@ -47,6 +47,7 @@ class AffectedWorkload:
     owner_labels: Mapping[str, str] = field(default_factory=dict)
     namespace_labels: Mapping[str, str] = field(default_factory=dict)
     active: bool = True  # spec.active: False when someone (or we) deactivated it
+    gpus: int = 0  # GPUs its pods on that node hold (their nvidia.com/gpu limits)
 
     @property
     def ref(self) -> ObjectRef:
@@ -102,9 +103,17 @@ def signal_words(finding: Finding) -> str:
 
 
 def owner_message(
-    workload: AffectedWorkload, finding: Finding, at: float, fate: Fate, *, dry_run: bool, opt_out_label: str
+    workload: AffectedWorkload,
+    finding: Finding,
+    at: float,
+    fate: Fate,
+    *,
+    dry_run: bool,
+    opt_out_label: str,
+    why: str = "",
 ) -> str:
-    """The Event note on the workload's owner and its Workload: node, signal, when, its pods there, what next."""
+    """The Event note on the workload's owner and its Workload: node, signal, when, its pods there, why this fate
+    (where the fault class alone does not say it), what next."""
     gpu = f" on {finding.gpu}" if finding.gpu else ""
     pods = ", ".join(workload.pods) if workload.pods else "none"
     stamp = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -112,6 +121,8 @@ def owner_message(
         f"GPU node {workload.node} {'would have been' if dry_run else 'was'} quarantined at {stamp}: "
         f"{signal_words(finding)}{gpu}. Pods of this workload on it: {pods}."
     )
+    if why:
+        what = f"{what} {why}"
     return f"{what} {_next_step(workload, fate, dry_run=dry_run, opt_out_label=opt_out_label)}"
 
 

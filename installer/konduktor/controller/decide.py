@@ -13,8 +13,10 @@ Pure: the caller passes the nodes as it sees them, the breaker state and the clo
   of affected workloads are still made, saying what would have happened to them (a Normal Event, reason
   WouldRequeueForNodeHealth or NodeWouldBeQuarantined);
 - the Kueue workloads with pods on a node are handled only when this call quarantines the node (so the breaker,
-  dry-run and the node's opt-out bound them too), by the affected-work policy of the fault's class; a workload
-  whose owner or namespace opted out is only told. Only workloads we deactivated are ever reactivated.
+  dry-run and the node's opt-out bound them too), by the affected-work policy of the fault's class; a lost GPU
+  requeues the workload that held it and drains the others (`gpu_loss`), also on a node quarantined before (its
+  holder alone is handled then); a workload whose owner or namespace opted out is only told. Only workloads we
+  deactivated are ever reactivated.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from konduktor.controller.affected import (
     policy_for,
 )
 from konduktor.controller.classify import Finding, ForeignCondition, burnin_finding, verdict_detail
+from konduktor.controller.gpu_loss import Attribution, Judgement, judge_lost_gpu
 from konduktor.controller.settings import BreakerSettings, HealthSettings
 from konduktor.gpu.catalog import Severity
 from konduktor.gpu.node import GpuNode, Taint, TaintEffect
@@ -212,14 +215,16 @@ def decide(
     results: Sequence[NodeVerdict] = (),
     work: Mapping[str, Sequence[AffectedWorkload]] | None = None,
     requeuing: Sequence[RequeuingWorkload] = (),
+    attribution: Mapping[str, Attribution] | None = None,
 ) -> Plan:
     """Plan the writes for new findings and burn-in results, then start due requalifications.
 
     `nodes` holds every GPU node by name (the breaker's fraction is of these); `now` is wall-clock
     seconds since the epoch, as recorded in the annotations. `work` holds the workloads with pods on the nodes
-    of quarantining findings; `requeuing` the workloads this controller deactivated and has not yet reactivated.
+    of quarantining findings; `requeuing` the workloads this controller deactivated and has not yet reactivated;
+    `attribution` what DCGM says of the GPUs of the nodes that lost some (none where it could not be read).
     """
-    planner = _Planner(nodes, breaker, settings, now, work or {})
+    planner = _Planner(nodes, breaker, settings, now, work or {}, attribution or {})
     for workload in requeuing:
         planner.requeue_done(workload)
     for result in results:
@@ -253,9 +258,11 @@ class _Planner:
         settings: HealthSettings,
         now: float,
         work: Mapping[str, Sequence[AffectedWorkload]],
+        attribution: Mapping[str, Attribution],
     ) -> None:
         self.nodes = dict(nodes)
         self.work = work
+        self.attribution = attribution
         self.settings = settings
         self.now = now
         self.stamp = _stamp(now)
@@ -264,6 +271,7 @@ class _Planner:
         self.tripped_at = breaker.tripped_at
         self.writes: list[Action] = []
         self.work_writes: list[WorkAction] = []
+        self.requeued: set[tuple[str, str]] = set()  # workloads this call deactivates
         self.notices: list[Notice] = []
         # Nodes with a fault or a burn-in result in this call: requalification waits for a later call.
         self.fresh: set[str] = set()
@@ -366,23 +374,34 @@ class _Planner:
         self.fresh.add(node.name)
         self._affected_work(node.name, finding)
 
-    def _affected_work(self, node: str, finding: Finding) -> None:
-        """The workloads with pods on a node quarantined now: requeue, drain or leave them, and tell owners."""
-        policy = policy_for(finding, self.settings)
-        for workload in self.work.get(node, ()):
-            if not workload.active:
-                continue  # someone deactivated it: theirs to resume, and no longer running here
+    def _affected_work(self, node: str, finding: Finding, *, requeues_only: bool = False) -> None:
+        """The workloads with pods on a node quarantined now: requeue, drain or leave them, and tell owners.
+        `requeues_only`: the node was quarantined before, and its workloads told then; only a workload this fault
+        requeues is handled (and told) now."""
+        work = self.work.get(node, ())
+        judged = self._lost_gpu_judgements(node, work) if finding.kind == "gpu_lost" else {}
+        quarantined_at = parse_time(self.nodes[node].annotations.get(QUARANTINED_AT))
+        for workload in work:
+            key = (workload.namespace, workload.name)
+            if not workload.active or key in self.requeued:
+                continue  # someone deactivated it (theirs to resume), or this call requeues it already
+            judgement = judged.get(key)
+            policy = judgement.policy if judgement else policy_for(finding, self.settings)
             fate = fate_for(workload, policy, self.settings.opt_out_label)
+            if requeues_only and fate != "requeued":
+                continue
             if fate == "requeued":
                 reason = f"{finding.reason} on {node} at {self.stamp}"
                 self.work_writes.append(DeactivateWorkload(node, workload.namespace, workload.name, reason))
+                self.requeued.add(key)
             message = owner_message(
                 workload,
                 finding,
-                self.now,
+                quarantined_at if quarantined_at is not None else self.now,
                 fate,
                 dry_run=self.settings.dry_run,
                 opt_out_label=self.settings.opt_out_label,
+                why=judgement.why if judgement else "",
             )
             objects = (workload.owner, workload.ref) if workload.owner is not None else (workload.ref,)
             dry_run = self.settings.dry_run
@@ -392,6 +411,14 @@ class _Planner:
                 node, workload.namespace, objects, event_type, owner_reason(fate, dry_run=dry_run), _cut(message)
             )
             self.work_writes.append(told)
+
+    def _lost_gpu_judgements(self, node: str, work: Sequence[AffectedWorkload]) -> dict[tuple[str, str], Judgement]:
+        """Which workload held the GPUs the node lost (`gpu_loss`): its holder is requeued, the others drained."""
+        state = self.nodes[node]
+        missing = 1
+        if state.gpu_expected is not None and state.gpu_allocatable is not None:
+            missing = state.gpu_expected - state.gpu_allocatable
+        return judge_lost_gpu(work, missing, self.attribution.get(node), self.settings.affected_work)
 
     def requeue_done(self, workload: RequeuingWorkload) -> None:
         """Reactivate a Workload we deactivated once Kueue has released its quota (the eviction is done)."""
@@ -413,6 +440,10 @@ class _Planner:
         elif node.annotations.get(QUARANTINE_REASON, "").split(" ", 1)[0] != finding.reason:
             # A further fault on a quarantined node: evidence for the engineer, no state change.
             self._event(node.name, "Warning", finding.reason, f"also: {_describe(finding)}")
+        if finding.kind == "gpu_lost":
+            # The Xid that made the device plugin withdraw the GPU often quarantined the node first (DCGM is read
+            # every poll, a lost GPU counts after its grace), with a policy that left the GPU's holder to finish.
+            self._affected_work(node.name, finding, requeues_only=True)
 
     def _release(self, node: NodeState, detail: str) -> None:
         ours = tuple(t for t in node.taints if t.key == HEALTH_TAINT_KEY)

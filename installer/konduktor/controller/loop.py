@@ -38,6 +38,7 @@ from konduktor.controller.decide import (
     quarantined_by_us,
     restore_breaker,
 )
+from konduktor.controller.gpu_loss import Attribution
 from konduktor.controller.leader import BREAKER_ANNOTATION, LeaderLease
 from konduktor.controller.logs import log
 from konduktor.controller.loki import LokiCursor, LokiSource
@@ -243,6 +244,7 @@ class HealthController:
             self.metrics.fault(found.finding)
         self.breaker = self._breaker(states, now)
         work, requeued = self._work([s.finding for s in fresh], states, poll)
+        attribution = self._attribution([s for s in fresh if s.finding.node in work], now)
         plan = decide(
             [s.finding for s in fresh],
             states,
@@ -252,6 +254,7 @@ class HealthController:
             [r.verdict for r in results],
             work=work,
             requeuing=requeued,
+            attribution=attribution,
         )
         self.breaker = plan.breaker
         for notice in plan.notices:
@@ -283,7 +286,9 @@ class HealthController:
         """The workloads on nodes that may be quarantined in this pass, and (on polls) the ones we are requeueing.
         A cluster without Kueue, or an API error, leaves the work alone: the quarantine itself still goes ahead."""
         nodes = {f.node for f in findings if f.quarantine and f.node in states}
-        nodes = {name for name in nodes if not quarantined_by_us(states[name])}
+        # A node quarantined before has its work handled again only for a lost GPU, whose holder it requeues.
+        lost = {f.node for f in findings if f.kind == "gpu_lost"}
+        nodes = {name for name in nodes if not quarantined_by_us(states[name]) or name in lost}
         try:
             work = workloads_on(self.kube, nodes, self.settings.node_concurrency) if nodes else {}
             requeued = requeuing(self.kube) if poll else []
@@ -291,6 +296,28 @@ class HealthController:
             log(logging.WARNING, "cannot read the Kueue workloads on faulty nodes", error=problem.message)
             return {}, []
         return work, requeued
+
+    def _attribution(self, signals: Sequence[Signal], now: float) -> dict[str, Attribution]:
+        """What DCGM says of the GPUs of each node that lost some and is about to be quarantined with its work: read
+        from when the node was first seen short, a query window earlier (the Xid comes before the device plugin
+        withdraws the GPU). A node without an answer is judged without attribution."""
+        found: dict[str, Attribution] = {}
+        if self.prometheus is None:
+            return found
+        for signal in signals:
+            if signal.finding.kind != "gpu_lost" or signal.finding.node in found:
+                continue
+            start = signal.at - self.prometheus.settings.window_seconds
+            try:
+                found[signal.finding.node] = self.prometheus.attribution(signal.finding.node, start, now)
+            except SourceError as problem:
+                log(
+                    logging.WARNING,
+                    "cannot read which pod held the lost GPU",
+                    node=signal.finding.node,
+                    error=str(problem),
+                )
+        return found
 
     def _breaker(self, states: dict[str, NodeState], now: float) -> BreakerState:
         """The breaker as it stands: counted again from the nodes on taking the lead, tripped if the Lease says

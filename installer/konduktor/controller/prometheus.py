@@ -13,7 +13,7 @@ showed, which the detection-latency metric measures from, and lets the controlle
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Literal, TypeVar
@@ -21,6 +21,7 @@ from typing import Literal, TypeVar
 import requests
 
 from konduktor.controller.classify import DcgmSample
+from konduktor.controller.gpu_loss import Attribution, LostGpu, is_device_plugin_xid
 from konduktor.controller.settings import PrometheusSettings
 from konduktor.controller.sources import SourceError, array, finite_number, labels, mapping, success_data
 from konduktor.controller.telemetry import HealthMetrics
@@ -97,19 +98,50 @@ def matrix(answer: object, node_label: str, gpu_label: str) -> list[DcgmSeries]:
         where = f"data.result[{index}]"
         found = mapping(item, where)
         names = labels(found.get("metric"), f"{where}.metric")
-        points = []
-        for number, value in enumerate(array(found.get("values"), f"{where}.values")):
-            point = array(value, f"{where}.values[{number}]")
-            if len(point) != 2:
-                raise SourceError(f"{where}.values[{number}]: expected [time, value], got {len(point)} element(s)")
-            at = finite_number(point[0], f"{where}.values[{number}][0]")
-            points.append((at, finite_number(point[1], f"{where}.values[{number}][1]")))
+        points = _points(found, where)
         if node_label not in names:
             continue
         if "__name__" not in names:
             raise SourceError(f"{where}.metric: no __name__")
         series.append(DcgmSeries(names[node_label], names.get(gpu_label, ""), names["__name__"], tuple(points)))
     return series
+
+
+def _points(found: Mapping[str, object], where: str) -> tuple[tuple[float, float], ...]:
+    points = []
+    for number, value in enumerate(array(found.get("values"), f"{where}.values")):
+        point = array(value, f"{where}.values[{number}]")
+        if len(point) != 2:
+            raise SourceError(f"{where}.values[{number}]: expected [time, value], got {len(point)} element(s)")
+        at = finite_number(point[0], f"{where}.values[{number}][0]")
+        points.append((at, finite_number(point[1], f"{where}.values[{number}][1]")))
+    return tuple(points)
+
+
+def attribution(answer: object, settings: PrometheusSettings) -> Attribution:
+    """What one node's `DCGM_FI_DEV_XID_ERRORS` series over a window (a matrix answer) say about its lost GPUs: the
+    GPUs that showed an Xid the device plugin withdraws GPUs for, each with the pods its series named in the window
+    (the exporter's Kubernetes pod mapping labels the series of a GPU a pod holds), and whether any series of the
+    node names a pod. A GPU's series before its Xid count too: a holder whose process died at once may have let go
+    of the GPU by the time the exporter read the Xid. Raises SourceError when the answer is not in the shape
+    Prometheus documents."""
+    codes: dict[str, int] = {}
+    holders: dict[str, set[tuple[str, str]]] = {}
+    mapped = False
+    for index, item in enumerate(success_data(answer, "matrix")):
+        where = f"data.result[{index}]"
+        found = mapping(item, where)
+        names = labels(found.get("metric"), f"{where}.metric")
+        gpu = names.get(settings.gpu_label, "")
+        pod, namespace = names.get(settings.pod_label, ""), names.get(settings.namespace_label, "")
+        if pod and namespace:
+            mapped = True
+            holders.setdefault(gpu, set()).add((namespace, pod))
+        shown = [int(value) for _, value in _points(found, where) if is_device_plugin_xid(int(value))]
+        if shown:
+            codes[gpu] = shown[-1]
+    lost = tuple(LostGpu(gpu, codes[gpu], tuple(sorted(holders.get(gpu, ())))) for gpu in sorted(codes))
+    return Attribution(lost, mapped)
 
 
 class Novelty:
@@ -188,6 +220,13 @@ class PrometheusSource:
             found += [f for f in map(signal, series) if f is not None]
         # A state that began before the window and lasts into it is a fault in the window from its start.
         return [replace(f, since=max(f.since, start)) for f in found if f.since >= start or f.shape == "state"]
+
+    def attribution(self, node: str, start: float, end: float) -> Attribution:
+        """Which GPUs of `node` showed an Xid the device plugin withdraws GPUs for between `start` and `end`, and
+        which pods held them (`attribution`); raises SourceError as `read` does."""
+        selector = f"{self.settings.node_label}={json.dumps(node)}"
+        query = f"{DCGM_XID_FIELD}{{{selector}}}[{_duration(max(end - start, 1.0))}]"
+        return self._ask(query, end, lambda answer: attribution(answer, self.settings))
 
     def _series(self, query: str, at: float) -> list[DcgmSeries]:
         return self._ask(query, at, lambda answer: matrix(answer, self.settings.node_label, self.settings.gpu_label))

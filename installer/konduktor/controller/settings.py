@@ -62,6 +62,10 @@ class PrometheusSettings(_Section):
     # dcgm-exporter sets Hostname to the Kubernetes node name (from NODE_NAME) and gpu to the GPU index.
     node_label: str = Field(default="Hostname", min_length=1)
     gpu_label: str = Field(default="gpu", min_length=1)
+    # With its Kubernetes pod mapping on, dcgm-exporter labels a GPU's series with the pod holding it and its
+    # namespace (pod_name / pod_namespace with --use-old-namespace): which workload held a lost GPU.
+    pod_label: str = Field(default="pod", min_length=1)
+    namespace_label: str = Field(default="namespace", min_length=1)
     # Raw samples read per query: a counter's rise is seen when two samples of it fall inside, so this must
     # exceed twice the exporter's scrape interval (30 s by default).
     window_seconds: float = Field(default=120, gt=0)
@@ -133,8 +137,13 @@ class AffectedWorkSettings(_Section):
 
     # Faults the catalog marks node-unusable (Xid 79, a reboot-required recovery action): the job cannot succeed.
     unusable: WorkPolicy = "requeue"
-    # Every other quarantining fault (a GPU lost from allocatable, pending row remaps): the job may still finish.
+    # Every other quarantining fault (pending row remaps, DCGM faults), and the work on a node that lost a GPU that
+    # did not hold it: the job may still finish. The workload that held a lost GPU gets `unusable`'s policy.
     degraded: WorkPolicy = "drain"
+    # A GPU lost from a node where several workloads hold GPUs and DCGM cannot say which held it (no Prometheus, the
+    # exporter's pod mapping off): each of them. Requeue costs a healthy job its progress since its last checkpoint;
+    # drain would leave a hung job holding its GPUs and quota until someone notices (docs/health.md).
+    lost_gpu_unattributed: WorkPolicy = "requeue"
 
 
 class HealthSettings(_Section):

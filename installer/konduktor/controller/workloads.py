@@ -19,6 +19,7 @@ from konduktor.controller.affected import AffectedWorkload, ObjectRef, Requeuing
 from konduktor.controller.decide import DeactivateWorkload, ReactivateWorkload, TellOwner
 from konduktor.controller.fanout import at_once
 from konduktor.controller.node_writes import object_event
+from konduktor.gpu.node import pod_gpus
 from konduktor.kube.client import ApiError, Kube
 from konduktor.vocabulary import REQUEUE_LABEL, REQUEUE_REASON
 
@@ -43,6 +44,7 @@ def workloads_on(kube: Kube, nodes: Iterable[str], concurrency: int = 1) -> dict
     for node in names:
         pods = pods_by_node[node]
         by_workload: dict[tuple[str, str], list[str]] = {}
+        gpus: dict[tuple[str, str], int] = {}
         objects: dict[tuple[str, str], dict[str, Any]] = {}
         for pod in pods:
             namespace = pod["metadata"]["namespace"]
@@ -52,8 +54,11 @@ def workloads_on(kube: Kube, nodes: Iterable[str], concurrency: int = 1) -> dict
             if workload is not None:
                 key = (namespace, workload["metadata"]["name"])
                 by_workload.setdefault(key, []).append(pod["metadata"]["name"])
+                gpus[key] = gpus.get(key, 0) + pod_gpus(pod)
                 objects[key] = workload
-        found[node] = [_affected(kube, node, objects[key], sorted(names)) for key, names in sorted(by_workload.items())]
+        found[node] = [
+            _affected(kube, node, objects[key], sorted(names), gpus[key]) for key, names in sorted(by_workload.items())
+        ]
     return found
 
 
@@ -115,7 +120,7 @@ def _workload_of(kube: Kube, pod: dict[str, Any], candidates: list[dict[str, Any
     return None
 
 
-def _affected(kube: Kube, node: str, workload: dict[str, Any], pods: list[str]) -> AffectedWorkload:
+def _affected(kube: Kube, node: str, workload: dict[str, Any], pods: list[str], gpus: int) -> AffectedWorkload:
     meta = workload["metadata"]
     namespace = meta["namespace"]
     owner_ref = _controller(workload) or next(iter(meta.get("ownerReferences", [])), None)
@@ -134,6 +139,7 @@ def _affected(kube: Kube, node: str, workload: dict[str, Any], pods: list[str]) 
         owner_labels=(owner_obj or {}).get("metadata", {}).get("labels", {}),
         namespace_labels=(namespace_obj or {}).get("metadata", {}).get("labels", {}),
         active=workload.get("spec", {}).get("active", True) is not False,
+        gpus=gpus,
     )
 
 

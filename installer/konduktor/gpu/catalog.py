@@ -54,7 +54,8 @@ class CatalogEntry:
 
 
 # Application faults: the catalog sends these to the application (RESTART_APP / IGNORE / app teardown).
-# k8s-device-plugin skips exactly this set (docs/design/gpu-faults.md#application-xids); they never quarantine.
+# k8s-device-plugin leaves a GPU healthy for these (docs/design/gpu-faults.md#application-xids) and, in its
+# current releases, for 109 as well (docs/design/gpu-loss.md); they never quarantine.
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68})
 
 _S = Severity

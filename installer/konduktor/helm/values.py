@@ -45,7 +45,11 @@ def controller_settings(health: Health) -> dict[str, Any]:
             "max_nodes": health.breaker.max_nodes,
             "window_seconds": health.breaker.window_seconds,
         },
-        "affected_work": {"unusable": health.affected_work.unusable, "degraded": health.affected_work.degraded},
+        "affected_work": {
+            "unusable": health.affected_work.unusable,
+            "degraded": health.affected_work.degraded,
+            "lost_gpu_unattributed": health.affected_work.lost_gpu_unattributed,
+        },
         "requalification": {"tier": requalification.tier, "priority_class": requalification.priority_class},
     }
     return _without_unset(given)
