@@ -276,13 +276,15 @@ def test_triage_names_the_node_with_the_fault_and_the_evidence(sim: Sim, kube: K
     culprits, nodes = judged(found)
     assert culprits == [faulty]
     assert set(nodes) == {faulty, healthy}
-    assert {s["source"] for s in nodes[faulty]["evidence"]} == {"quarantine", "condition", "event"}
+    # The controller's quarantine annotation, GPUHealthy condition and Event say one fact: shown once, the Event.
+    assert [(s["source"], s["reason"]) for s in nodes[faulty]["evidence"]] == [("event", "Xid79")]
     assert any("GPU has fallen off the bus" in s["message"] for s in nodes[faulty]["evidence"])
     assert [(s["reason"], s["fault"]) for s in nodes[healthy]["evidence"]] == [("Xid13", False)]
     assert nodes[faulty]["pods"] == [p for p, n in placed.items() if n == faulty]
 
     table = triage(sim, JOB, "-n", TEAM)
     assert table.returncode == 0 and "CULPRIT" in table.stdout, table.stdout
+    assert table.stdout.count("Xid79") == 1, table.stdout
 
 
 def test_triage_of_a_missing_job_is_bad_input(sim: Sim, kube: Kube) -> None:

@@ -312,7 +312,7 @@ class HealthController:
         Lease says so; when an operator has removed the trip, the faults it held back are due again at once.
         Dry-run writes no quarantine and no Lease: it counts the quarantines it would have made, in memory."""
         if self.lease is None:
-            return self.breaker or BreakerState()
+            return self.breaker if self.breaker is not None else restore_breaker(states, self.settings.breaker, now)
         on_lease = parse_time(self.lease.annotations.get(BREAKER_ANNOTATION))
         reset_at = parse_time(self.lease.annotations.get(BREAKER_RESET_ANNOTATION))
         if self.breaker is None:  # taking the lead
