@@ -336,11 +336,18 @@ class HealthController:
 
     def _replayed(self, states: dict[str, NodeState]) -> list[Signal]:
         """The held-back faults after a reset: those read once are decided again now; the rest come back on their
-        own (still missing GPUs, a condition still set), so only the duplicate filter forgets them."""
+        own (still missing GPUs, a condition still set), so only the duplicate filter forgets them. A fault older
+        than the node's last release (by hand, or a burn-in) is not: someone judged the node since."""
         replay, self._replay = self._replay, []
         for signal in replay:
             self.duplicates.forget(signal.finding)
-        return [s for s in replay if s.source in _READ_ONCE and s.finding.node in states]
+        return [
+            s
+            for s in replay
+            if s.source in _READ_ONCE
+            and s.finding.node in states
+            and s.at > (parse_time(states[s.finding.node].annotations.get(REQUALIFIED_AT)) or 0.0)
+        ]
 
     def _lost_gpu_signals(self, states: dict[str, NodeState], now: float) -> list[Signal]:
         signals = []
