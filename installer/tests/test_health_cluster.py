@@ -26,7 +26,7 @@ from garbage_api import serving
 from loki_api import LokiApi
 from otelcol import Collector, collector, kernel_pipeline
 from ruamel.yaml import YAML
-from sim_fixture import health_taints, node, patch_node
+from sim_fixture import health_settings_deployed, health_taints, node, patch_node
 
 from konduktor.burnin.manifests import NODE_ANNOTATION, node_job
 from konduktor.burnin.tiers import options_for_tier
@@ -894,20 +894,22 @@ def breaker_resets(kube: Kube) -> list[dict[str, Any]]:
     return [e for e in kube.list("v1", "Event", SYSTEM_NAMESPACE) if e["reason"] == "BreakerReset"]
 
 
+@pytest.fixture
+def deploy(kube: Kube) -> Iterator[Callable[[HealthSettings], None]]:
+    with health_settings_deployed(kube) as deployed:
+        yield deployed
+
+
 def test_a_reset_breaker_quarantines_the_nodes_it_held_back_within_seconds(
-    sim: Sim, kube: Kube, loki: LokiApi, capsys: pytest.CaptureFixture[str]
+    sim: Sim, kube: Kube, loki: LokiApi, capsys: pytest.CaptureFixture[str], deploy: Callable[[HealthSettings], None]
 ) -> None:
     """The default limit on these 4 nodes is 2. Two faults are quarantined; a third (a kernel-log Xid, read once)
     and a fourth (a lost GPU, seen on every pass) are held back, and `nodes` says so. `nodes breaker reset` records
     who and why on the Lease, and both held nodes are quarantined within seconds, not after the duplicate filter's
     window (180 s here)."""
-    health = HealthController(
-        kube,
-        settings(loki=loki.settings(), breaker=BreakerSettings()),
-        identity=f"breaker-{time.monotonic_ns()}",
-        lease_namespace=SYSTEM_NAMESPACE,
-    )
-    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
+    ours = settings(loki=loki.settings(), breaker=BreakerSettings())
+    health = HealthController(kube, ours, identity=f"breaker-{time.monotonic_ns()}", lease_namespace=SYSTEM_NAMESPACE)
+    deploy(ours)  # `nodes` judges with the controller's settings, as konduktor-core deploys them
     kube.delete(LEASE_API, "Lease", LEASE_NAME, SYSTEM_NAMESPACE)
     stop = threading.Event()
     loop = threading.Thread(target=health.run, args=(stop,))

@@ -17,6 +17,7 @@ from conftest import Sim
 from ruamel.yaml import YAML
 from sim_fixture import health_taints, installer_events, node, patch_node, release_nodes
 
+from konduktor.burnin.manifests import NODE_ANNOTATION
 from konduktor.burnin.results import Verdict
 from konduktor.burnin.tiers import options_for_tier
 from konduktor.burnin.verdict import NodeEvidence, judge_node
@@ -251,7 +252,8 @@ def test_requalify_refuses_a_node_that_still_runs_gpu_pods_at_once_and_says_why(
         assert code == ExitCode.CHECK_FAILED and out == ""
         assert f"node {name} still runs 1 GPU pod ({BUSY_NAMESPACE}/{pod})" in err
         assert "cannot run beside them" in err and f"spec.nodeName={name}" in err
-        assert kube.get("v1", "Namespace", NAMESPACE) is None or kube.list("batch/v1", "Job", NAMESPACE) == []
+        jobs = kube.list("batch/v1", "Job", NAMESPACE) if kube.get("v1", "Namespace", NAMESPACE) else []
+        assert [j for j in jobs if j["metadata"].get("annotations", {}).get(NODE_ANNOTATION) == name] == []
         assert len(health_taints(node(kube, name))) == 1  # nothing changed
 
         code, out, _ = run(capsys, cluster, "nodes", "-o", "json")
