@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from conftest import Sim
 from ruamel.yaml import YAML
-from sim_fixture import health_taints, installer_events, node, patch_node, release_nodes
+from sim_fixture import health_settings_deployed, health_taints, installer_events, node, patch_node, release_nodes
 
 from konduktor.burnin.manifests import NODE_ANNOTATION
 from konduktor.burnin.results import Verdict
@@ -26,6 +26,7 @@ from konduktor.controller.decide import CONDITION_TYPE
 from konduktor.controller.health_view import TABLE_WIDTH
 from konduktor.controller.leader import BREAKER_ANNOTATION, LEASE_API, LEASE_NAME
 from konduktor.controller.quarantine import quarantine_failed
+from konduktor.controller.settings import HealthSettings
 from konduktor.errors import ExitCode
 from konduktor.kube.client import Kube
 from konduktor.sim.gpus import FAULTS_ANNOTATION
@@ -57,8 +58,12 @@ ROW_KEYS = {
 
 @pytest.fixture
 def cluster(sim: Sim) -> Iterator[Sim]:
+    """The nodes released, and the health controller's default settings deployed (acting, not dry run), whether
+    or not an earlier test installed konduktor-core."""
     release_nodes(sim.kube, NODES)
-    yield sim
+    with health_settings_deployed(sim.kube) as deploy:
+        deploy(HealthSettings())
+        yield sim
     release_nodes(sim.kube, NODES)
     for event in sim.kube.list("v1", "Event", "default"):
         if event.get("reason") == "ReleasedManually":
