@@ -11,12 +11,15 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from konduktor.controller.settings import HealthSettings
 from konduktor.kube.client import ApiError, Kube
 from konduktor.paths import product_dir
 from konduktor.sim.cluster import SimCluster
@@ -28,6 +31,7 @@ from konduktor.vocabulary import (
     QUARANTINED_AT,
     REQUALIFICATION_RESULT,
     REQUALIFIED_AT,
+    SYSTEM_NAMESPACE,
 )
 
 # The session's cluster is the one examples/config.yaml describes: 4 nodes x 10 H100, fair sharing.
@@ -116,3 +120,37 @@ def sim() -> Iterator[Sim]:
     finally:
         kube.close()
         cluster.down()
+
+
+@contextmanager
+def health_settings_deployed(kube: Kube) -> Iterator[Callable[[HealthSettings], None]]:
+    """Deploys health controller settings as konduktor-core does (its ConfigMap, which triage, `nodes` and `status`
+    read); a ConfigMap of an installed konduktor-core is set aside meanwhile and put back. The namespace stays, as
+    `up` would leave it (deleting it would still be going on when a later test installs there)."""
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
+    existing = kube.list("v1", "ConfigMap", SYSTEM_NAMESPACE, label_selector="app.kubernetes.io/name=konduktor-core")
+    for config_map in existing:
+        kube.delete("v1", "ConfigMap", config_map["metadata"]["name"], SYSTEM_NAMESPACE)
+
+    def deployed(health: HealthSettings) -> None:
+        text = yaml.safe_dump(health.model_dump(mode="json", exclude_none=True))
+        ours = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": "triage-test-health",
+                "namespace": SYSTEM_NAMESPACE,
+                "labels": {"app.kubernetes.io/name": "konduktor-core"},
+            },
+            "data": {"health.yaml": text},
+        }
+        kube.apply(ours)
+
+    try:
+        yield deployed
+    finally:
+        kube.delete("v1", "ConfigMap", "triage-test-health", SYSTEM_NAMESPACE)
+        for config_map in existing:
+            meta = config_map["metadata"]
+            kept = {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if k in meta}
+            kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": kept, "data": config_map.get("data", {})})

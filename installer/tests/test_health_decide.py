@@ -171,12 +171,40 @@ def test_unusable_fault_on_a_quarantined_node_escalates_to_noexecute_when_allowe
 # --- circuit breaker ---------------------------------------------------------------------------------------
 
 
-def test_breaker_limit_is_the_smaller_of_fraction_and_cap_but_at_least_one() -> None:
+def test_breaker_limit_is_the_fraction_rounded_up_at_least_two_and_at_most_the_cap() -> None:
     assert breaker_limit(100, BreakerSettings(max_fraction=0.1, max_nodes=20)) == 10
+    assert breaker_limit(101, BreakerSettings(max_fraction=0.1, max_nodes=20)) == 11
     assert breaker_limit(1000, BreakerSettings(max_fraction=0.1, max_nodes=20)) == 20
-    assert breaker_limit(5, BreakerSettings(max_fraction=0.1, max_nodes=20)) == 1
+    assert breaker_limit(5, BreakerSettings(max_fraction=0.1, max_nodes=20)) == 2
     assert breaker_limit(100, BreakerSettings(max_fraction=0.29, max_nodes=50)) == 29
-    assert breaker_limit(0, BreakerSettings()) == 1
+    assert breaker_limit(0, BreakerSettings()) == 2
+    # The cap wins over the floor: an admin who asks for one gets one.
+    assert breaker_limit(4, BreakerSettings(max_fraction=0.1, max_nodes=1)) == 1
+
+
+def test_the_default_breaker_lets_a_four_node_cluster_quarantine_two_nodes_and_holds_back_the_third() -> None:
+    nodes, breaker = fleet(4), BreakerState()
+    for i in range(2):  # an ordinary week: two faults in ten minutes
+        plan = decide([xid(f"gpu-{i}", 79)], nodes, breaker, DEFAULTS, NOW + i * 60)
+        assert new_quarantines(plan.actions) == [f"gpu-{i}"] and not plan.breaker.tripped and plan.held == ()
+        nodes, breaker = apply(plan, nodes), plan.breaker
+    third = xid("gpu-2", 79)
+    plan = decide([third], nodes, breaker, DEFAULTS, NOW + 120)
+    assert new_quarantines(plan.actions) == [] and plan.breaker.tripped
+    assert plan.held == (third,)  # the loop decides it again once an operator resets the breaker
+
+
+def test_the_window_counts_quarantines_in_place_made_since_the_last_reset() -> None:
+    window = BreakerSettings(window_seconds=600)
+    nodes = {
+        "a": quarantined("a", at=NOW - 300),
+        "b": quarantined("b", at=NOW - 60),
+        "c": NodeState("c", annotations={REQUALIFIED_AT: stamp(NOW - 30)}),  # quarantined at NOW - 200, released
+    }
+    assert restore_breaker(nodes, window, NOW).recent == (NOW - 300, NOW - 60)
+    assert restore_breaker(nodes, window, NOW, reset_at=NOW - 100).recent == (NOW - 60,)
+    # The stamps have whole seconds: a quarantine in the second of the reset counts.
+    assert restore_breaker(nodes, window, NOW, reset_at=NOW - 60 + 0.5).recent == (NOW - 60,)
 
 
 def test_half_the_fleet_faulting_quarantines_only_the_fraction_and_trips_loudly() -> None:

@@ -67,6 +67,28 @@ def test_the_report_carries_the_evidence_and_the_window() -> None:
     assert row["verdict"] == "CULPRIT" and "2025-06-15T15:07:40Z quarantine Xid79" in row["evidence"]
 
 
+def test_the_controllers_three_records_of_one_quarantine_are_shown_once() -> None:
+    """Its Event, the GPUHealthy condition and the quarantine annotation say one fact: the Event is shown (it
+    carries the evidence); without it (Events expire) the condition; other facts on the node stay."""
+    at = START + 60
+    records = (
+        fault(at),
+        Sighting(at, "condition", "Xid79", "GPU_HAS_FALLEN_OFF_THE_BUS: ...; recommended action: reset", fault=True),
+        Sighting(at, "event", "Xid79", "quarantined (NoSchedule): GPU_HAS_FALLEN_OFF_THE_BUS; evidence: NVRM", True),
+        Sighting(at + 5, "event", "Xid13", "Graphics SM Warp Exception", fault=False),
+    )
+    found = judge("train", "team-a", START, END, [node("gpu-1", *records)])
+    (row,) = found.rows()
+    assert row["evidence"].count("Xid79") == 1 and "quarantined (NoSchedule)" in row["evidence"]
+    assert [(e["source"], e["reason"]) for e in found.as_json()["nodes"][0]["evidence"]] == [
+        ("event", "Xid79"),
+        ("event", "Xid13"),
+    ]
+    expired = judge("train", "team-a", START, END, [node("gpu-1", *records[:2])])
+    assert [e["source"] for e in expired.as_json()["nodes"][0]["evidence"]] == ["condition"]
+    assert expired.culprits == ("gpu-1",)
+
+
 def node_verdict(name: str, verdict: Verdict) -> NodeVerdict:
     check = CheckResult("matmul_sdc", verdict, "matmul", reasons=("GPU7: product differs from the fleet",))
     return NodeVerdict(name, "NVIDIA-H100-80GB-HBM3", "H100-SXM", verdict, (check,))

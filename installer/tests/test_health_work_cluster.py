@@ -12,10 +12,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-import yaml
 from conftest import EXAMPLE, Sim
 from loki_api import LokiApi
-from sim_fixture import installer_events, release_nodes
+from sim_fixture import health_settings_deployed, installer_events, release_nodes
 from test_health_cluster import (
     XID_13,
     XID_48,
@@ -279,13 +278,15 @@ def test_triage_names_the_node_with_the_fault_and_the_evidence(sim: Sim, kube: K
     culprits, nodes = judged(found)
     assert culprits == [faulty]
     assert set(nodes) == {faulty, healthy}
-    assert {s["source"] for s in nodes[faulty]["evidence"]} == {"quarantine", "condition", "event"}
+    # The controller's quarantine annotation, GPUHealthy condition and Event say one fact: shown once, the Event.
+    assert [(s["source"], s["reason"]) for s in nodes[faulty]["evidence"]] == [("event", "Xid79")]
     assert any("GPU has fallen off the bus" in s["message"] for s in nodes[faulty]["evidence"])
     assert [(s["reason"], s["fault"]) for s in nodes[healthy]["evidence"]] == [("Xid13", False)]
     assert nodes[faulty]["pods"] == [p for p, n in placed.items() if n == faulty]
 
     table = triage(sim, JOB, "-n", TEAM)
     assert table.returncode == 0 and "CULPRIT" in table.stdout, table.stdout
+    assert table.stdout.count("Xid79") == 1, table.stdout
 
 
 def test_triage_of_a_missing_job_is_bad_input(sim: Sim, kube: Kube) -> None:
@@ -326,34 +327,9 @@ def test_triage_burnin_names_the_faulty_node_of_a_four_node_job_and_quarantines_
 
 @pytest.fixture
 def deploy(kube: Kube) -> Iterator[Callable[[HealthSettings], None]]:
-    """Deploys health controller settings as konduktor-core does (its ConfigMap); a ConfigMap of an installed
-    konduktor-core is set aside meanwhile and put back. The namespace stays, as `up` would leave it (deleting it
-    would still be going on when a later test installs there)."""
-    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
-    existing = kube.list("v1", "ConfigMap", SYSTEM_NAMESPACE, label_selector="app.kubernetes.io/name=konduktor-core")
-    for config_map in existing:
-        kube.delete("v1", "ConfigMap", config_map["metadata"]["name"], SYSTEM_NAMESPACE)
-
-    def deployed(health: HealthSettings) -> None:
-        text = yaml.safe_dump(health.model_dump(mode="json", exclude_none=True))
-        ours = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": "triage-test-health",
-                "namespace": SYSTEM_NAMESPACE,
-                "labels": {"app.kubernetes.io/name": "konduktor-core"},
-            },
-            "data": {"health.yaml": text},
-        }
-        kube.apply(ours)
-
-    yield deployed
-    kube.delete("v1", "ConfigMap", "triage-test-health", SYSTEM_NAMESPACE)
-    for config_map in existing:
-        meta = config_map["metadata"]
-        kept = {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if k in meta}
-        kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": kept, "data": config_map.get("data", {})})
+    """Deploys health controller settings as konduktor-core does (`sim_fixture.health_settings_deployed`)."""
+    with health_settings_deployed(kube) as deployed:
+        yield deployed
 
 
 def test_triage_reads_the_kernel_logs_of_the_jobs_nodes_in_its_window_and_quarantines_through_the_breaker(

@@ -7,10 +7,13 @@ from typing import Any
 import pytest
 
 from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict
+from konduktor.controller.breaker import BreakerView, breaker_view, controller_view
 from konduktor.controller.decide import CONDITION_TYPE, RecordEvent, SetCondition, UpdateNode
-from konduktor.controller.health_view import TABLE_WIDTH, Health, capacity, health_view, render_table
+from konduktor.controller.health_view import TABLE_WIDTH, Health, capacity, health_view, render_next, render_table
+from konduktor.controller.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION
 from konduktor.controller.nodes import node_state
 from konduktor.controller.release import release_hints, release_plan, requalification_plan
+from konduktor.controller.settings import HealthSettings
 from konduktor.errors import ChangeRefused, ExitCode, UsageError
 from konduktor.vocabulary import (
     HEALTH_TAINT_KEY,
@@ -166,6 +169,7 @@ def test_the_json_shape_is_pinned() -> None:
         "gpus_allocatable": 9,
         "cordoned": False,
         "opted_out": False,
+        "next_step": None,
     }
 
 
@@ -193,6 +197,113 @@ def test_the_table_fits_100_columns_and_wide_adds_the_evidence() -> None:
     assert lines[1].endswith("…")
     wide = render_table(views, NOW, wide=True)
     assert "Xid 79: GPU fell off the bus" in wide and "EVIDENCE" in wide and "Xid 79" not in table
+
+
+# --- what happens next, and the breaker -----------------------------------------------------------------------------
+
+
+def steps(
+    nodes: list[dict[str, Any]],
+    settings: HealthSettings | None = None,
+    breaker: BreakerView | None = None,
+    busy: dict[str, list[str]] | None = None,
+    jobs: tuple[dict[str, Any], ...] = (),
+) -> dict[str, str | None]:
+    views = health_view(nodes, (), jobs, settings, breaker=breaker, busy=busy, now=NOW)
+    return {view.node: view.next_step for view in views}
+
+
+def breaker(tripped: bool) -> BreakerView:
+    return BreakerView(2, 2, 600, "2027-01-15T07:55:00Z" if tripped else None, None, ("a", "b"), False)
+
+
+def test_a_quarantined_node_says_why_it_waits_and_what_happens_next() -> None:
+    eight = {"nvidia.com/gpu.count": "8"}
+    found = steps(
+        [
+            quarantined("a-gpu-missing", labels=eight, gpus=7),
+            quarantined("b-due"),
+            quarantined("c-cooling", annotations={QUARANTINED_AT: "2027-01-15T07:55:00Z"}),
+            quarantined("d-cordoned", unschedulable=True),
+            quarantined("e-busy"),
+            quarantined("f-requalifying"),
+            node("g-held", healthy="False"),
+            node("h-healthy"),
+            node("i-foreign", taints=({"key": HEALTH_TAINT_KEY, "value": "rma", "effect": "NoSchedule"},)),
+        ],
+        breaker=breaker(tripped=True),
+        busy={"e-busy": ["team-a/train-0"], "f-requalifying": ["team-a/train-1"]},
+        jobs=(job("f-requalifying", finished=False),),
+    )
+    assert found["a-gpu-missing"] == (
+        "waiting: 1 of 8 GPUs missing from allocatable; requalifies when the device plugin reports 8"
+    )
+    assert found["b-due"] == "requalification burn-in due: starts when a slot is free (at most 2 at once)"
+    assert found["c-cooling"] == "requalification burn-in scheduled in 10m (after the cooldown)"
+    assert found["d-cordoned"] == (
+        "waiting: cordoned by someone else; requalifies once uncordoned (kubectl uncordon d-cordoned)"
+    )
+    assert found["e-busy"] == (
+        "requalification burn-in due: starts when a slot is free (at most 2 at once); it cannot start before the "
+        "1 GPU pod still running (team-a/train-0) finish (it needs every GPU)"
+    )
+    assert (found["f-requalifying"] or "").startswith("requalification burn-in waits for the 1 GPU pod still running")
+    assert found["g-held"] == (
+        "breaker tripped: held back; quarantined within seconds of konduktor-install nodes breaker reset --reason '...'"
+    )
+    assert found["h-healthy"] is None
+    assert (found["i-foreign"] or "").startswith("someone else's taint")
+    # Once the breaker is closed again, the held-back node has no next step of its own: the controller acts.
+    assert steps([node("g-held", healthy="False")], breaker=breaker(tripped=False)) == {"g-held": None}
+
+
+def test_the_next_step_follows_the_controllers_settings() -> None:
+    off = HealthSettings(max_concurrent_requalifications=0)
+    assert steps([quarantined("a")], off)["a"] == (
+        "requalification is off: stays out until konduktor-install nodes release a --reason '...'"
+    )
+    dry = HealthSettings(dry_run=True)
+    assert (steps([quarantined("a")], dry)["a"] or "").startswith("the controller runs dry and starts no burn-in")
+
+
+def test_the_table_is_followed_by_each_next_step_within_the_width() -> None:
+    views = health_view([quarantined("gpu-h100-0001", gpus=9, labels={"nvidia.com/gpu.count": "10"})], now=NOW)
+    lines = render_next(views).splitlines()
+    assert lines[0].startswith("next: gpu-h100-0001: waiting: 1 of 10 GPUs missing from allocatable;")
+    assert len(lines) == 2 and all(len(line) <= TABLE_WIDTH for line in lines)
+
+
+def test_the_breaker_view_counts_what_the_controller_counts() -> None:
+    fleet = [
+        quarantined("a", annotations={QUARANTINED_AT: "2027-01-15T07:55:00Z"}),
+        quarantined("b", annotations={QUARANTINED_AT: "2027-01-15T07:58:00Z"}),
+        quarantined("c"),  # 30 minutes ago: out of the window
+        node("d", annotations={REQUALIFIED_AT: "2027-01-15T07:59:00Z"}),  # released by hand: no longer counts
+    ]
+    states = {n["metadata"]["name"]: node_state(n) for n in fleet}
+    closed = breaker_view(states, HealthSettings(), {}, NOW)
+    assert (closed.quarantines, closed.limit, closed.counted, closed.tripped) == (2, 2, ("a", "b"), False)
+    assert closed.describe() == "closed: 2 of 2 quarantines in 10m"
+    lease = {BREAKER_ANNOTATION: "2027-01-15T07:59:00Z"}
+    tripped = breaker_view(states, HealthSettings(), lease, NOW)
+    assert tripped.tripped_since == "2027-01-15T07:59:00Z"
+    assert tripped.describe().startswith("TRIPPED since 2027-01-15T07:59:00Z (2 of 2 quarantines in 10m)")
+    assert tripped.row()["tripped"] is True and BreakerView.from_row(tripped.row()) == tripped
+    # After a reset only the later quarantines count.
+    reset = breaker_view(states, HealthSettings(), {BREAKER_RESET_ANNOTATION: "2027-01-15T07:56:00Z"}, NOW)
+    assert (reset.quarantines, reset.counted, reset.reset_at) == (1, ("b",), "2027-01-15T07:56:00Z")
+
+
+def test_the_controller_view_names_its_mode_and_leader() -> None:
+    lease = {"spec": {"holderIdentity": "konduktor-health-7d9f", "renewTime": "2027-01-15T07:59:55.000000Z",
+                      "leaseDurationSeconds": 15}}  # fmt: skip
+    acting = controller_view(HealthSettings(), lease, NOW)
+    assert acting.describe() == "acting; leader konduktor-health-7d9f"
+    assert controller_view(HealthSettings(), lease, NOW + 60).describe().endswith("(Lease expired)")
+    dry = controller_view(HealthSettings(dry_run=True), None, NOW)
+    assert dry.describe() == "dry run: decides and reports, writes nothing; no leader (dry-run replicas hold no Lease)"
+    assert controller_view(None, None, NOW).describe() == "not installed (no konduktor-core settings)"
+    assert controller_view(HealthSettings(), {"spec": {}}, NOW).leader is None
 
 
 # --- release --------------------------------------------------------------------------------------------------------

@@ -119,7 +119,16 @@ def test_status_reports_numbers_as_numbers(
     capsys.readouterr()
     assert main(["status", *cluster, "-o", "json"]) == 0
     status = json.loads(capsys.readouterr().out)
-    assert set(status) == {"release", "health_controllers", "queues", "gpus", "quarantined_nodes", "argocd"}
+    assert set(status) == {
+        "release",
+        "health_controllers",
+        "health_controller",
+        "breaker",
+        "queues",
+        "gpus",
+        "quarantined_nodes",
+        "argocd",
+    }
     release = status["release"]
     assert release["installed"] is True and release["chart"] == "konduktor-core"
     assert isinstance(release["revision"], int) and release["status"] == "deployed"
@@ -131,6 +140,20 @@ def test_status_reports_numbers_as_numbers(
     [gpus] = status["gpus"]
     assert gpus["gpus"] == 40 and isinstance(gpus["quarantined"], int) and isinstance(gpus["cordoned"], int)
     assert isinstance(status["quarantined_nodes"], list) and status["argocd"] == []
+    # Whether the controller acts (the simulated cluster's konduktor-core runs it dry), who leads, its breaker.
+    assert status["health_controller"]["installed"] is True and status["health_controller"]["dry_run"] is True
+    assert status["health_controller"]["leader"] is None
+    breaker = status["breaker"]
+    assert (breaker["limit"], breaker["window_seconds"], breaker["tripped"], breaker["dry_run"]) == (
+        2,
+        600,
+        False,
+        True,
+    )
+    assert main(["status", *cluster]) == 0
+    table = capsys.readouterr().out
+    assert "1/1 available; dry run: decides and reports, writes nothing; no leader" in table
+    assert "breaker" in table and "dry run: each replica counts the quarantines it would have made" in table
 
 
 def test_plan_for_a_simulated_cluster_not_yet_running_adds_every_object(

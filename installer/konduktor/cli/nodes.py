@@ -1,5 +1,6 @@
-"""`konduktor-install nodes`: the GPU nodes' health (`controller.health_view`), and returning a quarantined node
-to service (`controller.release`): by hand, or after a burn-in."""
+"""`konduktor-install nodes`: the GPU nodes' health with each one's next step, the fleet breaker and the controller
+(`controller.health_status`); returning a quarantined node to service (`controller.release`): by hand, or after a
+burn-in; and resetting a tripped breaker."""
 
 from __future__ import annotations
 
@@ -13,23 +14,16 @@ from konduktor.burnin.tiers import Tier, options_for_tier
 from konduktor.cli.burnin import DEFAULT_NAMESPACE, configured_tier, parse_timeout
 from konduktor.cli.console import print_document, progress, say
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
-from konduktor.controller.health_view import NodeHealth, capacity, health_view, render_table
-from konduktor.controller.node_writes import EVENT_NAMESPACE
+from konduktor.controller.health_status import read_health, reset_breaker
+from konduktor.controller.health_view import capacity, note, render_next, render_table
 from konduktor.controller.release import release_node, requalify_node
 from konduktor.errors import ExitCode
-from konduktor.kube.client import Kube
 
 NodesFormat = Literal["table", "wide", "json", "yaml"]
 
 app = typer.Typer()
-
-
-def read_view(kube: Kube, namespace: str = DEFAULT_NAMESPACE) -> list[NodeHealth]:
-    nodes = kube.list("v1", "Node")
-    # Only Warning Events about Nodes: a quarantine is one, and the rest need not cross the network.
-    events = kube.list("v1", "Event", EVENT_NAMESPACE, field_selector="involvedObject.kind=Node,type=Warning")
-    jobs = kube.list("batch/v1", "Job", namespace) if kube.get("v1", "Namespace", namespace) else []
-    return health_view(nodes, events, jobs)
+breaker_app = typer.Typer()
+app.add_typer(breaker_app, name="breaker")
 
 
 @app.callback(invoke_without_command=True)
@@ -42,22 +36,65 @@ def nodes(
     context: ContextOption = None,
     sim: SimOption = None,
 ) -> None:
-    """Every GPU node with its health: state, reason, since when, quarantine owner, last burn-in verdict.
+    """Every GPU node with its health: state, reason, since when, quarantine owner, last burn-in verdict, and what
+    happens next to a node out of service; then the fleet breaker and the health controller.
 
     States: healthy, quarantined, requalifying, cordoned (by someone else), unhealthy (GPUHealthy=False without a
     quarantine), opted-out. Owners: konduktor-health (the controller), konduktor-install (burnin --quarantine),
-    konduktor (ours, its Event expired), other (a gpu-health taint someone else placed).
+    konduktor (ours, its Event expired), other (a gpu-health taint someone else placed). JSON: {nodes, breaker,
+    controller}.
     """
     if invocation.invoked_subcommand is not None:
         return
     with connect(kubeconfig, context, sim, read_only=True) as kube:
-        views = read_view(kube)
+        report = read_health(kube, DEFAULT_NAMESPACE)
     if output in ("json", "yaml"):
-        print_document([view.row() for view in views], output)
+        print_document(report.document(), output)
         return
-    sys.stdout.write(render_table(views, time.time(), wide=output == "wide"))
-    for line in capacity(views):
+    sys.stdout.write(render_table(report.nodes, time.time(), wide=output == "wide"))
+    sys.stdout.write(render_next(report.nodes))
+    for line in capacity(report.nodes):
         sys.stdout.write(f"capacity: {line.describe()}\n")
+    sys.stdout.write(note("breaker", report.breaker.describe()))
+    sys.stdout.write(note("controller", report.controller.describe()))
+
+
+@breaker_app.callback(invoke_without_command=True)
+def breaker(
+    invocation: typer.Context,
+    output: Annotated[Literal["table", "json", "yaml"], typer.Option("-o", "--output")] = "table",
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    sim: SimOption = None,
+) -> None:
+    """The health controller's fleet breaker: quarantines in its window against its limit, since when it is
+    tripped. Exit 0 closed, 1 tripped."""
+    if invocation.invoked_subcommand is not None:
+        return
+    with connect(kubeconfig, context, sim, read_only=True) as kube:
+        report = read_health(kube, DEFAULT_NAMESPACE)
+    if output == "table":
+        sys.stdout.write(note("breaker", report.breaker.describe()))
+    else:
+        print_document(report.breaker.row(), output)
+    if report.breaker.tripped:
+        raise typer.Exit(ExitCode.NEGATIVE)
+
+
+@breaker_app.command("reset")
+def reset(
+    reason: Annotated[str, typer.Option("--reason", help="Why, for the Event (e.g. the incident or the repair).")],
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    sim: SimOption = None,
+) -> None:
+    """Reset the tripped fleet breaker: the window's quarantines no longer count, the nodes it held back are
+    quarantined within seconds, and an Event on the controller's Lease records who reset it and why.
+
+    Exit 0: reset, or not tripped (nothing written); 2: no reason.
+    """
+    with connect(kubeconfig, context, sim) as kube:
+        reset_breaker(kube, reason, say)
 
 
 @app.command("release")
@@ -94,7 +131,8 @@ def requalify(
     keep it quarantined otherwise.
 
     Exit 0: PASS, released; 1: any other verdict, the node stays quarantined; 3: the node is not quarantined by
-    Konduktor; 4: the wait ended with the Job running (nothing changed); 2: bad input.
+    Konduktor, or GPU pods still run on it (a burn-in needs every GPU; nothing changed); 4: the wait ended with the
+    Job running (nothing changed); 2: bad input.
     """
     options = options_for_tier(level or configured_tier(None))
     wait_s = parse_timeout(timeout) if timeout else None

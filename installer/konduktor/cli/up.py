@@ -23,6 +23,7 @@ from konduktor.burnin.manifests import make_run_id
 from konduktor.burnin.results import BurnInReport, NodeVerdict, Verdict
 from konduktor.burnin.runner import BurnInRequest
 from konduktor.burnin.tiers import Tier, options_for_tier
+from konduktor.cli.burnin import DEFAULT_NAMESPACE as BURNIN_NAMESPACE
 from konduktor.cli.burnin import burn_in
 from konduktor.cli.cluster_quotas import AdoptOption, DrainOption, DrainTimeoutOption
 from konduktor.cli.console import OutputFormat, err, print_document, print_rows, progress, say
@@ -38,7 +39,9 @@ from konduktor.cli.target import (
 )
 from konduktor.config.load import LoadedConfig
 from konduktor.config.model import Config
-from konduktor.controller.health_view import Capacity, capacity, health_view
+from konduktor.controller.breaker import BreakerView, ControllerView
+from konduktor.controller.health_status import read_health
+from konduktor.controller.health_view import Capacity, capacity
 from konduktor.errors import ExitCode, KonduktorError, PartialApply, PreflightFailed, UsageError
 from konduktor.helm.diff import ObjectChange, release_changes
 from konduktor.helm.release import (
@@ -564,8 +567,9 @@ def status(
         controllers = kube.list(
             "apps/v1", "Deployment", NAMESPACE, label_selector="app.kubernetes.io/component=health-controller"
         )
-        nodes = health_view(kube.list("v1", "Node"))
+        health = read_health(kube, BURNIN_NAMESPACE)
         applications = gitops_applications(kube)
+    nodes = health.nodes
     document = {
         "release": release_document(release),
         "health_controllers": [
@@ -577,6 +581,9 @@ def status(
             }
             for d in controllers
         ],
+        # Its mode and leader (the Lease holder), and its fleet breaker: whether it quarantines at all.
+        "health_controller": health.controller.row(),
+        "breaker": health.breaker.row(),
         "queues": [q.row() for q in queues],
         # Quarantined and cordoned GPUs are capacity the queues' quotas still count on.
         "gpus": [asdict(c) for c in capacity(nodes)],
@@ -609,6 +616,8 @@ def release_document(release: Release | None) -> dict[str, Any]:
 def status_rows(document: dict[str, Any]) -> list[dict[str, str]]:
     """`status`'s table: one line per component, in words."""
     release = document["release"]
+    controller = ControllerView(**document["health_controller"])
+    breaker = BreakerView.from_row(document["breaker"])
     gpus = [Capacity(**c) for c in document["gpus"]]
     quarantined = document["quarantined_nodes"]
     return [
@@ -619,9 +628,13 @@ def status_rows(document: dict[str, Any]) -> list[dict[str, str]]:
             else "not installed",
         },
         *[
-            {"component": "health-controller", "state": f"{c['available']}/{c['desired']} available"}
+            {
+                "component": "health-controller",
+                "state": f"{c['available']}/{c['desired']} available; {controller.describe()}",
+            }
             for c in document["health_controllers"]
         ],
+        *([{"component": "breaker", "state": breaker.describe()}] if controller.installed else []),
         *[
             {"component": f"queue {q['team']}", "state": f"{q['used']}/{q['nominal']} {q['flavor']} GPUs used"}
             for q in document["queues"]

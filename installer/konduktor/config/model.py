@@ -476,7 +476,7 @@ class HealthAffectedWork(Model):
 
 
 class HealthBreaker(Model):
-    """At most max(1, min(maxFraction x GPU nodes, maxNodes)) new quarantines per window; one more trips the
+    """At most min(maxNodes, max(2, ceil(maxFraction x GPU nodes))) new quarantines per window; one more trips the
     breaker, and nothing is quarantined until an operator resets it."""
 
     max_fraction: float | None = Field(default=None, gt=0, le=1, description="Share of the GPU nodes; default: 0.1")

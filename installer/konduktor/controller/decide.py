@@ -6,8 +6,9 @@ Pure: the caller passes the nodes as it sees them, the breaker state and the clo
 - only taints we placed are ever removed; a taint is ours when it carries our key *and* the node has our
   `quarantined-at` annotation. Cordons are never touched (no action here can write `unschedulable`);
 - a node labelled with the opt-out label gets no write at all;
-- new quarantines go through a fleet circuit breaker (a fraction of GPU nodes and an absolute cap per
-  window); once tripped it stays open until an operator resets it, while releases continue;
+- new quarantines go through a fleet circuit breaker (a fraction of GPU nodes, at least two and at most a cap,
+  per window); once tripped it stays open until an operator resets it, while releases continue; the findings it
+  holds back are handed back (`Plan.held`), so that a reset quarantines their nodes at once;
 - NoExecute only for faults the catalog marks node-unusable, and only when the config allows it;
 - dry-run plans the same writes but returns them as `withheld`, never as `actions`; only the Events on the owners
   of affected workloads are still made, saying what would have happened to them (a Normal Event, reason
@@ -179,12 +180,20 @@ class Plan:
     breaker: BreakerState
     work: tuple[WorkAction, ...] = ()  # made after `actions`, so that a failed Node write stops its node's work
     work_withheld: tuple[WorkAction, ...] = ()
+    held: tuple[Finding, ...] = ()  # quarantining findings the breaker held back: due again once it is reset
+
+
+# Whatever the fraction, the breaker lets this many quarantines through per window: two faulty nodes in ten
+# minutes are an ordinary week on a small cluster, not a storm.
+BREAKER_FLOOR = 2
 
 
 def breaker_limit(gpu_nodes: int, settings: BreakerSettings) -> int:
-    """New quarantines allowed per window: max(1, min(fraction of GPU nodes, cap))."""
+    """New quarantines allowed per window: min(cap, max(2, ceil(fraction x GPU nodes))). The cap wins over the
+    floor of two, so `max_nodes: 1` still means one."""
     # The epsilon keeps 0.29 x 100 at 29 despite binary floating point.
-    return max(1, min(math.floor(settings.max_fraction * gpu_nodes + 1e-9), settings.max_nodes))
+    share = math.ceil(settings.max_fraction * gpu_nodes - 1e-9)
+    return min(settings.max_nodes, max(BREAKER_FLOOR, share))
 
 
 def quarantined_by_us(node: NodeState) -> bool:
@@ -196,14 +205,32 @@ def _carries_taint_key(node: NodeState) -> bool:
 
 
 def restore_breaker(
-    nodes: Mapping[str, NodeState], settings: BreakerSettings, now: float, tripped_at: float | None = None
+    nodes: Mapping[str, NodeState],
+    settings: BreakerSettings,
+    now: float,
+    tripped_at: float | None = None,
+    reset_at: float | None = None,
 ) -> BreakerState:
-    """The breaker as the cluster records it: the quarantines of the window that are still in place, read from our
-    annotations (one released within the window is not counted, which errs towards allowing a quarantine), and
-    when it tripped, as the leader Lease keeps it."""
-    times = (parse_time(n.annotations.get(QUARANTINED_AT)) for n in nodes.values() if quarantined_by_us(n))
-    recent = tuple(sorted(t for t in times if t is not None and now - t < settings.window_seconds))
+    """The breaker as the cluster records it: the quarantines of the window still in place, read from our
+    annotations, and when it tripped, as the leader Lease keeps it. A node released within the window (by hand or
+    by a passing burn-in) no longer counts: a person or a burn-in has judged it, and the count stays what every
+    reader sees on the nodes. Quarantines before an operator's reset (`reset_at`) do not count either: the reset
+    judged that storm."""
+    recent = tuple(sorted(t for t, _ in window_quarantines(nodes, settings, now, reset_at)))
     return BreakerState(recent, tripped_at)
+
+
+def window_quarantines(
+    nodes: Mapping[str, NodeState], settings: BreakerSettings, now: float, reset_at: float | None = None
+) -> list[tuple[float, str]]:
+    """(when, node) of each quarantine of ours still in place that counts against the breaker's window."""
+    after = math.floor(reset_at) if reset_at is not None else None  # the stamps have whole seconds
+    found = []
+    for node in nodes.values():
+        at = parse_time(node.annotations.get(QUARANTINED_AT)) if quarantined_by_us(node) else None
+        if at is not None and now - at < settings.window_seconds and (after is None or at >= after):
+            found.append((at, node.name))
+    return sorted(found)
 
 
 def decide(
@@ -235,8 +262,9 @@ def decide(
     writes = tuple(planner.writes)
     work_writes = tuple(planner.work_writes)
     notices, breaker_state = tuple(planner.notices), BreakerState(tuple(planner.recent), planner.tripped_at)
+    held = tuple(planner.held)
     if not settings.dry_run:
-        return Plan(actions=writes, withheld=(), notices=notices, breaker=breaker_state, work=work_writes)
+        return Plan(actions=writes, withheld=(), notices=notices, breaker=breaker_state, work=work_writes, held=held)
     return Plan(
         actions=(),
         withheld=writes,
@@ -244,6 +272,7 @@ def decide(
         breaker=breaker_state,
         work=tuple(a for a in work_writes if isinstance(a, TellOwner)),
         work_withheld=tuple(a for a in work_writes if not isinstance(a, TellOwner)),
+        held=held,
     )
 
 
@@ -273,6 +302,7 @@ class _Planner:
         self.work_writes: list[WorkAction] = []
         self.requeued: set[tuple[str, str]] = set()  # workloads this call deactivates
         self.notices: list[Notice] = []
+        self.held: list[Finding] = []
         # Nodes with a fault or a burn-in result in this call: requalification waits for a later call.
         self.fresh: set[str] = set()
 
@@ -319,13 +349,15 @@ class _Planner:
         elif self._breaker_allows(node.name):
             self._quarantine(node, finding)
         else:
+            self.held.append(finding)
             self._unhealthy(node, finding)
             self._event(
                 node.name,
                 "Warning",
                 "QuarantineSuppressed",
                 f"circuit breaker open (tripped at {_stamp(self.tripped_at)}; limit {self.limit} "
-                f"per {self.settings.breaker.window_seconds:g}s); reset it to resume. " + _describe(finding),
+                f"per {self.settings.breaker.window_seconds:g}s); reset it to resume: "
+                "konduktor-install nodes breaker reset --reason '...'. " + _describe(finding),
             )
 
     def start_requalifications(self) -> None:

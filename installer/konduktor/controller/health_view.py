@@ -12,12 +12,14 @@ for an hour by default; after that the owner reads `konduktor` (a quarantine of 
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from konduktor.controller.breaker import RESET_COMMAND, BreakerView
 from konduktor.controller.decide import CONDITION_TYPE, NodeState, quarantined_by_us
 from konduktor.controller.nodes import gpu_node_state
 from konduktor.controller.requalification import run_of
@@ -69,6 +71,7 @@ class NodeHealth:
     gpus_allocatable: int
     cordoned: bool
     opted_out: bool
+    next_step: str | None = None  # why a node out of service waits, and what happens next (`next_step`)
 
     @property
     def out_of_service(self) -> bool:
@@ -122,6 +125,23 @@ def quarantine_authors(events: Iterable[Mapping[str, Any]]) -> dict[str, str]:
         if name not in newest or at >= newest[name][0]:
             newest[name] = (at, component)
     return {name: component for name, (_, component) in newest.items()}
+
+
+def gpu_pods(pods: Iterable[Mapping[str, Any]], skip_namespaces: Iterable[str] = ()) -> list[str]:
+    """namespace/name of the unfinished pods that hold GPUs (a container requests or limits nvidia.com/gpu), but
+    those in `skip_namespaces` (the burn-ins' own)."""
+    skipped = set(skip_namespaces)
+    found = []
+    for pod in pods:
+        meta, spec = pod.get("metadata", {}), pod.get("spec", {})
+        if meta.get("namespace") in skipped or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        containers = [*spec.get("containers", []), *spec.get("initContainers", [])]
+        resources = [c.get("resources") or {} for c in containers]
+        wanted = [str((r.get(k) or {}).get(GPU_RESOURCE, "0")) for r in resources for k in ("requests", "limits")]
+        if any(v.isdigit() and int(v) > 0 for v in wanted):
+            found.append(f"{meta.get('namespace')}/{meta.get('name')}")
+    return sorted(found)
 
 
 def running_burnins(jobs: Iterable[Mapping[str, Any]]) -> set[str]:
@@ -192,16 +212,83 @@ def health_view(
     events: Iterable[Mapping[str, Any]] = (),
     jobs: Iterable[Mapping[str, Any]] = (),
     settings: HealthSettings | None = None,
+    *,
+    breaker: BreakerView | None = None,
+    busy: Mapping[str, Sequence[str]] | None = None,
+    now: float | None = None,
 ) -> list[NodeHealth]:
-    """Every GPU node's health, by name."""
+    """Every GPU node's health, by name; with the clock (`now`), each node's next step (`next_step`), judged with the
+    breaker's state and the GPU pods still running on the nodes out of service (`busy`)."""
     settings = settings or HealthSettings()
     authors, running = quarantine_authors(events), running_burnins(jobs)
     views = []
     for node in nodes:
         state = gpu_node_state(dict(node), settings, node["metadata"]["name"] in running)
         if state is not None:
-            views.append(node_health(node, state, authors, running, settings))
+            view = node_health(node, state, authors, running, settings)
+            if now is not None:
+                step = next_step(view, state, settings, breaker, (busy or {}).get(state.name, ()), now)
+                view = replace(view, next_step=step)
+            views.append(view)
     return sorted(views, key=lambda view: view.node)
+
+
+def next_step(
+    view: NodeHealth,
+    state: NodeState,
+    settings: HealthSettings,
+    breaker: BreakerView | None,
+    gpu_pods: Sequence[str],
+    now: float,
+) -> str | None:
+    """Why a node out of service (or held back) waits, and what happens next; None for a node in service.
+
+    The rules are the controller's (`decide._due`): a quarantined node is burned in once it has rested
+    `cooldown_seconds` since its quarantine or its last attempt, has every expected GPU in allocatable, is not
+    cordoned, and a requalification slot is free; its burn-in pod needs every GPU, so it starts once the GPU pods
+    still on the node have finished."""
+    name = view.node
+    pods = f"{len(gpu_pods)} GPU pod{'s' if len(gpu_pods) != 1 else ''} still running ({', '.join(gpu_pods[:3])}" + (
+        ", ...)" if len(gpu_pods) > 3 else ")"
+    )
+    if view.state is Health.REQUALIFYING:
+        if gpu_pods:
+            return (
+                f"requalification burn-in waits for the {pods} to finish (it needs every GPU; past its deadline it "
+                "ends in ERROR and is tried again after the cooldown)"
+            )
+        return "requalification burn-in running: PASS releases the node, anything else keeps it out"
+    if view.state is Health.UNHEALTHY and not view.opted_out:
+        if breaker is not None and breaker.tripped:
+            return f"breaker tripped: held back; quarantined within seconds of {RESET_COMMAND}"
+        return None
+    if view.state is not Health.QUARANTINED:
+        return None
+    if view.quarantine_owner == SOMEONE_ELSE:
+        return f"someone else's taint: whoever placed it removes it (kubectl taint node {name} {HEALTH_TAINT_KEY}-)"
+    release = f"konduktor-install nodes release {name} --reason '...'"
+    if view.opted_out:
+        return f"opted out ({settings.opt_out_label}=true): no burn-in; {release}"
+    if settings.max_concurrent_requalifications == 0:
+        return f"requalification is off: stays out until {release}"
+    if settings.dry_run:
+        return f"the controller runs dry and starts no burn-in: konduktor-install nodes requalify {name}, or {release}"
+    if state.unschedulable:
+        return f"waiting: cordoned by someone else; requalifies once uncordoned (kubectl uncordon {name})"
+    expected, allocatable = state.gpu_expected, state.gpu_allocatable
+    if expected is not None and allocatable is not None and allocatable < expected:
+        return (
+            f"waiting: {expected - allocatable} of {expected} GPUs missing from allocatable; requalifies when the "
+            f"device plugin reports {expected}"
+        )
+    times = [parse_time(state.annotations.get(k)) for k in (QUARANTINED_AT, REQUALIFIED_AT)]
+    rested = max((t for t in times if t is not None), default=0.0)
+    due = rested + settings.cooldown_seconds
+    after = f"; it cannot start before the {pods} finish (it needs every GPU)" if gpu_pods else ""
+    if now < due:
+        return f"requalification burn-in scheduled in {duration(due - now)} (after the cooldown){after}"
+    slots = settings.max_concurrent_requalifications
+    return f"requalification burn-in due: starts when a slot is free (at most {slots} at once){after}"
 
 
 def capacity(views: Sequence[NodeHealth]) -> list[Capacity]:
@@ -223,9 +310,12 @@ def capacity(views: Sequence[NodeHealth]) -> list[Capacity]:
 def age(stamp: str | None, now: float) -> str:
     """kubectl's age: 45s, 12m, 3h, 2d."""
     at = parse_time(stamp)
-    if at is None:
-        return "-"
-    seconds = max(0, int(now - at))
+    return "-" if at is None else duration(now - at)
+
+
+def duration(seconds: float) -> str:
+    """45s, 12m, 3h, 2d, as kubectl shows an age."""
+    seconds = max(0, int(seconds))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds // size}{unit}"
@@ -246,6 +336,16 @@ def _cells(view: NodeHealth, now: float, wide: bool) -> list[str]:
     if wide:
         cells += [view.product or "-", view.since or "-", view.evidence or "-"]
     return cells
+
+
+def note(label: str, text: str, width: int = TABLE_WIDTH) -> str:
+    """`label: text`, wrapped to the table's width, continued lines indented."""
+    return textwrap.fill(f"{label}: {text}", width, subsequent_indent="    ", break_on_hyphens=False) + "\n"
+
+
+def render_next(views: Sequence[NodeHealth]) -> str:
+    """One `next:` note per node with a next step, under the table."""
+    return "".join(note("next", f"{view.node}: {view.next_step}") for view in views if view.next_step)
 
 
 def render_table(views: Sequence[NodeHealth], now: float, wide: bool = False) -> str:

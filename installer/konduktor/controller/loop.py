@@ -9,6 +9,7 @@ dry-run) see the cluster and not a stale copy.
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -39,7 +40,7 @@ from konduktor.controller.decide import (
     restore_breaker,
 )
 from konduktor.controller.gpu_loss import Attribution
-from konduktor.controller.leader import BREAKER_ANNOTATION, LeaderLease
+from konduktor.controller.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION, LeaderLease
 from konduktor.controller.logs import log
 from konduktor.controller.loki import LokiCursor, LokiSource
 from konduktor.controller.node_writes import timestamp
@@ -66,6 +67,9 @@ CURSOR_ANNOTATION = "konduktor.ai/loki-cursor"
 # A cursor that moved past nothing is saved at most this often: a quiet cluster need not write the Lease on every
 # poll, and a new leader then reads again at most this much of nothing.
 CURSOR_SAVE_SECONDS = 60.0
+# Signals read once (a log line past the cursor, a DCGM rise): the breaker's reset hands them to the decision again.
+# The others are read again on every pass while they last, so a reset only lets them past the duplicate filter.
+_READ_ONCE = ("kernel_log", "dcgm")
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
@@ -124,6 +128,9 @@ class HealthController:
         self._cursor_saved_at = 0.0  # monotonic
         self._trip_saved = False  # the Lease carries the breaker's trip, so its absence means a reset
         self._told: set[tuple[str, str, str, str]] = set()  # dry-run's owner Events: namespace, workload, node, reason
+        # The newest fault per node that the breaker held back, and those due again after an operator's reset.
+        self._held: dict[str, Signal] = {}
+        self._replay: list[Signal] = []
         self._next_renewal = 0.0
 
     # --- entry points ---------------------------------------------------------------------------------------
@@ -181,6 +188,7 @@ class HealthController:
             self.cursor = LokiCursor.decode(self.lease.annotations.get(CURSOR_ANNOTATION))
             self._saved_cursor = self.cursor.encode() if self.cursor else None
             self.breaker = None
+            self._held.clear()
         if leading and changes:
             self._saved_cursor = changes.get(CURSOR_ANNOTATION, self._saved_cursor)
             self._trip_saved = self._trip_saved or BREAKER_ANNOTATION in changes
@@ -239,10 +247,13 @@ class HealthController:
             kernel, cursor = self._kernel_log_signals()
             signals += kernel + dcgm
             results = self.requalifier.results(states)
+        self.breaker = self._breaker(states, now)
+        replayed = self._replayed(states)
         fresh = [s for s in signals if self.duplicates.admit(s.finding)]
+        admitted = {s.finding.dedup_key for s in fresh}
+        fresh += [s for s in replayed if s.finding.dedup_key not in admitted]
         for found in fresh:
             self.metrics.fault(found.finding)
-        self.breaker = self._breaker(states, now)
         work, requeued = self._work([s.finding for s in fresh], states, poll)
         attribution = self._attribution([s for s in fresh if s.finding.node in work], now)
         plan = decide(
@@ -257,6 +268,8 @@ class HealthController:
             attribution=attribution,
         )
         self.breaker = plan.breaker
+        held = {finding.dedup_key for finding in plan.held}
+        self._held.update((s.finding.node, s) for s in fresh if s.finding.dedup_key in held)
         for notice in plan.notices:
             log(_LEVELS[notice.level], notice.message, node=notice.node)
         outcome = self._act(plan, states)
@@ -320,18 +333,48 @@ class HealthController:
         return found
 
     def _breaker(self, states: dict[str, NodeState], now: float) -> BreakerState:
-        """The breaker as it stands: counted again from the nodes on taking the lead, tripped if the Lease says
-        so; reset when an operator removed the trip from the Lease."""
-        tripped = self.lease.annotations.get(BREAKER_ANNOTATION) if self.lease is not None else None
-        if self.breaker is None:
-            restored = restore_breaker(states, self.settings.breaker, now, parse_time(tripped))
-            self._trip_saved = restored.tripped
-            return restored
-        if self.breaker.tripped and self._trip_saved and tripped is None:
-            log(logging.WARNING, "circuit breaker reset: the trip was removed from the Lease; quarantining resumes")
-            self._trip_saved = False
-            return BreakerState()
-        return self.breaker
+        """The breaker as it stands. The window's quarantines are counted from the nodes on every pass, as
+        `konduktor-install nodes` and triage count them: one made by triage counts at once, a node released since
+        no longer does, nor one made before the operator's last reset (kept on the Lease). It is tripped while the
+        Lease says so; when an operator has removed the trip, the faults it held back are due again at once.
+        Dry-run writes no quarantine and no Lease: it counts the quarantines it would have made, in memory."""
+        if self.lease is None:
+            return self.breaker if self.breaker is not None else restore_breaker(states, self.settings.breaker, now)
+        on_lease = parse_time(self.lease.annotations.get(BREAKER_ANNOTATION))
+        reset_at = parse_time(self.lease.annotations.get(BREAKER_RESET_ANNOTATION))
+        if self.breaker is None:  # taking the lead
+            tripped = on_lease
+            self._trip_saved = tripped is not None
+        else:
+            tripped = self.breaker.tripped_at
+            if tripped is not None and self._trip_saved and on_lease is None:
+                log(
+                    logging.WARNING,
+                    "circuit breaker reset: the trip was removed from the Lease; quarantining resumes",
+                    held=sorted(self._held),
+                )
+                if reset_at is None or reset_at < math.floor(tripped):
+                    # Removed by hand, without the reset's stamp: the window restarts now, for every reader.
+                    reset_at = now
+                    self._lead({BREAKER_RESET_ANNOTATION: timestamp(now)})
+                tripped, self._trip_saved = None, False
+                self._replay, self._held = list(self._held.values()), {}
+        return restore_breaker(states, self.settings.breaker, now, tripped, reset_at)
+
+    def _replayed(self, states: dict[str, NodeState]) -> list[Signal]:
+        """The held-back faults after a reset: those read once are decided again now; the rest come back on their
+        own (still missing GPUs, a condition still set), so only the duplicate filter forgets them. A fault older
+        than the node's last release (by hand, or a burn-in) is not: someone judged the node since."""
+        replay, self._replay = self._replay, []
+        for signal in replay:
+            self.duplicates.forget(signal.finding)
+        return [
+            s
+            for s in replay
+            if s.source in _READ_ONCE
+            and s.finding.node in states
+            and s.at > (parse_time(states[s.finding.node].annotations.get(REQUALIFIED_AT)) or 0.0)
+        ]
 
     def _lost_gpu_signals(self, states: dict[str, NodeState], now: float) -> list[Signal]:
         signals = []

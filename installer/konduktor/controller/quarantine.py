@@ -26,7 +26,7 @@ from konduktor.controller.decide import (
     decide,
     restore_breaker,
 )
-from konduktor.controller.leader import BREAKER_ANNOTATION, LEASE_API, LEASE_NAME
+from konduktor.controller.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION, LEASE_API, LEASE_NAME
 from konduktor.controller.node_writes import make_writes
 from konduktor.controller.nodes import gpu_node_state, node_state
 from konduktor.controller.settings import BreakerSettings, HealthSettings
@@ -89,9 +89,9 @@ def quarantine_findings(
 ) -> None:
     """Quarantine by `findings` as the health controller would on its own signals: its `decide` with its
     `settings` (opt-out label, taint effect, dry run) and its fleet breaker as the cluster records it (the
-    quarantines of its window on the nodes, the trip on its Lease). A quarantine the breaker holds back is an Event
-    on the node, as the controller's are. A trip is left to the controller to record on its Lease: the quarantines
-    made here are counted from the nodes by the next run all the same."""
+    quarantines of its window on the nodes, the trip and the last reset on its Lease). A quarantine the breaker
+    holds back is an Event on the node, as the controller's are. A trip is left to the controller to record on its
+    Lease: the quarantines made here are counted from the nodes by it and by the next run all the same."""
     if not findings:
         say("quarantine: nothing to do: no culprit, or every culprit is in quarantine already")
         return
@@ -99,8 +99,9 @@ def quarantine_findings(
     gpu_nodes = ((node["metadata"]["name"], gpu_node_state(node, settings)) for node in kube.list("v1", "Node"))
     states = {name: state for name, state in gpu_nodes if state is not None}
     lease = kube.get(LEASE_API, "Lease", LEASE_NAME, SYSTEM_NAMESPACE) or {}
-    tripped = parse_time((lease.get("metadata", {}).get("annotations") or {}).get(BREAKER_ANNOTATION))
-    breaker = restore_breaker(states, settings.breaker, now, tripped)
+    annotations = lease.get("metadata", {}).get("annotations") or {}
+    tripped, reset_at = (parse_time(annotations.get(key)) for key in (BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION))
+    breaker = restore_breaker(states, settings.breaker, now, tripped, reset_at)
     _carry_out(kube, _no_requalification(decide(findings, states, breaker, settings, now)), say)
 
 

@@ -38,6 +38,7 @@ from konduktor.controller.node_writes import make_writes, timestamp
 from konduktor.controller.nodes import expected_gpus, node_state
 from konduktor.controller.quarantine import COMPONENT, describe_action
 from konduktor.controller.settings import BreakerSettings, HealthSettings
+from konduktor.controller.workloads import gpu_pods_on
 from konduktor.errors import ChangeRefused, UsageError
 from konduktor.kube.client import ApiError, Kube
 from konduktor.vocabulary import (
@@ -165,6 +166,16 @@ def requalify_node(
         raise ChangeRefused(
             f"node {name} is not quarantined by Konduktor; there is nothing to requalify",
             hint=f"to test it anyway: konduktor-install burnin --nodes {name}",
+        )
+    busy = gpu_pods_on(kube, name, (namespace,))
+    if busy:
+        # Its pod asks for every GPU of the node: beside running work it could not even be scheduled.
+        shown = ", ".join(busy[:5]) + (", ..." if len(busy) > 5 else "")
+        raise ChangeRefused(
+            f"node {name} still runs {len(busy)} GPU pod{'s' if len(busy) != 1 else ''} ({shown}): a burn-in needs "
+            "every GPU of the node and cannot run beside them; nothing changed",
+            hint="run it again once they have finished (the quarantine taint keeps new ones off): "
+            f"kubectl get pods -A --field-selector spec.nodeName={name}",
         )
     run_id = make_run_id(datetime.now(UTC))
     runner = BurnInRunner(kube, namespace, run_id, options, say=say, progress=progress)

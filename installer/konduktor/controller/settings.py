@@ -28,7 +28,7 @@ HttpUrlText = Annotated[str, AfterValidator(_http_url)]
 
 
 class BreakerSettings(_Section):
-    """The fleet circuit breaker: at most max(1, min(max_fraction x GPU nodes, max_nodes)) new quarantines
+    """The fleet circuit breaker: at most min(max_nodes, max(2, ceil(max_fraction x GPU nodes))) new quarantines
     per window; one more trips it, and nothing is quarantined until an operator resets it."""
 
     # 10 % / 10 min / 20 nodes: docs/design/gpu-faults.md#fleet-breaker (NVSentinel's 50 % / 5 min is too loose).

@@ -69,7 +69,8 @@ class Triage:
     culprits: tuple[str, ...]
 
     def evidence(self, node: NodeRecord) -> list[Sighting]:
-        return [s for s in node.signals if in_window(s, self.start, self.end)]
+        """The node's signals in the job's window, each fact once (`one_per_fact`)."""
+        return one_per_fact([s for s in node.signals if in_window(s, self.start, self.end)])
 
     def rows(self) -> list[dict[str, Any]]:
         rows = []
@@ -110,6 +111,25 @@ class Triage:
                 for n in self.nodes
             ],
         }
+
+
+# The controller records one quarantine three times: its Event (with the evidence), the GPUHealthy condition (the
+# meaning and the recommended action) and the quarantine annotation (the reason). Most telling first.
+_RECORDS: tuple[Source, ...] = ("event", "condition", "quarantine")
+
+
+def one_per_fact(signals: Sequence[Sighting]) -> list[Sighting]:
+    """The signals with the controller's records of one fault shown once: of its Event, condition and annotation
+    with the same reason, the most telling that is there (the Event expires after an hour; the others stay)."""
+    present = {(s.source, s.reason) for s in signals}
+
+    def shadowed(sighting: Sighting) -> bool:
+        if sighting.source not in _RECORDS:
+            return False
+        better = _RECORDS[: _RECORDS.index(sighting.source)]
+        return any((source, sighting.reason) in present for source in better)
+
+    return [s for s in signals if not shadowed(s)]
 
 
 def in_window(sighting: Sighting, start: float, end: float) -> bool:

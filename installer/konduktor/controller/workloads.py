@@ -18,6 +18,7 @@ from typing import Any
 from konduktor.controller.affected import AffectedWorkload, ObjectRef, RequeuingWorkload
 from konduktor.controller.decide import DeactivateWorkload, ReactivateWorkload, TellOwner
 from konduktor.controller.fanout import at_once
+from konduktor.controller.health_view import gpu_pods
 from konduktor.controller.node_writes import object_event
 from konduktor.gpu.node import pod_gpus
 from konduktor.kube.client import ApiError, Kube
@@ -60,6 +61,11 @@ def workloads_on(kube: Kube, nodes: Iterable[str], concurrency: int = 1) -> dict
             _affected(kube, node, objects[key], sorted(names), gpus[key]) for key, names in sorted(by_workload.items())
         ]
     return found
+
+
+def gpu_pods_on(kube: Kube, node: str, skip_namespaces: Iterable[str] = ()) -> list[str]:
+    """namespace/name of the unfinished pods on the node that hold GPUs (`health_view.gpu_pods`)."""
+    return gpu_pods(kube.list("v1", "Pod", field_selector=f"spec.nodeName={node}"), skip_namespaces)
 
 
 def requeuing(kube: Kube) -> list[RequeuingWorkload]:

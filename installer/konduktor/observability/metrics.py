@@ -426,7 +426,7 @@ HEALTH_CONTROLLER_METRICS = (
         "konduktor_quarantine_breaker_limit",
         MetricType.GAUGE,
         (),
-        "New quarantines the breaker allows per window: max(1, min(max_fraction x GPU nodes, max_nodes)).",
+        "New quarantines the breaker allows per window: min(max_nodes, max(2, ceil(max_fraction x GPU nodes))).",
     ),
     _ours(
         "konduktor_quarantines_total",
