@@ -255,6 +255,8 @@ def run_up(request: UpRequest, *, confirm: Confirm | None = None, report: Progre
         clock.step("install", f"helm upgrade --install {RELEASE} {chart.name} in {NAMESPACE}")
         release = install_release(kube, target, chart, chart_values, report)
         try:
+            if target.sim is not None:  # kwok's pods run nothing: the sim runs konduktor-core's Deployments itself
+                SimCluster(target.sim, progress=report).platform.ensure(kube)
             clock.step("quotas", "applying")
             changes = sync_quotas(kube, config, prune=True, dry_run=False, takeover=request.takeover, say=say)
             clock.step("verify", "queues active, health controller available")
