@@ -8,6 +8,6 @@ import tempfile
 
 os.environ.setdefault("KONDUKTOR_STATE", tempfile.mkdtemp(prefix="konduktor-e2e-state-"))
 
-from sim_fixture import EXAMPLE, Sim, sim
+from sim_fixture import EXAMPLE, Sim, platform_stopped, sim
 
-__all__ = ["EXAMPLE", "Sim", "sim"]
+__all__ = ["EXAMPLE", "Sim", "platform_stopped", "sim"]

@@ -116,3 +116,13 @@ def sim() -> Iterator[Sim]:
     finally:
         kube.close()
         cluster.down()
+
+
+@pytest.fixture(autouse=True)
+def platform_stopped(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test on the session's cluster, konduktor-core's processes (which `up` starts there) are stopped: the
+    tests that run a health controller of their own must not meet another one acting on the same nodes."""
+    yield
+    if "sim" in request.fixturenames:
+        sim: Sim = request.getfixturevalue("sim")
+        sim.cluster.platform.stop()
