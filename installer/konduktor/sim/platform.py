@@ -283,7 +283,10 @@ class SimPlatform:
     def stop_one(self, component: str, forget: bool = False) -> None:
         pid = self.pid(component)
         if pid is not None:
-            stop_process(pid)
+            stop_process(pid)  # the supervisor passes SIGTERM on and waits for its program
+            # Its session's process group (start_new_session): whatever outlived a supervisor that had to be killed.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
         (self.dir(component) / "pid").unlink(missing_ok=True)
         if forget:
             (self.dir(component) / "state.json").unlink(missing_ok=True)
