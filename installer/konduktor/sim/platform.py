@@ -35,6 +35,7 @@ from typing import Any
 import requests
 from ruamel.yaml import YAML
 
+import konduktor
 from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
 from konduktor.sim import kueue
@@ -254,8 +255,7 @@ class SimPlatform:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                # The program finds this package as the caller does (a checkout on PYTHONPATH, or the wheel).
-                env={**os.environ, **program.env, "KUBECONFIG": str(kubeconfig)},
+                env=_environment(program, kubeconfig),
                 cwd=home,
             )
         (home / "pid").write_text(str(process.pid))
@@ -297,6 +297,14 @@ class SimPlatform:
 
     def status(self) -> dict[str, str]:
         return {component: "running" if self.pid(component) else "stopped" for component in self.components()}
+
+
+def _environment(program: Program, kubeconfig: Path) -> dict[str, str]:
+    """The caller's environment, the Deployment's variables, and this very package first on the path (the caller's
+    PYTHONPATH may be relative, and the process runs in a directory of its own)."""
+    package = str(Path(konduktor.__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (package, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, **program.env, "KUBECONFIG": str(kubeconfig), "PYTHONPATH": path}
 
 
 # -- the supervisor ---------------------------------------------------------------------------------------------
