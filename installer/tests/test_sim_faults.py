@@ -33,7 +33,8 @@ def test_every_kind_drives_a_signal_and_its_burn_in_fault_is_the_agents() -> Non
 
 def test_a_lost_gpu_leaves_allocatable_and_the_annotation_round_trips() -> None:
     faults = parse_faults("2=xid, 5=ecc, 7=missing")
-    assert allocatable(10, faults) == 8  # xid 79 and missing take the GPU away; ECC leaves it offered
+    assert allocatable(10, faults) == 7  # the device plugin withdraws each: a critical Xid, or a GPU it cannot see
+    assert allocatable(10, parse_faults("1=slow, 2=sdc")) == 10  # found by a burn-in only
     assert parse_faults(faults_text(faults)) == faults
     assert faults_text({}) is None
 

@@ -137,7 +137,9 @@ def test_sim_fault_drives_a_nodes_signals_and_clear_undoes_them(
         line = (kernel_log_dir(sim.cluster.root) / f"{NODE}.log").read_text().splitlines()[-1]
         assert "NVRM: Xid (PCI:0000:38:00.0): 79," in line
         assert main(["sim", "fault", NODE, "--kind", "ecc", "--gpu", "5", *name]) == 0
-        assert node(sim.kube, NODE)["metadata"]["annotations"][FAULTS_ANNOTATION] == "2=xid,5=ecc"
+        faulty = node(sim.kube, NODE)
+        assert faulty["metadata"]["annotations"][FAULTS_ANNOTATION] == "2=xid,5=ecc"
+        assert faulty["status"]["allocatable"][GPU_RESOURCE] == "8"
 
         assert main(["sim", "fault", NODE, "--clear", *name]) == 0
         healthy = node(sim.kube, NODE)

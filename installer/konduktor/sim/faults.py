@@ -64,8 +64,8 @@ KINDS: dict[str, FaultKind] = {
     "ecc": FaultKind(
         48,
         "ecc",
-        "an uncorrectable ECC error: an Xid 48 kernel line, uncorrected ECC errors and a failing DCGM memory test "
-        "in burn-in (quarantined; its jobs drain)",
+        "an uncorrectable ECC error: an Xid 48 kernel line, the GPU gone from allocatable, uncorrected ECC errors "
+        "and a failing DCGM memory test in burn-in (quarantined; its jobs drain)",
     ),
     "xid13": FaultKind(
         13,
@@ -77,8 +77,9 @@ KINDS: dict[str, FaultKind] = {
         None, "sdc", "silent data corruption: burn-in's matmul digest differs from its peers' (a burn-in only)"
     ),
 }
-# Burn-in faults whose GPU the device plugin no longer offers.
-GONE_FROM_ALLOCATABLE: tuple[Fault, ...] = ("xid", "missing")
+# Burn-in faults whose GPU the device plugin no longer offers: a GPU it cannot see, and one with a critical Xid (79,
+# 48; it ignores only the applications' 13, 31, 43, 45, 68, 109), which it marks Unhealthy (docs/design/sim-faults.md).
+GONE_FROM_ALLOCATABLE: tuple[Fault, ...] = ("xid", "missing", "ecc")
 
 
 @dataclass(frozen=True)
