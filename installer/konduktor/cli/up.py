@@ -696,6 +696,8 @@ def down(
             ask(f"remove Konduktor from context {kube.context} ({kube.server}){also}{crds}?")
         quotas = remove_quota_objects(kube)
         uninstalled = uninstall(target.kubeconfig, RELEASE, NAMESPACE, target.toolbox(), target.context)
+        if target.sim is not None:  # the chart's processes go with it
+            SimCluster(target.sim).platform.ensure(kube)
         namespaces = purge_namespaces(kube, also=(NAMESPACE,)) if purge else Removal()
     deleted = ", ".join(ref.name for ref in namespaces.deleted)
     err.print(
