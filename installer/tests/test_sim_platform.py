@@ -17,6 +17,7 @@ from konduktor.cli.main import main
 from konduktor.config.load import load_config
 from konduktor.controller.leader import LEASE_API, LEASE_NAME
 from konduktor.controller.settings import load_settings
+from konduktor.errors import KonduktorError
 from konduktor.helm.release import CHARTS, install_or_upgrade, uninstall
 from konduktor.helm.values import merge_values
 from konduktor.kube.client import ApiError, Kube
@@ -24,6 +25,7 @@ from konduktor.queueing.cluster import published_capacity
 from konduktor.quotas.sync import sync_quotas
 from konduktor.sim.faults import kernel_log_dir
 from konduktor.sim.gpus import FAULTS_ANNOTATION
+from konduktor.sim.processes import tail
 from konduktor.vocabulary import GPU_RESOURCE, SYSTEM_NAMESPACE
 from konduktor.waiting import wait_until
 
@@ -99,7 +101,12 @@ def test_the_sim_runs_the_charts_processes_as_their_service_accounts(sim: Sim, i
         ),
         timeout=90,
     )
-    wait_until("a publication after the start", lambda: published_at(installed) > since, timeout=60)
+    wait_until(
+        "a publication after the start",
+        lambda: published_at(installed) > since,
+        timeout=60,
+        on_timeout=lambda: KonduktorError(f"no publication; its log:\n{tail(platform.log(PUBLISHER), 30)}"),
+    )
     settings = load_settings(platform.dir(CONTROLLER) / "mounts" / "0" / "health.yaml")
     assert settings.dry_run is False and settings.cooldown_seconds == 60
     assert settings.kernel_log_files is not None
