@@ -261,8 +261,7 @@ def run_up(request: UpRequest, *, confirm: Confirm | None = None, report: Progre
             changes = sync_quotas(kube, config, prune=True, dry_run=False, takeover=request.takeover, say=say)
             clock.step("verify", "queues active, health controller available")
             verify(kube, config, report)
-            # At once, for the teams' `konduktor why`; konduktor-core's capacity publisher keeps it fresh (the
-            # simulated cluster runs no pods: there this is the publication).
+            # At once, for the teams' `konduktor why`; konduktor-core's capacity publisher keeps it fresh.
             publish_capacity(kube, datetime.now(UTC).isoformat(timespec="seconds"))
             clock.step("policies", "checking existing workloads")
             violations = audit_workloads(kube)
