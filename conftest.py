@@ -15,7 +15,7 @@ os.environ.setdefault("KONDUKTOR_STATE", tempfile.mkdtemp(prefix="konduktor-test
 from admission import enforcing
 from loki_api import loki, loki_server
 from prometheus_tsdb import prometheus
-from sim_fixture import EXAMPLE, Sim, sim
+from sim_fixture import EXAMPLE, Sim, platform_stopped, sim
 
 # Test modules import only EXAMPLE and Sim from `conftest`.
-__all__ = ["EXAMPLE", "Sim", "enforcing", "loki", "loki_server", "prometheus", "sim"]
+__all__ = ["EXAMPLE", "Sim", "enforcing", "loki", "loki_server", "platform_stopped", "prometheus", "sim"]

@@ -154,3 +154,13 @@ def health_settings_deployed(kube: Kube) -> Iterator[Callable[[HealthSettings], 
             meta = config_map["metadata"]
             kept = {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if k in meta}
             kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": kept, "data": config_map.get("data", {})})
+
+
+@pytest.fixture(autouse=True)
+def platform_stopped(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test on the session's cluster, konduktor-core's processes (which `up` starts there) are stopped: the
+    tests that run a health controller of their own must not meet another one acting on the same nodes."""
+    yield
+    if "sim" in request.fixturenames:
+        sim: Sim = request.getfixturevalue("sim")
+        sim.cluster.platform.stop()

@@ -95,7 +95,7 @@ def test_sim_overlay_is_konduktor_core_with_the_sim_values() -> None:
     overlay = build("sim")
     assert {identity(o) for o in overlay} == chart | {("Namespace", "", "konduktor-system")}
     settings = next(o for o in overlay if o["kind"] == "ConfigMap" and "health.yaml" in o.get("data", {}))
-    assert YAML(typ="safe").load(settings["data"]["health.yaml"])["dry_run"] is True
+    assert YAML(typ="safe").load(settings["data"]["health.yaml"])["dry_run"] is False  # the sim runs its controller
     assert not {o["kind"] for o in overlay} & {"ServiceMonitor", "PrometheusRule"}  # no Prometheus operator there
 
 

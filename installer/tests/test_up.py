@@ -46,7 +46,7 @@ def test_up_installs_applies_and_verifies_then_changes_nothing(
     components = {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in deployments}
     assert components == {"health-controller", "capacity-publisher"}
     assert all(d["status"]["availableReplicas"] == 1 for d in deployments)
-    # What team members read in `konduktor why`, published once by `up` (the sim runs no publisher pod).
+    # What team members read in `konduktor why`, published by `up` at once, then by the publisher.
     assert all(published_capacity(sim.kube, team) is not None for team in ("team-a", "team-b"))
     namespace = sim.kube.get("v1", "Namespace", "konduktor-system")
     assert namespace is not None  # ready for privileged node agents before helm ran
@@ -77,7 +77,10 @@ def test_up_gives_the_health_controller_the_settings_of_the_configs_health_secti
         assert main(["up", str(config), "--sim", sim.cluster.name]) == 0
         settings = installed_health_settings(sim.kube, tmp_path / "health.yaml")
         assert (settings.affected_work.unusable, settings.breaker.max_nodes) == ("drain", 3)
-        assert settings.affected_work.degraded == "drain" and settings.dry_run  # the chart's values, left alone
+        assert settings.affected_work.degraded == "drain" and not settings.dry_run  # the sim values, left alone
+        # The sim's own controller was restarted with them.
+        running = sim.cluster.platform.dir("health-controller") / "mounts" / "0" / "health.yaml"
+        assert load_settings(running).breaker.max_nodes == 3
     finally:
         assert main(["up", str(example), "--sim", sim.cluster.name]) == 0  # the example's, for the tests that follow
     assert installed_health_settings(sim.kube, tmp_path / "health.yaml").breaker.max_nodes == 20

@@ -9,7 +9,9 @@ import typer
 
 from konduktor.cli.console import OutputFormat, err, print_rows, progress
 from konduktor.errors import ExitCode, UsageError
+from konduktor.kube.client import Kube
 from konduktor.sim.cluster import DEFAULT_NAME, SimCluster
+from konduktor.sim.faults import KINDS, clear, fault_kind, inject
 from konduktor.sim.pools import spec_from
 
 app = typer.Typer(help="Run a local simulated GPU cluster: etcd, kube-apiserver, scheduler, Kueue, kwok GPU nodes.")
@@ -69,6 +71,40 @@ def show_status(
         print_rows([report], list(report), output)
     if not report["exists"] or report["components"].get("kube-apiserver") == "not answering":
         raise typer.Exit(ExitCode.NEGATIVE)
+
+
+@app.command("fault")
+def fault(
+    node: Annotated[str, typer.Argument(help="A GPU node of the simulated cluster.", show_default=False)],
+    kind: Annotated[
+        str | None,
+        typer.Option("--kind", help=f"The fault: {', '.join(KINDS)} (docs/try-it.md says which signals each drives)."),
+    ] = None,
+    gpu: Annotated[int, typer.Option("--gpu", help="Which of the node's GPUs (its index).")] = 0,
+    clear_faults: Annotated[
+        bool, typer.Option("--clear", help="The node's GPUs healthy again (the quarantine stays until requalified).")
+    ] = False,
+    name: NameOption = DEFAULT_NAME,
+) -> None:
+    """Inject a GPU fault into a node, as the signals a real node gives: a kernel Xid line, the GPU gone from
+    allocatable, the GPU failing burn-in. Exit 2: unknown node or kind."""
+    if (kind is None) == (not clear_faults):
+        raise UsageError("give either --kind KIND or --clear", hint=f"kinds: {', '.join(KINDS)}")
+    if kind is not None:
+        fault_kind(kind)  # an unknown kind is named before the cluster is looked at
+    sim = SimCluster(name)
+    if not sim.kubeconfig.exists() or not sim.api_ready():
+        raise UsageError(f"sim cluster {name!r} is not running", hint="start it with `konduktor-install sim up`")
+    with Kube(sim.kubeconfig) as kube:
+        if kind is None:
+            signals = clear(kube, node)
+            typer.echo(f"{node}: faults cleared")
+        else:
+            injected = inject(kube, sim.root, node, kind, gpu)
+            typer.echo(f"{node}: {kind} on GPU {injected.gpu}")
+            signals = injected.signals
+    for signal in signals:
+        typer.echo(f"  {signal}")
 
 
 @app.command("kubeconfig")

@@ -258,12 +258,13 @@ def run_up(request: UpRequest, *, confirm: Confirm | None = None, report: Progre
         clock.step("install", f"helm upgrade --install {RELEASE} {chart.name} in {NAMESPACE}")
         release = install_release(kube, target, chart, chart_values, report)
         try:
+            if target.sim is not None:  # kwok's pods run nothing: the sim runs konduktor-core's Deployments itself
+                SimCluster(target.sim, progress=report).platform.ensure(kube)
             clock.step("quotas", "applying")
             changes = sync_quotas(kube, config, prune=True, dry_run=False, takeover=request.takeover, say=say)
             clock.step("verify", "queues active, health controller available")
             verify(kube, config, report)
-            # At once, for the teams' `konduktor why`; konduktor-core's capacity publisher keeps it fresh (the
-            # simulated cluster runs no pods: there this is the publication).
+            # At once, for the teams' `konduktor why`; konduktor-core's capacity publisher keeps it fresh.
             publish_capacity(kube, datetime.now(UTC).isoformat(timespec="seconds"))
             clock.step("policies", "checking existing workloads")
             violations = audit_workloads(kube)
@@ -707,6 +708,8 @@ def down(
             ask(f"remove Konduktor from context {kube.context} ({kube.server}){also}{crds}?")
         quotas = remove_quota_objects(kube)
         uninstalled = uninstall(target.kubeconfig, RELEASE, NAMESPACE, target.toolbox(), target.context)
+        if target.sim is not None:  # the chart's processes go with it
+            SimCluster(target.sim).platform.ensure(kube)
         namespaces = purge_namespaces(kube, also=(NAMESPACE,)) if purge else Removal()
     deleted = ", ".join(ref.name for ref in namespaces.deleted)
     err.print(

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from konduktor.controller.actuator import Actuator, Outcome, action_name
 from konduktor.controller.affected import AffectedWorkload, RequeuingWorkload
@@ -40,9 +41,10 @@ from konduktor.controller.decide import (
     restore_breaker,
 )
 from konduktor.controller.gpu_loss import Attribution
+from konduktor.controller.kernel_files import KernelLogFiles
 from konduktor.controller.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION, LeaderLease
 from konduktor.controller.logs import log
-from konduktor.controller.loki import LokiCursor, LokiSource
+from konduktor.controller.loki import LogLine, LokiCursor, LokiSource
 from konduktor.controller.node_writes import timestamp
 from konduktor.controller.nodes import (
     NodeCache,
@@ -103,6 +105,8 @@ class HealthController:
         self.watch = NodeWatch(kube, self.metrics)
         self.loki = LokiSource(settings.loki, self.metrics) if settings.loki else None
         self.prometheus = PrometheusSource(settings.prometheus, self.metrics) if settings.prometheus else None
+        files = settings.kernel_log_files
+        self.kernel_files = KernelLogFiles(Path(files.directory)) if files else None
         logs = step_logs or PodLogs(kube, self.metrics)
         self.requalifier = Requalifier(kube, settings.requalification, self.metrics, logs)
         self.actuator = Actuator(
@@ -401,20 +405,24 @@ class HealthController:
         return signals
 
     def _kernel_log_signals(self) -> tuple[list[Signal], LokiCursor | None]:
+        lines = self.kernel_files.read() if self.kernel_files is not None else []
         if self.loki is None:
-            return [], None
+            return self._kernel_signals(lines), None
         try:
-            lines, cursor = self.loki.read(self.cursor, time.time_ns())
+            read, cursor = self.loki.read(self.cursor, time.time_ns())
         except SourceError as problem:
             log(logging.WARNING, "cannot read kernel logs from Loki", error=str(problem))
-            return [], None
+            return self._kernel_signals(lines), None
+        return self._kernel_signals(lines + read), cursor
+
+    def _kernel_signals(self, lines: Sequence[LogLine]) -> list[Signal]:
         signals = []
         for line in lines:
             report = parse_line(line.line)
             if report is not None:
                 finding = self.xid_confirmations.judge(classify_report(report, line.node, self.settings), self.settings)
                 signals.append(Signal(finding, line.timestamp_ns / 1e9, "kernel_log"))
-        return signals, cursor
+        return signals
 
     def _dcgm_signals(self, now: float) -> list[Signal]:
         if self.prometheus is None:

@@ -57,6 +57,13 @@ class LokiSettings(_Section):
     tenant: str | None = None
 
 
+class KernelLogFileSettings(_Section):
+    """Kernel logs as files on the controller's machine, `<directory>/<node name>.log` (a central syslog server's
+    file per host, or the simulated cluster's nodes). Lines written after the controller started are read."""
+
+    directory: str = Field(min_length=1)
+
+
 class PrometheusSettings(_Section):
     url: HttpUrlText
     # dcgm-exporter sets Hostname to the Kubernetes node name (from NODE_NAME) and gpu to the GPU index.
@@ -171,6 +178,7 @@ class HealthSettings(_Section):
     # only told, never requeued.
     affected_work: AffectedWorkSettings = Field(default_factory=AffectedWorkSettings)
     loki: LokiSettings | None = None
+    kernel_log_files: KernelLogFileSettings | None = None
     prometheus: PrometheusSettings | None = None
     # Expected GPUs per node by GPU type; nodes of other types fall back to their nvidia.com/gpu.count label.
     gpu_types: dict[str, GpuTypeSettings] = Field(default_factory=dict)

@@ -48,6 +48,7 @@ def triage_job(kube: Kube, job_name: str, namespace: str) -> Triage:
     if job is None:
         raise UsageError(f"no Job {job_name} in namespace {namespace}", hint="name a batch Job: triage JOB -n NS")
     start, end = _window(job)
+    start = _first_run(kube, job, namespace, start)
     pods = _pods_by_node(kube, job, namespace, start)
     nodes = [_record(kube, node, names) for node, names in pods.items()]
     return judge(job_name, namespace, start, end, nodes)
@@ -63,6 +64,24 @@ def _window(job: dict[str, Any]) -> tuple[float, float]:
     ]
     end = parse_time(status.get("completionTime")) or next((t for t in ended if t is not None), None)
     return start, end or time.time()
+
+
+def _first_run(kube: Kube, job: dict[str, Any], namespace: str, start: float) -> float:
+    """When the Job's first pod was scheduled, if before `start`: the Job controller resets `status.startTime` when
+    a suspended Job resumes, so a Job Kueue requeued (off a quarantined node, say) would otherwise be judged from its
+    last resume only, after the fault that requeued it. Events from before the Job was created are of an earlier Job
+    of the same name."""
+    name = job["metadata"]["name"]
+    created = parse_time(job["metadata"].get("creationTimestamp")) or start
+    scheduled = [
+        _when(event)
+        for event in kube.list("v1", "Event", namespace, field_selector="reason=Scheduled")
+        if event.get("involvedObject", {}).get("kind") == "Pod"
+        and (assigned := _ASSIGNED.search(event.get("message", ""))) is not None
+        and assigned["pod"].startswith(f"{name}-")
+        and _when(event) >= created - 1
+    ]
+    return min([start, *scheduled])
 
 
 def _pods_by_node(kube: Kube, job: dict[str, Any], namespace: str, start: float) -> dict[str, set[str]]:

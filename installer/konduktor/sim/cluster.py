@@ -12,11 +12,8 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -32,9 +29,15 @@ from konduktor.paths import state_dir
 from konduktor.sim import kueue
 from konduktor.sim.nodes import DEFAULT_TOPOLOGY, NodePool, node_manifests, system_node
 from konduktor.sim.pki import write_serving_pki
+from konduktor.sim.platform import SimPlatform
+from konduktor.sim.processes import alive, free_port, gone, stop_process, tail
 from konduktor.tools.pinned import Toolbox, module_dir
 from konduktor.vocabulary import GPU_RESOURCE
 from konduktor.waiting import wait_until
+
+# The helpers for local processes are also used from here by the sim's other processes (Argo CD, the tests' Loki
+# and Prometheus).
+__all__ = ["DEFAULT_NAME", "Progress", "SimCluster", "SimSpec", "alive", "free_port", "gone", "stop_process", "tail"]
 
 DEFAULT_NAME = "konduktor"
 KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")  # fixed in Kueue's main when internal certs are off
@@ -83,34 +86,6 @@ class SimSpec:
         )
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie still answers kill(0); it is not serving anything.
-    with contextlib.suppress(OSError):
-        if Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z"):
-            return False
-    return True
-
-
 class SimCluster:
     def __init__(
         self, name: str = DEFAULT_NAME, toolbox: Toolbox | None = None, progress: Progress | None = None
@@ -141,6 +116,11 @@ class SimCluster:
     @property
     def spec_file(self) -> Path:
         return self.root / "sim.json"
+
+    @property
+    def platform(self) -> SimPlatform:
+        """konduktor-core's processes (health controller, capacity publisher), once its chart is installed."""
+        return SimPlatform(self.root, self.kubeconfig, self.progress)
 
     def spec(self) -> SimSpec | None:
         try:
@@ -488,12 +468,14 @@ class SimCluster:
             self.start_agent()
             names = self.apply_nodes(kube, spec)
             self.wait_nodes_ready(kube, names)
+            self.platform.ensure(kube)  # nothing until konduktor-core is installed
 
     def down(self, keep: bool = False) -> None:
         """Stops every process of this cluster and returns only once none is left (then removes the state unless
         `keep`). kwokctl kills its components without waiting for them to exit and deletes their pid files, so
         the processes are found first and waited for here."""
         started = self.processes()
+        self.platform.stop()
         self.stop_kueue()
         self.stop_agent()
         if self.created():
@@ -517,9 +499,9 @@ class SimCluster:
 
     def processes(self) -> list[int]:
         """Live processes of this cluster, whether or not a pid file still names them: kwokctl's components (run
-        from the cluster's own bin/), Kueue and the GPU agent, each with a path of the cluster's state directory on
-        its command line. Other programs that name that directory (a `kubectl --kubeconfig` of the user's) are
-        left alone."""
+        from the cluster's own bin/), Kueue, the GPU agent and konduktor-core's processes, each with a path of the
+        cluster's state directory on its command line. Other programs that name that directory (a `kubectl
+        --kubeconfig` of the user's) are left alone."""
         marker = f"{self.root}{os.sep}"
         found = []
         for entry in Path("/proc").iterdir():
@@ -531,7 +513,12 @@ class SimCluster:
                 continue
             if not args or not any(marker in arg for arg in args):
                 continue
-            ours = args[0].startswith(marker) or Path(args[0]).name == "kueue" or "konduktor.sim.agent" in args
+            ours = (
+                args[0].startswith(marker)
+                or Path(args[0]).name == "kueue"
+                or "konduktor.sim.agent" in args
+                or self.platform.owns(args)
+            )
             if ours and alive(int(entry.name)):
                 found.append(int(entry.name))
         return found
@@ -556,6 +543,7 @@ class SimCluster:
             "ready" if spec and self.kueue_healthy(spec) else ("running" if self.kueue_pid() else "stopped")
         )
         report["components"]["gpu-agent"] = "running" if self.agent_pid() else "stopped"
+        report["components"].update(self.platform.status())
         if not self.api_ready():
             report["components"]["kube-apiserver"] = "not answering"
             return report
@@ -569,25 +557,3 @@ class SimCluster:
         )
         report["gpus"] = sum(int(n.get("status", {}).get("allocatable", {}).get(GPU_RESOURCE, 0)) for n in nodes)
         return report
-
-
-def stop_process(pid: int, grace: float = 10) -> None:
-    """SIGTERM, then SIGKILL after `grace` seconds; returns once the process is gone (or after a last `grace`)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    if not gone(pid, grace):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        gone(pid, grace)
-
-
-def gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while alive(pid):
-        # Reap it when it is our child; otherwise its parent (or init) does.
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, os.WNOHANG)
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True

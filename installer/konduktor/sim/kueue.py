@@ -61,7 +61,7 @@ def identity_objects() -> list[dict[str, Any]]:
     ]
 
 
-def token_kubeconfig(admin_kubeconfig: dict[str, Any], token: str) -> dict[str, Any]:
+def token_kubeconfig(admin_kubeconfig: dict[str, Any], token: str, user: str = SERVICE_ACCOUNT) -> dict[str, Any]:
     """The admin's kubeconfig (its cluster and CA) with the service account's token as the only user."""
     context = next(c for c in admin_kubeconfig["contexts"] if c["name"] == admin_kubeconfig["current-context"])
     cluster = next(c for c in admin_kubeconfig["clusters"] if c["name"] == context["context"]["cluster"])
@@ -69,9 +69,9 @@ def token_kubeconfig(admin_kubeconfig: dict[str, Any], token: str) -> dict[str, 
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [cluster],
-        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
-        "contexts": [{"name": SERVICE_ACCOUNT, "context": {"cluster": cluster["name"], "user": SERVICE_ACCOUNT}}],
-        "current-context": SERVICE_ACCOUNT,
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": user, "context": {"cluster": cluster["name"], "user": user}}],
+        "current-context": user,
     }
 
 
