@@ -184,9 +184,10 @@ def value_changes(before: Any, after: Any, path: str = "") -> list[ValueChange]:
 def _by_name(items: list[Any]) -> dict[str, Any] | None:
     """The items by name, when each is an object with a distinct `name`."""
     names = [item.get("name") if isinstance(item, dict) else None for item in items]
-    if any(not isinstance(name, str) for name in names) or len(set(names)) != len(names):
+    named = [name for name in names if isinstance(name, str)]
+    if len(named) != len(items) or len(set(named)) != len(named):
         return None
-    return dict(zip(names, items, strict=True))
+    return dict(zip(named, items, strict=True))
 
 
 def plan(
