@@ -68,7 +68,7 @@ def select_targets(nodes: Sequence[Mapping[str, Any]], config: Config | None, na
         if not chosen:
             raise UsageError(
                 "no node matches the GPU types of the config",
-                hint="check the nodes' labels: konduktor-install preflight CONFIG",
+                hint="compare the config's gpuTypes selectors with the nodes' labels: kubectl get nodes --show-labels",
             )
     else:
         chosen = [n for n in nodes if allocatable_gpus(n) > 0]

@@ -173,7 +173,8 @@ def preflight_passes(
     if failed and not force:
         raise PreflightFailed(
             f"{len(failed)} preflight check(s) failed; nothing was changed",
-            hint="`konduktor-install preflight CONFIG` shows every check; fix them or pass --force",
+            hint="fix them or pass --force; `konduktor-install preflight CONFIG` runs the checks again (with "
+            "preflight.nodes.pod, a pod on each GPU node)",
         )
 
 
