@@ -58,7 +58,7 @@ from konduktor.kube.documents import load_documents
 from konduktor.kube.policy_audit import Violation, audit_workloads
 from konduktor.kube.sync import WRITES, Change, refuse_if_any
 from konduktor.ops.burnin import UpBurnIn, burn_in_for_up
-from konduktor.ops.down import DOWN_TIMEOUT, holding, stranded_by, wait_gone
+from konduktor.ops.down import DOWN_TIMEOUT, plan_down, stranded_by, wait_gone
 from konduktor.ops.values import check_values, read_values_files
 from konduktor.preflight.inventory import SshHosts, config_inventory
 from konduktor.preflight.results import Status
@@ -764,17 +764,16 @@ def down(
 def print_down_plan(kube: Kube, target: Target, purge: bool, lost: str) -> None:
     """`down --dry-run`: what it would delete, on stdout, and what it would wait for; nothing changes."""
     release = current(target.kubeconfig, RELEASE, NAMESPACE, target.toolbox(), target.context)
-    quotas = remove_quota_objects(kube, dry_run=True)
-    namespaces = purge_namespaces(kube, also=(NAMESPACE,), dry_run=True) if purge else Removal()
+    planned = plan_down(kube, (NAMESPACE,) if purge else None)
     if release is not None:
         typer.echo(f"delete release {RELEASE} revision {release.revision} ({release.chart}) in {NAMESPACE}")
     if lost:
         typer.echo(f"delete with the release's CRDs: {lost} (down refuses this without --delete-crds)")
-    for ref in [*quotas.deleted, *namespaces.deleted]:
+    for ref in planned.deleted:
         typer.echo(f"delete {ref}")
-    for ref in [*quotas.kept, *namespaces.kept]:
+    for ref in planned.kept:
         typer.echo(f"keep   {ref}: adopted, Konduktor did not create it")
-    for queue, workloads in holding(kube, quotas.deleted).items():
+    for queue, workloads in planned.held.items():
         typer.echo(f"wait   ClusterQueue {queue}: {len(workloads)} workloads hold quota in it: {', '.join(workloads)}")
-    for workload in stranded_by(kube, quotas.deleted):
+    for workload in planned.strands:
         typer.echo(f"strand {workload}: pending, its queue deleted")

@@ -16,7 +16,7 @@ from konduktor.kube.client import Kube
 from konduktor.kube.sync import Ref
 from konduktor.quotas.removal import referencing_workloads, why_not_gone
 from konduktor.quotas.render import KUEUE_API
-from konduktor.quotas.sync import kueue_served
+from konduktor.quotas.sync import Removal, kueue_served, purge_namespaces, remove_quota_objects
 from konduktor.waiting import poll_until
 
 DOWN_TIMEOUT = 120.0
@@ -85,3 +85,27 @@ def holding(kube: Kube, refs: Iterable[Ref]) -> dict[str, tuple[str, ...]]:
     workloads = _workloads(kube) if cluster_queues else []
     found = {name: referencing_workloads(name, workloads) for name in cluster_queues}
     return {name: held for name, held in found.items() if held}
+
+
+@dataclass(frozen=True)
+class DownPlan:
+    """What `down` would do: delete these quota objects and namespaces, keep the adopted ones, wait for the
+    ClusterQueues that Workloads hold, and leave these jobs pending without their queue."""
+
+    deleted: tuple[Ref, ...]
+    kept: tuple[Ref, ...]
+    held: Mapping[str, tuple[str, ...]]
+    strands: tuple[str, ...]
+
+
+def plan_down(kube: Kube, namespaces: Sequence[str] | None) -> DownPlan:
+    """`down --dry-run`: reads only. `namespaces`: those `--purge` adds to Konduktor's labelled ones (None: no
+    purge)."""
+    quotas = remove_quota_objects(kube, dry_run=True)
+    purged = purge_namespaces(kube, also=namespaces, dry_run=True) if namespaces is not None else Removal()
+    return DownPlan(
+        (*quotas.deleted, *purged.deleted),
+        (*quotas.kept, *purged.kept),
+        holding(kube, quotas.deleted),
+        tuple(stranded_by(kube, quotas.deleted)),
+    )
