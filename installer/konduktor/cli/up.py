@@ -10,6 +10,7 @@ running it again.
 from __future__ import annotations
 
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -384,7 +385,7 @@ def print_report(result: UpReport) -> None:
     changed = quota_writes(result.changes)
     typer.echo(f"  {len(changed)} quota objects {verb}")
     for change in changed if result.release is None else []:
-        typer.echo(f"    {change.describe()}")
+        typer.echo(textwrap.indent(change.describe(), "    "))
     for violation in result.violations:
         typer.echo(f"policy: {violation.kind} {violation.namespace}/{violation.name}: {violation.reason}")
     if result.burnin is not None:
