@@ -82,6 +82,14 @@ def test_a_deleted_queue_still_there_is_explained_with_the_workloads_that_hold_i
     }
     assert why_not_gone(namespace, []) == "Terminating: pods: 2"
     assert why_not_gone({"kind": "LocalQueue", "metadata": {"name": "default"}}, []).startswith("not deleted")
+    # Kueue keeps a ResourceFlavor (and a Cohort) while a ClusterQueue uses it.
+    queue["spec"] = {"cohortName": "lab", "resourceGroups": [{"flavors": [{"name": "h100"}]}]}
+    flavor = {"kind": "ResourceFlavor", "metadata": {"name": "h100", **terminating}}
+    assert why_not_gone(flavor, workloads, [queue]) == (
+        "Terminating, finalizer kueue.x-k8s.io/resource-in-use: ClusterQueue team-a still uses it"
+    )
+    cohort = {"kind": "Cohort", "metadata": {"name": "lab", **terminating}}
+    assert why_not_gone(cohort, workloads, [queue]).endswith(": ClusterQueue team-a still uses it")
 
 
 def test_jobs_waiting_in_a_deleted_local_queue_are_named_as_stranded() -> None:

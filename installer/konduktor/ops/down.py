@@ -50,11 +50,12 @@ def wait_gone(kube: Kube, refs: Sequence[Ref], timeout: float) -> list[Stuck]:
     if not refs or poll_until(lambda: not remaining(), timeout, 1.0):
         return []
     workloads = _workloads(kube)
+    cluster_queues = kube.list(KUEUE_API, "ClusterQueue") if kueue_served(kube) else []
     stuck = []
     for ref in remaining():
         obj = _get(kube, ref)
         if obj is not None:
-            stuck.append(Stuck(ref, why_not_gone(obj, workloads)))
+            stuck.append(Stuck(ref, why_not_gone(obj, workloads, cluster_queues)))
     return stuck
 
 
