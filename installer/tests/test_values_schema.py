@@ -24,6 +24,10 @@ def test_helms_refusal_names_each_field_and_a_subcharts_under_its_key() -> None:
     [problem, _] = schema_problems(REFUSED, "konduktor")
     assert problem.field == "konduktor-core.controller.replicas"
     assert schema_problems("Error: template: x.yaml:3: function not defined", "konduktor-core") == []
+    helm3 = "Error: values don't meet the specifications of the schema(s) in the following chart(s):\nkonduktor-core:\n"
+    helm3 += "- controller.replicas: Invalid type. Expected: integer, given: string\n"
+    helm3 += "- (root): Additional property controllr is not allowed\n"
+    assert [p.keys for p in schema_problems(helm3, "konduktor-core")] == [("controller", "replicas"), ("controllr",)]
 
 
 def test_the_file_and_line_that_set_the_field_are_named(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ whenever it renders; `up` would find out only when its install fails, after it s
 values: a refusal is bad input, reported with the values file and the line that set the refused field.
 
 Helm 4 words a refusal as `values don't meet the specifications of the schema(s) in the following chart(s):`,
-then per chart `NAME:` and one `- at '/json/pointer': reason` line per problem.
+then per chart `NAME:` and one `- at '/json/pointer': reason` line per problem (helm 3, which a real cluster's
+workstation may run: `- dotted.path: reason`, `- (root): Additional property x is not allowed`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ SCHEMA_REFUSAL = "don't meet the specifications of the schema"
 _CHART_LINE = re.compile(r"^(?P<chart>[A-Za-z0-9][-A-Za-z0-9_.]*):\s*$")
 _POINTER = re.compile(r"at '(?P<pointer>[^']*)'")
 _NAMED_KEY = re.compile(r"(?:additional propert(?:y|ies)|missing propert(?:y|ies)) '(?P<key>[^']+)'")
+_HELM3_KEY = re.compile(r"Additional property (?P<key>\S+) is not allowed")
 
 
 @dataclass(frozen=True)
@@ -64,15 +66,17 @@ def schema_problems(said: str, top_chart: str) -> list[SchemaProblem]:
         if not text.startswith("- "):
             continue
         pointer = _POINTER.search(text)
-        keys = [
-            k.replace("~1", "/").replace("~0", "~") for k in (pointer["pointer"] if pointer else "").split("/") if k
-        ]
-        named = _NAMED_KEY.search(text)
+        if pointer is not None:  # helm 4: - at '/a/b': reason
+            keys = [k.replace("~1", "/").replace("~0", "~") for k in pointer["pointer"].split("/") if k]
+            reason = text.split("': ", 1)[1] if "': " in text else text[2:]
+        else:  # helm 3: - a.b: reason, or - (root): reason
+            where, _, reason = text[2:].partition(": ")
+            keys = [] if where == "(root)" else where.split(".")
+        named = _NAMED_KEY.search(text) or _HELM3_KEY.search(text)
         if named is not None:
             keys.append(named["key"].split("', '")[0])
         if chart is not None and chart != top_chart:
             keys.insert(0, chart)
-        reason = text[2:].split("': ", 1)[1] if pointer and "': " in text else text[2:]
         problems.append(SchemaProblem(chart, tuple(keys), reason))
     return problems
 
