@@ -49,3 +49,7 @@ HELM_NAMESPACE = "meta.helm.sh/release-namespace"
 
 # The burn-in tier a Job runs, on the Job.
 BURNIN_TIER_ANNOTATION = "konduktor.ai/burnin-tier"
+# On a GPU node: the last burn-in verdict `up` or `konduktor-install burnin` recorded for it, as JSON (verdict,
+# level, run, time, and the fingerprint of what the verdict was about: GPU product and count, driver labels).
+# `up` burns in again only nodes without one, or changed since (`burnin.record`); `nodes` shows it.
+BURNIN_RESULT = "konduktor.ai/burnin-result"

@@ -26,6 +26,7 @@ from konduktor.sim.cluster import SimCluster
 from konduktor.sim.gpus import FAULTS_ANNOTATION, LOGS_ANNOTATION
 from konduktor.sim.pools import spec_from
 from konduktor.vocabulary import (
+    BURNIN_RESULT,
     HEALTH_TAINT_KEY,
     QUARANTINE_REASON,
     QUARANTINED_AT,
@@ -89,9 +90,9 @@ def patch_node(kube: Kube, name: str, change: Callable[[dict[str, Any]], dict[st
 
 
 def release_nodes(kube: Kube, names: Sequence[str]) -> None:
-    """Leave nodes as the other tests expect them: no health taint, annotation or condition, no injected GPU
-    fault, no quarantine Event."""
-    annotations = (QUARANTINED_AT, QUARANTINE_REASON, REQUALIFIED_AT, REQUALIFICATION_RESULT)
+    """Leave nodes as the other tests expect them: no health taint, annotation or condition, no recorded burn-in
+    verdict, no injected GPU fault, no quarantine Event."""
+    annotations = (QUARANTINED_AT, QUARANTINE_REASON, REQUALIFIED_AT, REQUALIFICATION_RESULT, BURNIN_RESULT)
     for name in names:
         patch_node(
             kube,

@@ -37,6 +37,7 @@ from konduktor.burnin.plan import (
     select_targets,
     unschedulable_for,
 )
+from konduktor.burnin.record import record_of
 from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, Verdict
 from konduktor.burnin.runner import BurnInRunner
 from konduktor.burnin.tiers import options_for_tier
@@ -49,6 +50,7 @@ from konduktor.controller.node_writes import node_patch
 from konduktor.controller.quarantine import quarantine_failed, quarantine_plan
 from konduktor.errors import UsageError
 from konduktor.kube.client import Kube
+from konduktor.ops.burnin import report_name
 from konduktor.sim.gpus import FAULTS_ANNOTATION, LOGS_ANNOTATION
 from konduktor.vocabulary import (
     BURNIN_TIER_ANNOTATION,
@@ -210,7 +212,7 @@ def test_a_job_that_failed_vanished_or_outlived_the_wait_is_an_error() -> None:
     gone = job_check(JobState(JobPhase.GONE))
     assert gone.reasons == ("the Job was deleted before the run read its result",)
     running = job_check(JobState(JobPhase.RUNNING))
-    assert running.reasons == ("still running when the wait ended; collect it with --run-id r7",)
+    assert running.reasons == ("still running when the wait ended; read it later: konduktor-install burnin show r7",)
     # A FAIL stays a FAIL whatever happened to the Job afterwards.
     fail = complete_verdict(failing_verdict("n2"), NodeRun(JobState(JobPhase.GONE), {}), "r7")
     assert fail.verdict is Verdict.FAIL and fail.checks[-1].check == JOB_CHECK
@@ -376,6 +378,30 @@ def test_quick_burnin_on_two_nodes(capsys: pytest.CaptureFixture[str], cluster: 
 
 
 @pytest.mark.sim
+def test_show_reads_a_past_run_and_starts_nothing(capsys: pytest.CaptureFixture[str], cluster: Sim) -> None:
+    """`burnin show RUN` (the hint a burn-in prints) reads the run's recorded report, else its Jobs, pods and logs;
+    it creates, changes and deletes nothing. Each node the run judged carries its verdict."""
+    kube, run_id, chosen = cluster.kube, "test-quick", NODES[:2]
+    for name in chosen:
+        record = record_of(kube.get("v1", "Node", name) or {})
+        assert record is not None and (record.verdict, record.level, record.run) == ("PASS", "quick", run_id)
+    jobs = {name: job["metadata"]["uid"] for name, job in run_jobs(kube, run_id).items()}
+    code, out, err = burnin(capsys, cluster, "show", run_id, "-o", "json")
+    assert code == 0, err
+    recorded = json.loads(out)
+    assert (recorded["run_id"], recorded["verdict"], [n["node"] for n in recorded["nodes"]]) == (run_id, "PASS", chosen)
+    kube.delete("v1", "ConfigMap", report_name(run_id), NAMESPACE)  # a run that recorded no report
+    code, out, err = burnin(capsys, cluster, "show", run_id, "-o", "json")
+    assert code == 0, err
+    from_jobs = json.loads(out)
+    assert [(n["node"], n["verdict"]) for n in from_jobs["nodes"]] == [(n, "PASS") for n in chosen]
+    assert kube.get("v1", "ConfigMap", report_name(run_id), NAMESPACE) is None  # show writes nothing
+    assert {name: job["metadata"]["uid"] for name, job in run_jobs(kube, run_id).items()} == jobs  # nor starts
+    code, _, err = burnin(capsys, cluster, "show", "no-such-run")
+    assert code == 2 and "no burn-in run 'no-such-run'" in err
+
+
+@pytest.mark.sim
 def test_rerun_reuses_the_runs_jobs_and_renders_table_and_junit(
     capsys: pytest.CaptureFixture[str], cluster: Sim
 ) -> None:
@@ -466,7 +492,7 @@ def test_a_wait_that_ends_first_asks_to_collect_later(cluster: Sim) -> None:
     verdicts, waited_out = runner.collect(targets, 3, lambda _: None)
     assert waited_out
     assert verdicts[0].checks[-1].reasons == (
-        "still running when the wait ended; collect it with --run-id test-waited",
+        "still running when the wait ended; read it later: konduktor-install burnin show test-waited",
     )
     assert exit_code(BurnInReport(run_id, "quick", "t", verdicts), waited_out) == 4
     kube.delete("batch/v1", "Job", node_job_name(run_id, NODES[2]), NAMESPACE)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from konduktor.burnin.isolation import plan_pair_tests
-from konduktor.burnin.report import render_json, render_junit, render_table, report_to_dict
+from konduktor.burnin.report import render_json, render_junit, render_table, report_from_dict, report_to_dict
 from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, Verdict
 from konduktor.burnin.tiers import Step, Tier, options_for_tier
 from konduktor.burnin.verdict import NodeEvidence, apply_isolation, judge_pair, judge_run, pair_outcomes
@@ -87,6 +87,8 @@ def test_json_round_trips_with_verdicts_as_words(report: BurnInReport) -> None:
         "gpu": 3,
     }
     assert data["pairs"][1]["nodes"] == ["gpu-node-02", "gpu-node-03"]
+    # What a run records in the cluster reads back as the same report (`burnin show`).
+    assert report_from_dict(data) == report
 
 
 def test_junit_is_well_formed_with_one_testcase_per_node_and_check(report: BurnInReport) -> None:

@@ -32,8 +32,8 @@ HEAVY = (
     "konduktor.burnin",
     "konduktor.preflight",
     "konduktor.sim",
+    "konduktor.ops",
     "konduktor.cli.up",
-    "konduktor.cli.burnin",
     "konduktor.cli.preflight",
 )
 

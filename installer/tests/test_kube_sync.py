@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from konduktor.kube.sync import ADOPTED_ANNOTATION, Change, Ref, comparable, differing_fields, plan
+from konduktor.kube.sync import (
+    ADOPTED_ANNOTATION,
+    Change,
+    Ref,
+    ValueChange,
+    comparable,
+    differing_fields,
+    plan,
+    value_changes,
+)
 
 
 def cq(name: str, gpus: str, **meta: Any) -> dict[str, Any]:
@@ -39,6 +48,36 @@ def test_plan_classifies_every_object() -> None:
         ("keep", "team-gone"),  # namespaces are never deleted: they hold the team's workloads
     ]
     assert changes[2].fields == ("spec.resourceGroups",)
+
+
+def flavored(name: str, gpus: str, cpus: str = "64") -> dict[str, Any]:
+    resources = [{"name": "cpu", "nominalQuota": cpus}, {"name": "nvidia.com/gpu", "nominalQuota": gpus}]
+    queue = cq(name, gpus)
+    queue["spec"]["resourceGroups"][0]["flavors"] = [{"name": "h100", "resources": resources}]
+    return queue
+
+
+def test_an_update_names_each_value_it_changes_old_and_new() -> None:
+    """A quota change of 20 -> 24 shows the numbers, with list items named as Kueue names them."""
+    [change] = plan([(flavored("team-a", "24"), flavored("team-a", "20"), flavored("team-a", "24"))], [], prune=True)
+    path = "spec.resourceGroups[0].flavors[h100].resources[nvidia.com/gpu].nominalQuota"
+    assert change.values == (ValueChange(path, "20", "24"),)
+    assert change.describe().splitlines() == [
+        "update    ClusterQueue team-a (spec.resourceGroups)",
+        f"    {path}: 20 -> 24",
+    ]
+    assert change.as_json()["values"] == [{"path": path, "old": "20", "new": "24"}]
+
+
+def test_value_changes_of_added_removed_and_reshaped_values() -> None:
+    assert value_changes({"a": {"b": 1}}, {"a": {"c": 2}}) == [ValueChange("a.b", 1, None), ValueChange("a.c", None, 2)]
+    # a flavor added: the new item is the value, under its name
+    before, after = {"f": [{"name": "x", "q": 1}]}, {"f": [{"name": "x", "q": 1}, {"name": "y", "q": 2}]}
+    assert value_changes(before, after) == [ValueChange("f[y]", None, {"name": "y", "q": 2})]
+    # unnamed lists of another length change as a whole
+    assert value_changes({"l": [1]}, {"l": [1, 2]}) == [ValueChange("l", [1], [1, 2])]
+    assert ValueChange("l", [1], None).describe() == "l: [1] -> (absent)"
+    assert value_changes({"a": 1}, {"a": 1}) == []
 
 
 def test_without_prune_dropped_objects_are_kept() -> None:

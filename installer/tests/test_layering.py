@@ -39,8 +39,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "controller": frozenset({"gpu", "config", "kube", "burnin", "observability"}),
     "sim": frozenset({"gpu", "config", "kube", "helm", "quotas", "burnin", "tools"}),
     "queueing": frozenset({"gpu", "config", "kube", "quotas"}),
+    "ops": frozenset({"gpu", "config", "tools", "kube", "quotas", "helm", "burnin", "controller"}),
     "cli": frozenset(
         {
+            "ops",
             "gpu",
             "config",
             "tools",

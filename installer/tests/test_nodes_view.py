@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from konduktor.burnin.record import BurnInRecord
 from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict
 from konduktor.controller.breaker import BreakerView, breaker_view, controller_view
 from konduktor.controller.decide import CONDITION_TYPE, RecordEvent, SetCondition, UpdateNode
@@ -16,6 +17,7 @@ from konduktor.controller.release import release_hints, release_plan, requalific
 from konduktor.controller.settings import HealthSettings
 from konduktor.errors import ChangeRefused, ExitCode, UsageError
 from konduktor.vocabulary import (
+    BURNIN_RESULT,
     HEALTH_TAINT_KEY,
     QUARANTINE_REASON,
     QUARANTINED_AT,
@@ -152,6 +154,23 @@ def test_last_verdict_from_the_requalification_annotations() -> None:
     assert (never.last_verdict, never.last_verdict_at) == (None, None)
 
 
+def test_last_verdict_is_the_newest_of_the_requalification_and_the_recorded_burnin() -> None:
+    """`up` and `burnin` record their verdict on the node (`burnin.record`); the view shows the newest verdict."""
+    record = BurnInRecord("PASS", "quick", "20270115-074000", "2027-01-15T07:55:00Z", "f")
+    burned = {BURNIN_RESULT: record.encode()}
+    [view] = health_view([node("a", annotations=burned)])
+    assert (view.last_verdict, view.last_verdict_at, view.last_verdict_detail) == (
+        "PASS",
+        "2027-01-15T07:55:00Z",
+        "burn-in 20270115-074000 at level quick",
+    )
+    older = {REQUALIFIED_AT: "2027-01-15T07:50:00Z", REQUALIFICATION_RESULT: "FAIL: ecc", **burned}
+    assert health_view([node("a", annotations=older)])[0].last_verdict == "PASS"
+    newer = {**older, REQUALIFIED_AT: "2027-01-15T07:59:00Z"}
+    assert health_view([node("a", annotations=newer)])[0].last_verdict == "FAIL"
+    assert "PASS 5m ago" in render_table(health_view([node("a", annotations=burned)]), NOW)
+
+
 def test_the_json_shape_is_pinned() -> None:
     [view] = health_view([quarantined("a", gpus=9)], [event("a", "konduktor-health", "2027-01-15T07:30:00Z")])
     assert view.row() == {
@@ -197,6 +216,8 @@ def test_the_table_fits_100_columns_and_wide_adds_the_evidence() -> None:
     assert lines[1].endswith("…")
     wide = render_table(views, NOW, wide=True)
     assert "Xid 79: GPU fell off the bus" in wide and "EVIDENCE" in wide and "Xid 79" not in table
+    headers = wide.splitlines()[0].split()
+    assert headers[-3:] == ["PRODUCT", "STATE-CHANGED-AT", "EVIDENCE"] and len(set(headers)) == len(headers)
 
 
 # --- what happens next, and the breaker -----------------------------------------------------------------------------

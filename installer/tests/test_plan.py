@@ -172,3 +172,22 @@ def test_plan_for_a_simulated_cluster_not_yet_running_adds_every_object(
     ]
     assert "plan: the simulated cluster 'plan-never-started' is not running; up creates it" in said
     assert not (state_dir() / "plan-never-started").exists()  # plan starts nothing
+
+
+@pytest.mark.parametrize("command", ["plan", "up"])
+def test_a_values_file_the_charts_schema_refuses_is_bad_input_found_before_any_cluster(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The values files are rendered with the chart on this machine first: a field its values.schema.json refuses
+    is exit 2 naming the file, the line and the field, and no cluster is started, read or changed."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text("controller:\n  replicas: 1\n")
+    bad.write_text("# a typo'd environment overlay\ncontroller:\n  replicas: two\n")
+    name = f"{command}-values-never-started"
+    code = main([command, str(EXAMPLE), "--sim", name, "-f", str(good), "-f", str(bad)])
+    err = capsys.readouterr().err
+    assert code == ExitCode.BAD_INPUT, err
+    assert f"{bad}:3: controller.replicas:" in err and "nothing was changed" in err and "Traceback" not in err
+    assert str(good) not in err  # the file that set the refused field, not every file
+    assert not (state_dir() / name).exists()

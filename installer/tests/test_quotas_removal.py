@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from konduktor.kube.sync import Change, Ref
-from konduktor.quotas.removal import DrainPolicy, TeamWork, review_removals, team_work
+from konduktor.ops.down import stranded
+from konduktor.quotas.removal import DrainPolicy, TeamWork, review_removals, team_work, why_not_gone
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 
@@ -57,3 +58,46 @@ def test_a_busy_team_is_refused_unless_told_how_to_drain_it() -> None:
     assert [c.action for c in stopped] == ["prune", "prune"] and "holding 8 GPUs" in stopped[1].note
     idle = review_removals(changes, {"team-b": TeamWork("team-b")}, None)
     assert idle == changes
+
+
+def test_a_deleted_queue_still_there_is_explained_with_the_workloads_that_hold_it() -> None:
+    """`down` names what it deleted that is still there, and why: Kueue keeps a ClusterQueue while Workloads hold
+    quota in it."""
+    terminating = {"deletionTimestamp": "2027-01-15T07:00:00Z", "finalizers": ["kueue.x-k8s.io/resource-in-use"]}
+    queue = {"kind": "ClusterQueue", "metadata": {"name": "team-a", **terminating}}
+    workloads = [
+        workload("job-b", "team-a", admitted_to="team-a", QuotaReserved="True"),
+        workload("job-a", "team-a", admitted_to="team-a"),  # suspended, its admission kept
+        workload("done", "team-a", admitted_to="team-a", Finished="True"),
+        workload("other", "team-b", admitted_to="team-b"),
+    ]
+    assert why_not_gone(queue, workloads) == (
+        "Terminating, finalizer kueue.x-k8s.io/resource-in-use: 2 workloads still reference it: "
+        "team-a/job-a, team-a/job-b"
+    )
+    namespace = {
+        "kind": "Namespace",
+        "metadata": {"name": "team-a", "deletionTimestamp": "2027-01-15T07:00:00Z"},
+        "status": {"conditions": [{"type": "NamespaceContentRemaining", "status": "True", "message": "pods: 2"}]},
+    }
+    assert why_not_gone(namespace, []) == "Terminating: pods: 2"
+    assert why_not_gone({"kind": "LocalQueue", "metadata": {"name": "default"}}, []).startswith("not deleted")
+    # Kueue keeps a ResourceFlavor (and a Cohort) while a ClusterQueue uses it.
+    queue["spec"] = {"cohortName": "lab", "resourceGroups": [{"flavors": [{"name": "h100"}]}]}
+    flavor = {"kind": "ResourceFlavor", "metadata": {"name": "h100", **terminating}}
+    assert why_not_gone(flavor, workloads, [queue]) == (
+        "Terminating, finalizer kueue.x-k8s.io/resource-in-use: ClusterQueue team-a still uses it"
+    )
+    cohort = {"kind": "Cohort", "metadata": {"name": "lab", **terminating}}
+    assert why_not_gone(cohort, workloads, [queue]).endswith(": ClusterQueue team-a still uses it")
+
+
+def test_jobs_waiting_in_a_deleted_local_queue_are_named_as_stranded() -> None:
+    deleted = [Ref(KUEUE, "LocalQueue", "default", "team-a")]
+    workloads = [
+        workload("waits", "team-a"),
+        workload("runs", "team-a", admitted_to="team-a"),
+        workload("elsewhere", "team-b"),
+        workload("over", "team-a", Finished="True"),
+    ]
+    assert stranded(deleted, workloads) == ["team-a/waits (LocalQueue default)"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 from conftest import EXAMPLE, Sim
 from sim_fixture import release_nodes
 
+from konduktor.burnin.record import record_of
 from konduktor.cli.main import main
 from konduktor.controller.settings import HealthSettings, load_settings
 from konduktor.helm.release import NAMESPACE, RELEASE, current
@@ -22,16 +24,20 @@ from konduktor.quotas.render import KUEUE_API
 from konduktor.quotas.sync import crd_losses
 from konduktor.sim.gpus import FAULTS_ANNOTATION
 from konduktor.sim.workloads import gpu_job
-from konduktor.vocabulary import BURNIN_NAMESPACE, HEALTH_TAINT_KEY, HELM_NAMESPACE, HELM_RELEASE
+from konduktor.vocabulary import BURNIN_NAMESPACE, BURNIN_RESULT, HEALTH_TAINT_KEY, HELM_NAMESPACE, HELM_RELEASE
 from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim
+
+NODES = [f"gpu-h100-{i:04d}" for i in range(4)]
+HOLD = "pod-complete.stage.kwok.x-k8s.io/delay"  # kwok keeps such a pod Running this long
 
 
 def test_up_installs_applies_and_verifies_then_changes_nothing(
     sim: Sim, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv("KUBECONFIG", raising=False)
+    release_nodes(sim.kube, NODES)  # no verdict recorded on them: `up` burns every one in
     assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0
     out, err = capsys.readouterr()
     assert "konduktor-core 0.1.0 revision" in out  # the report is data, on stdout; progress on stderr
@@ -61,7 +67,9 @@ def test_up_installs_applies_and_verifies_then_changes_nothing(
     assert refused is not None and refused.status == 403
     assert "konduktor-gpu-in-team-namespaces" in refused.message
     assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0  # safe to re-run
-    assert "0 quota objects changed" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "0 quota objects changed" in out
+    assert re.search(r"burn-in \S+: 0 node\(s\) burned in, 4 skipped", out)  # each node has its verdict already
 
 
 def test_up_gives_the_health_controller_the_settings_of_the_configs_health_section(
@@ -165,7 +173,8 @@ def test_up_burns_in_the_gpu_nodes_and_quarantines_one_that_fails(
     bad = "gpu-h100-0002"
     sim.kube.patch("v1", "Node", bad, {"metadata": {"annotations": {FAULTS_ANNOTATION: "4=missing"}}})
     try:
-        assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 1
+        # Every node PASSed the first test's burn-in, and none changed since: only `all` burns them in again.
+        assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name, "--burnin", "all"]) == 1
         out, err = capsys.readouterr()
         assert f"burn-in: {bad} FAIL (quarantined): nvidia-smi lists 9 GPUs, the node advertises 10" in out
         assert "up: the platform is installed, but burn-in" in err
@@ -176,36 +185,62 @@ def test_up_burns_in_the_gpu_nodes_and_quarantines_one_that_fails(
         release_nodes(sim.kube, [bad])
 
 
-def test_ups_burn_in_reports_a_node_it_cannot_schedule_on_after_the_configured_bound(
-    sim: Sim, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+def test_up_again_burns_in_only_new_nodes_and_skips_those_whose_gpus_are_in_use(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """One GPU of a node is taken, so its burn-in pod (all ten GPUs) cannot be placed: `up` reports the node as an
-    ERROR with the scheduler's reason after `burnin.unschedulableSeconds`, not after the Job's deadline."""
+    """Re-running `up` on a cluster in use: a node whose GPUs a running pod holds is SKIPPED with that pod named
+    (not a failure: exit 0), a node never burned in is burned in, the others keep their recorded verdict; `nodes -o
+    wide` shows it."""
     monkeypatch.delenv("KUBECONFIG", raising=False)
-    config = tmp_path / "config.yaml"
-    config.write_text(EXAMPLE.read_text().replace("unschedulableSeconds: 60", "unschedulableSeconds: 2"))
+    busy, new, holder = "gpu-h100-0001", "gpu-h100-0003", "holds-one-gpu"
     # A GPU pod outside the teams' queues: only the policies' GPU system namespaces may run one.
-    busy, blockers = "gpu-h100-0001", "kube-system"
     gpu = {"nvidia.com/gpu": "1"}
-    sim.kube.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "holds-one-gpu", "namespace": blockers},
-            "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": busy},
-                "tolerations": [{"operator": "Exists"}],
-                "containers": [{"name": "c", "image": "busybox", "resources": {"requests": gpu, "limits": gpu}}],
-            },
-        }
-    )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": holder, "namespace": "kube-system", "annotations": {HOLD: "1h"}},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": busy},
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "c", "image": "busybox", "resources": {"requests": gpu, "limits": gpu}}],
+        },
+    }
+    sim.kube.apply(pod)
+    for name in (busy, new):  # as if just added to the cluster
+        sim.kube.patch("v1", "Node", name, {"metadata": {"annotations": {BURNIN_RESULT: None}}})
     try:
-        assert main(["up", str(config), "--sim", sim.cluster.name]) == 1
-        (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith(f"burn-in: {busy} ERROR: ")]
-        assert "the pod could not be scheduled: 0/" in line and "Insufficient nvidia.com/gpu" in line
+        wait_until("the pod to run", lambda: pod_phase(sim.kube, holder) == "Running", timeout=60)
+        before = {n: record_of(node(sim.kube, n)) for n in NODES}
+        fresh = [n for n in NODES if before[n] is None and n != busy]  # the earlier tests' leave some judged
+        assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0
+        out, err = capsys.readouterr()
+        assert "burn-in" in err and "found nodes that are not fit" not in err
+        assert f"  {busy} SKIPPED: busy: GPUs held by 1 running pod(s): kube-system/{holder} (1 GPUs)" in out
+        (summary,) = [line for line in out.splitlines() if re.match(r"burn-in \S+: \d+ node", line)]
+        assert summary.endswith(f": {len(fresh)} node(s) burned in, {len(NODES) - len(fresh)} skipped")
+        after = {n: record_of(node(sim.kube, n)) for n in NODES}
+        assert after[busy] is None and all(after[n] == before[n] for n in NODES if before[n] is not None)
+        assert all((after[n].verdict, after[n].level) == ("PASS", "quick") for n in fresh)  # type: ignore[union-attr]
+        assert main(["nodes", "-o", "wide", "--sim", sim.cluster.name]) == 0
+        table = capsys.readouterr().out.splitlines()
+        column = table[0].split().index("BURN-IN")
+        rows = {line.split()[0]: line.split() for line in table[1:] if line.startswith("gpu-")}
+        assert [rows[n][column] for n in NODES if n != busy] == ["PASS"] * 3, table
+        assert rows[busy][column] == "-"
     finally:
-        sim.kube.delete("v1", "Pod", "holds-one-gpu", blockers)
-        wait_until("the blocker to be gone", lambda: sim.kube.get("v1", "Pod", "holds-one-gpu", blockers) is None, 60)
+        sim.kube.delete("v1", "Pod", holder, "kube-system")
+        wait_until("the pod to be gone", lambda: sim.kube.get("v1", "Pod", holder, "kube-system") is None, 60)
+
+
+def node(kube: Kube, name: str) -> dict[str, Any]:
+    found = kube.get("v1", "Node", name)
+    assert found is not None
+    return found
+
+
+def pod_phase(kube: Kube, name: str) -> str | None:
+    found = kube.get("v1", "Pod", name, "kube-system")
+    return None if found is None else found.get("status", {}).get("phase")
 
 
 def test_a_bad_config_starts_nothing(
@@ -324,7 +359,14 @@ def test_dry_run_and_plan_show_exactly_a_quota_edit(
     assert main(["plan", str(edited), "--sim", sim.cluster.name]) == 1
     release, *changes = capsys.readouterr().out.splitlines()
     assert re.fullmatch(r"release konduktor revision \d+ \(deployed\): up to date", release)
-    assert changes == ["update    ClusterQueue team-a (spec.resourceGroups)"]
+    assert changes[0] == "update    ClusterQueue team-a (spec.resourceGroups)"
+    # each value that changes, old -> new (the GPUs', and the CPU and memory that follow them)
+    assert "    spec.resourceGroups[0].flavors[h100].resources[nvidia.com/gpu].nominalQuota: 20 -> 16" in changes[1:]
+    assert all(line.startswith("    spec.resourceGroups[0].flavors[h100].resources[") for line in changes[1:])
+    assert main(["plan", str(edited), "--sim", sim.cluster.name, "-o", "json"]) == 1
+    [quota] = json.loads(capsys.readouterr().out)["quotas"]
+    gpu_path = "spec.resourceGroups[0].flavors[h100].resources[nvidia.com/gpu].nominalQuota"
+    assert {"path": gpu_path, "old": "20", "new": "16"} in quota["values"]
     assert main(["up", str(edited), "--sim", sim.cluster.name, "--dry-run"]) == 0
     assert "1 quota objects would change" in capsys.readouterr().out
     queue = sim.kube.get(KUEUE_API, "ClusterQueue", "team-a")
@@ -371,6 +413,55 @@ def test_status_then_down_removes_what_up_made(
     assert sim.kube.get("v1", "Namespace", "team-a") is not None  # kept: it holds the team's work
     assert main(["status", *given]) == 1
     assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0  # and back, for the tests that follow
+
+
+def test_down_dry_run_changes_nothing_and_down_names_a_queue_its_workloads_keep(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A team job holds quota in ClusterQueue team-a: `down --dry-run` lists what it would delete and that the queue
+    would wait for the job, and changes nothing; `down` deletes, waits (bounded), then names the queue Kueue keeps
+    and the workload that holds it (exit 4); once the job is gone, `down` again finishes (exit 0)."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    where = ["--sim", sim.cluster.name]
+    sim.kube.apply(gpu_job("holds-quota", "team-a", gpus=1, run_for="1h"))
+    try:
+        wait_until("the job's workload to be admitted", lambda: bool(admitted_workloads(sim.kube, "team-a")), 60)
+        [workload] = admitted_workloads(sim.kube, "team-a")
+        release = current(sim.kubeconfig, RELEASE, NAMESPACE)
+        capsys.readouterr()
+        assert main(["down", *where, "--dry-run"]) == 0
+        planned = capsys.readouterr().out.splitlines()
+        assert (
+            f"delete release {RELEASE} revision {release.revision if release else '?'} (konduktor-core) in {NAMESPACE}"
+            in planned
+        )
+        assert "delete ClusterQueue team-a" in planned and "delete LocalQueue team-a/default" in planned
+        assert f"wait   ClusterQueue team-a: 1 workloads hold quota in it: team-a/{workload}" in planned
+        assert sim.kube.get(KUEUE_API, "ClusterQueue", "team-a") is not None  # nothing changed
+        assert current(sim.kubeconfig, RELEASE, NAMESPACE) == release
+
+        assert main(["down", *where, "--yes", "--timeout", "5"]) == 4
+        err = capsys.readouterr().err
+        assert (
+            "ClusterQueue team-a: Terminating, finalizer kueue.x-k8s.io/resource-in-use: 1 workloads still reference "
+            f"it: team-a/{workload}"
+        ) in err
+        # and what waits for the queue: its flavor (and cohort), which Kueue keeps while the queue uses them
+        assert "ResourceFlavor h100: Terminating, finalizer kueue.x-k8s.io/resource-in-use: ClusterQueue team-a" in err
+        assert re.search(r"quota objects deleted, \d+ not gone", err) and "Traceback" not in err
+    finally:
+        sim.kube.delete("batch/v1", "Job", "holds-quota", "team-a")
+    wait_until("the job's workload to go", lambda: not admitted_workloads(sim.kube, "team-a"), 60)
+    assert main(["down", *where, "--yes"]) == 0  # converges: the queue is let go
+    assert sim.kube.get(KUEUE_API, "ClusterQueue", "team-a") is None
+    assert main(["up", str(EXAMPLE), *where, "--burnin", "none"]) == 0  # and back, for the tests that follow
+
+
+def admitted_workloads(kube: Kube, namespace: str) -> list[str]:
+    workloads = kube.list(KUEUE_API, "Workload", namespace)
+    return [
+        w["metadata"]["name"] for w in workloads if (w.get("status", {}).get("admission") or {}).get("clusterQueue")
+    ]
 
 
 def test_down_refuses_while_the_releases_crds_hold_objects_it_did_not_create(

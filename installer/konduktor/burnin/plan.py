@@ -68,7 +68,7 @@ def select_targets(nodes: Sequence[Mapping[str, Any]], config: Config | None, na
         if not chosen:
             raise UsageError(
                 "no node matches the GPU types of the config",
-                hint="check the nodes' labels: konduktor-install preflight CONFIG",
+                hint="compare the config's gpuTypes selectors with the nodes' labels: kubectl get nodes --show-labels",
             )
     else:
         chosen = [n for n in nodes if allocatable_gpus(n) > 0]
@@ -231,7 +231,7 @@ def complete_verdict(verdict: NodeVerdict, run: NodeRun, run_id: str) -> NodeVer
     job_reasons = {
         JobPhase.FAILED: [f"the Job failed: {run.job.reason}"],
         JobPhase.GONE: ["the Job was deleted before the run read its result"],
-        JobPhase.RUNNING: [f"still running when the wait ended; collect it with --run-id {run_id}"],
+        JobPhase.RUNNING: [f"still running when the wait ended; read it later: konduktor-install burnin show {run_id}"],
         JobPhase.UNSCHEDULABLE: [f"the pod could not be scheduled: {run.job.reason}"],
     }.get(run.job.phase)
     if job_reasons is not None:

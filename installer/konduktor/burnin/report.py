@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, PairVerdict, Verdict, worst
+from konduktor.burnin.results import BurnInReport, CheckResult, Evidence, NodeVerdict, PairVerdict, Verdict, worst
 from konduktor.burnin.tiers import PAIR_STEP, Step
 
 # Table columns in run order; the pair column appears once pairs were tested.
@@ -85,6 +86,29 @@ def report_to_dict(report: BurnInReport) -> dict[str, Any]:
         node["quarantine"] = original.quarantine
     data["verdict"] = worst(n.verdict for n in report.nodes).value
     return data
+
+
+def report_from_dict(data: Mapping[str, Any]) -> BurnInReport:
+    """The report `report_to_dict` made, back (as a run records it in the cluster, for `burnin show`)."""
+
+    def check(item: Mapping[str, Any]) -> CheckResult:
+        return CheckResult(
+            item["check"],
+            Verdict(item["verdict"]),
+            item["step"],
+            item.get("summary", ""),
+            tuple(item.get("reasons") or ()),
+            tuple(Evidence(**e) for e in item.get("evidence") or ()),
+        )
+
+    nodes = tuple(
+        NodeVerdict(
+            n["node"], n.get("gpu_product"), n.get("gpu_model"), Verdict(n["verdict"]), tuple(map(check, n["checks"]))
+        )
+        for n in data["nodes"]
+    )
+    pairs = tuple(PairVerdict((p["nodes"][0], p["nodes"][1]), check(p["result"])) for p in data.get("pairs") or ())
+    return BurnInReport(data["run_id"], data["tier"], data["thresholds_version"], nodes, pairs)
 
 
 def render_json(report: BurnInReport) -> str:

@@ -33,6 +33,7 @@ from konduktor.burnin.plan import (
     NodeRun,
     Target,
     complete_verdict,
+    job_state,
     no_gpu_verdict,
     pair_groups,
     pod_problem,
@@ -186,14 +187,25 @@ class BurnInRunner:
         report("reading the step logs")
         return self._judge(targets, names, states), any(not s.finished for s in states.values())
 
+    def read(self, targets: Sequence[Target]) -> tuple[tuple[NodeVerdict, ...], bool]:
+        """The run's verdicts as its Jobs, pods and logs say now, and whether Jobs still run; it creates, waits for
+        and deletes nothing (`burnin show`). Node pairs are not judged again: a recorded report has them."""
+        names = {t.node: node_job_name(self.run_id, t.node) for t in targets}
+        jobs = {j["metadata"]["name"]: j for j in self._run_jobs()}
+        states = {name: job_state(jobs.get(name)) for name in names.values()}
+        return self._judge(targets, names, states), any(not s.finished for s in states.values())
+
+    def job_nodes(self, nodes: Iterable[str]) -> list[str]:
+        """Those of `nodes` that this run has a node Job for."""
+        jobs = {j["metadata"]["name"] for j in self._run_jobs()}
+        return [node for node in nodes if node_job_name(self.run_id, node) in jobs]
+
     def _wait(self, names: Sequence[str], wait_s: float, report: Callable[[str], None]) -> dict[str, JobState]:
         try:
             selector = f"{RUN_LABEL}={self.run_id}"
             return wait_for_jobs(self.kube, self.namespace, selector, names, wait_s, report, self.unschedulable_s)
         except KeyboardInterrupt:
-            self.say(
-                f"the Jobs keep running; collect their results with: konduktor-install burnin --run-id {self.run_id}"
-            )
+            self.say(f"the Jobs keep running; read their results later: konduktor-install burnin show {self.run_id}")
             raise
 
     def _drop_unschedulable(self, states: Mapping[str, JobState], report: Callable[[str], None]) -> None:

@@ -1,8 +1,10 @@
-"""`konduktor-install burnin`: run the burn-in Jobs on GPU nodes, judge their output, report, optionally quarantine.
+"""`konduktor-install burnin`: run the burn-in Jobs on GPU nodes, judge their output, report, optionally quarantine;
+`burnin show RUN`: a past run, read from the cluster.
 
-The run itself is `konduktor.burnin.runner`; the quarantine of FAIL nodes is the health controller's
-(`konduktor.controller.quarantine`). A run is named by its run id: running the command again with `--run-id`
-picks up that run's Jobs instead of starting new ones, so an interrupted run can still be collected.
+The run itself is `konduktor.ops.burnin` over `konduktor.burnin.runner`; the quarantine of FAIL nodes is the health
+controller's (`konduktor.controller.quarantine`). A run is named by its run id: `burnin show RUN` reads what it
+left (its report, else its Jobs), starting nothing; running a burn-in again with `--run-id` picks up that run's
+Jobs instead of starting new ones (and starts those it misses), so an interrupted run can be finished.
 """
 
 from __future__ import annotations
@@ -20,18 +22,17 @@ import typer
 from konduktor.burnin.manifests import make_run_id
 from konduktor.burnin.plan import exit_code, select_targets
 from konduktor.burnin.report import render_json, render_junit, render_table, report_to_dict
-from konduktor.burnin.results import BurnInReport, Verdict
+from konduktor.burnin.results import BurnInReport
 from konduktor.burnin.runner import BurnInRequest, BurnInRunner
-from konduktor.burnin.thresholds import DEFAULT_THRESHOLDS
 from konduktor.burnin.tiers import BurnInImages, Tier, options_for_tier
 from konduktor.cli.console import err, print_document, progress
+from konduktor.cli.help_text import PlainHelpGroup
 from konduktor.cli.quotas import load_checked
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
 from konduktor.config.model import UNSCHEDULABLE_SECONDS, Config, duration_seconds
-from konduktor.controller.quarantine import quarantine_failed
-from konduktor.controller.release import release_hints
 from konduktor.errors import UsageError
 from konduktor.kube.client import Kube
+from konduktor.ops import burnin as runs
 from konduktor.quotas.manifests import to_yaml
 from konduktor.vocabulary import BURNIN_NAMESPACE
 
@@ -45,8 +46,28 @@ def say(message: str) -> None:
     err.print(message, markup=False)
 
 
+RUN = "run"
+GROUP_HELP = """Burn in GPU nodes with Jobs and judge them: PASS, WARN, FAIL, ERROR or SKIPPED per node.
+
+`burnin [CONFIG] [OPTIONS]` is `burnin run`: it starts a burn-in. `burnin show RUN` shows a past run and starts
+nothing."""
+
+
+class BurnInCommands(PlainHelpGroup):
+    """`burnin` runs a burn-in unless its first word names another of its commands (`show`): `burnin CONFIG` and
+    `burnin --nodes N` mean `burnin run ...`, as before `show` existed."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:  # type: ignore[override]
+        if not args or (args[0] not in self.commands and args[0] not in ctx.help_option_names):
+            args = [RUN, *args]
+        return super().parse_args(ctx, args)
+
+
 def register(app: typer.Typer) -> None:
-    app.command("burnin")(burnin)
+    commands = typer.Typer(cls=BurnInCommands, help=GROUP_HELP, no_args_is_help=False)
+    commands.command(RUN)(burnin)
+    commands.command("show")(show)
+    app.add_typer(commands, name="burnin")
 
 
 def burnin(
@@ -81,7 +102,11 @@ def burnin(
         typer.Option("--timeout", help="How long to wait for each batch of Jobs, e.g. 45m (default: their deadline)."),
     ] = None,
     run_id: Annotated[
-        str | None, typer.Option("--run-id", help="Collect (or finish) an earlier run instead of starting a new one.")
+        str | None,
+        typer.Option(
+            "--run-id",
+            help="Finish an earlier run: reuse its Jobs, start those it misses (to only read it: burnin show RUN).",
+        ),
     ] = None,
     image: Annotated[
         list[str] | None,
@@ -98,10 +123,12 @@ def burnin(
         ),
     ] = None,
 ) -> None:
-    """Burn in GPU nodes with Jobs and judge them: PASS, WARN, FAIL, ERROR or SKIPPED per node.
+    """Start a burn-in of GPU nodes (the default command: `burnin CONFIG` is `burnin run CONFIG`).
 
-    Exit 0: every node PASSed, WARNed or was SKIPPED; 1: a node FAILed or ended in ERROR; 4: the wait ended with
-    Jobs still running (collect them later with --run-id); 2: bad input.
+    Each judged node's verdict is recorded on it (annotation konduktor.ai/burnin-result, shown by `nodes`), and the
+    run's report in the cluster (`burnin show RUN`). Exit 0: every node PASSed, WARNed or was SKIPPED; 1: a node
+    FAILed or ended in ERROR; 4: the wait ended with Jobs still running (read them later with `burnin show RUN`);
+    2: bad input.
     """
     loaded = load_checked(config) if config is not None else None
     options = options_for_tier(
@@ -119,33 +146,52 @@ def burnin(
             return
         request = BurnInRequest(options, run, namespace, tuple(names), wait_s, quarantine, unschedulable_s)
         report, waited_out = burn_in(kube, loaded.config if loaded else None, request)
-        if output == "yaml":
-            print_document(report_to_dict(report), "yaml")
-        else:
-            sys.stdout.write({"table": render_table, "json": render_json, "junit": render_junit}[output](report))
-    code = exit_code(report, waited_out)
+    print_report(report, output)
+    finish(report, waited_out)
+
+
+def show(
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="The run id a burn-in printed.", show_default=False)],
+    output: Annotated[
+        ReportFormat, typer.Option("-o", "--output", help="table per node, json or yaml, or JUnit XML for CI.")
+    ] = "table",
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    sim: SimOption = None,
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="Where the run's Jobs ran.")] = DEFAULT_NAMESPACE,
+) -> None:
+    """Show a past burn-in run from what it left in the cluster: its recorded report, else its Jobs, pods and
+    logs as they are now. Starts, changes and deletes nothing.
+
+    Exit as the run: 0 every node PASSed, WARNed or was SKIPPED; 1 a node FAILed or ended in ERROR; 4 Jobs still
+    running; 2 no such run.
+    """
+    with connect(kubeconfig, context, sim, read_only=True) as kube:
+        report, running = runs.show_run(kube, namespace, run_id)
+    print_report(report, output)
+    finish(report, running)
+
+
+def print_report(report: BurnInReport, output: ReportFormat) -> None:
+    if output == "yaml":
+        print_document(report_to_dict(report), "yaml")
+    else:
+        sys.stdout.write({"table": render_table, "json": render_json, "junit": render_junit}[output](report))
+
+
+def finish(report: BurnInReport, running: bool) -> None:
+    code = exit_code(report, running)
     if code == 4:
-        err.print(f"some Jobs are still running; collect them with --run-id {run}", markup=False)
+        err.print(
+            f"some Jobs are still running; read them later: konduktor-install burnin show {report.run_id}", markup=False
+        )
     if code:
         raise typer.Exit(code)
 
 
 def burn_in(kube: Kube, config: Config | None, request: BurnInRequest) -> tuple[BurnInReport, bool]:
-    """One run on the chosen nodes, judged; FAIL nodes quarantined when asked. (report, whether the wait ended
-    with Jobs still running). A node whose pod stays unschedulable for `request.unschedulable_s` is an ERROR
-    with the scheduler's reason."""
-    run, options = request.run_id, request.options
-    runner = BurnInRunner(kube, request.namespace, run, options, request.unschedulable_s, say=say, progress=progress)
-    targets = select_targets(kube.list("v1", "Node"), config, request.nodes)
-    say(f"burn-in {run}: {options.tier.value} on {len(targets)} node(s) in {request.namespace}")
-    verdicts, waited_out = runner.run(targets, request.wait_s)
-    if request.quarantine:
-        quarantine_failed(kube, verdicts, say)
-    for hint in release_hints(verdicts, kube.list("v1", "Node")):
-        say(hint)
-    counts = ", ".join(f"{sum(v.verdict is s for v in verdicts)} {s.value}" for s in Verdict)
-    say(f"burn-in {run}: {counts}")
-    return BurnInReport(run, options.tier.value, DEFAULT_THRESHOLDS.version, verdicts, runner.pairs), waited_out
+    """One run (`konduktor.ops.burnin.burn_in`), telling the console what it does."""
+    return runs.burn_in(kube, config, request, say, progress)
 
 
 def configured_tier(config: Config | None) -> Tier:

@@ -10,6 +10,7 @@ running it again.
 from __future__ import annotations
 
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -20,11 +21,8 @@ from typing import Annotated, Any
 import typer
 
 from konduktor.burnin.manifests import make_run_id
+from konduktor.burnin.record import Policy
 from konduktor.burnin.results import BurnInReport, NodeVerdict, Verdict
-from konduktor.burnin.runner import BurnInRequest
-from konduktor.burnin.tiers import Tier, options_for_tier
-from konduktor.cli.burnin import DEFAULT_NAMESPACE as BURNIN_NAMESPACE
-from konduktor.cli.burnin import burn_in
 from konduktor.cli.cluster_quotas import AdoptOption, DrainOption, DrainTimeoutOption
 from konduktor.cli.console import OutputFormat, err, print_document, print_rows, progress, say
 from konduktor.cli.preflight import cluster_checks, node_checks, read_cluster, require_reachable
@@ -56,11 +54,15 @@ from konduktor.helm.release import (
     render_upgrade,
     uninstall,
 )
+from konduktor.helm.schema import ValuesFile
 from konduktor.helm.values import core_values, merge_values, umbrella_values
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.documents import load_documents
 from konduktor.kube.policy_audit import Violation, audit_workloads
 from konduktor.kube.sync import WRITES, Change, refuse_if_any
+from konduktor.ops.burnin import UpBurnIn, burn_in_for_up
+from konduktor.ops.down import DOWN_TIMEOUT, plan_down, stranded_by, wait_gone
+from konduktor.ops.values import check_values, read_values_files
 from konduktor.preflight.inventory import SshHosts, config_inventory
 from konduktor.preflight.results import Status
 from konduktor.queueing.cluster import publish_capacity
@@ -82,6 +84,7 @@ from konduktor.quotas.sync import (
 from konduktor.quotas.usage import team_usage
 from konduktor.sim.cluster import Progress, SimCluster
 from konduktor.sim.pools import spec_of
+from konduktor.vocabulary import BURNIN_NAMESPACE
 from konduktor.waiting import wait_until
 
 # What the umbrella installs that the simulated cluster cannot run: its fake nodes run no containers, and
@@ -114,6 +117,8 @@ class UpRequest:
     force: bool = False
     dry_run: bool = False
     takeover: Takeover = NO_TAKEOVER
+    values_files: tuple[ValuesFile, ...] = ()  # where `values` came from, to name the file of a refused field
+    burnin: Policy = Policy.NEW  # which GPU nodes to burn in (at the config's burnin.level)
 
 
 class StepClock:
@@ -172,7 +177,8 @@ def preflight_passes(
     if failed and not force:
         raise PreflightFailed(
             f"{len(failed)} preflight check(s) failed; nothing was changed",
-            hint="`konduktor-install preflight CONFIG` shows every check; fix them or pass --force",
+            hint="fix them or pass --force; `konduktor-install preflight CONFIG` runs the checks again (with "
+            "preflight.nodes.pod, a pod on each GPU node)",
         )
 
 
@@ -240,6 +246,9 @@ def run_up(request: UpRequest, *, confirm: Confirm | None = None, report: Progre
     inventory = config_inventory(loaded)  # and its SSH key, if any, is there
     clock = StepClock(report)
     target = resolve_target(request.kubeconfig, request.context, request.sim)
+    if request.values_files:  # the charts' schemas accept them, before any cluster is touched
+        checked, checked_values = chart_for(target.simulated, config, request.values)
+        check_values(checked, RELEASE, NAMESPACE, checked_values, request.values_files, target.toolbox(report))
     clock.step("cluster", f"simulated cluster {target.sim}" if target.sim else "given")
     start_simulated(target, config, report)
     with target.connect() as kube:
@@ -269,18 +278,15 @@ def run_up(request: UpRequest, *, confirm: Confirm | None = None, report: Progre
             clock.step("policies", "checking existing workloads")
             violations = audit_workloads(kube)
             burnin = None
-            if config.burnin.level != "none":
-                clock.step("burnin", f"{config.burnin.level} on the GPU nodes")
-                burnin, _ = burn_in(
-                    kube,
-                    config,
-                    BurnInRequest(
-                        options_for_tier(Tier(config.burnin.level)),
-                        make_run_id(datetime.now(UTC)),
-                        quarantine=config.burnin.quarantine,
-                        unschedulable_s=config.burnin.unschedulable_seconds,
-                    ),
+            if config.burnin.level != "none" and request.burnin is not Policy.NONE:
+                clock.step("burnin", f"{config.burnin.level} on the {request.burnin.value} GPU nodes that are free")
+                asked = UpBurnIn(
+                    request.burnin,
+                    make_run_id(datetime.now(UTC)),
+                    config.burnin.unschedulable_seconds,
+                    config.burnin.quarantine,
                 )
+                burnin, _ = burn_in_for_up(kube, config, asked, say, progress)
             clock.finish()
         except KonduktorError as problem:
             if isinstance(problem, PartialApply):
@@ -342,9 +348,18 @@ def up_document(result: UpReport) -> dict[str, Any]:
                 {"node": node.node, "verdict": node.verdict.value, "reasons": unfit_reasons(node)}
                 for node in unfit_nodes(result.burnin)
             ],
+            "tested": [node.node for node in result.burnin.nodes if node.verdict is not Verdict.SKIPPED],
+            "skipped": [
+                {"node": node.node, "reason": "; ".join(unfit_reasons(node))} for node in skipped_nodes(result.burnin)
+            ],
         },
         "steps": [{"name": name, "seconds": round(seconds, 1)} for name, seconds in result.steps],
     }
+
+
+def skipped_nodes(report: BurnInReport | None) -> list[NodeVerdict]:
+    """The nodes `up` did not burn in this time: unchanged since their verdict, or busy."""
+    return [node for node in report.nodes if node.verdict is Verdict.SKIPPED] if report else []
 
 
 def unfit_reasons(node: NodeVerdict) -> list[str]:
@@ -374,9 +389,15 @@ def print_report(result: UpReport) -> None:
     changed = quota_writes(result.changes)
     typer.echo(f"  {len(changed)} quota objects {verb}")
     for change in changed if result.release is None else []:
-        typer.echo(f"    {change.describe()}")
+        typer.echo(textwrap.indent(change.describe(), "    "))
     for violation in result.violations:
         typer.echo(f"policy: {violation.kind} {violation.namespace}/{violation.name}: {violation.reason}")
+    if result.burnin is not None:
+        passed_over = skipped_nodes(result.burnin)
+        tested = len(result.burnin.nodes) - len(passed_over)
+        typer.echo(f"burn-in {result.burnin.run_id}: {tested} node(s) burned in, {len(passed_over)} skipped")
+        for node in passed_over:
+            typer.echo(f"  {node.node} SKIPPED: {'; '.join(unfit_reasons(node))}")
     for node in unfit_nodes(result.burnin):
         quarantined = " (quarantined)" if node.verdict is Verdict.FAIL and config.burnin.quarantine else ""
         typer.echo(f"burn-in: {node.node} {node.verdict.value}{quarantined}: {'; '.join(unfit_reasons(node))}")
@@ -388,13 +409,10 @@ def quota_writes(changes: list[Change]) -> list[Change]:
     return [c for c in changes if c.action in (*WRITES, "prune", "refuse")]
 
 
-def read_values(paths: list[Path] | None) -> dict[str, Any]:
+def read_values(files: list[ValuesFile]) -> dict[str, Any]:
     extra: dict[str, Any] = {}
-    for path in paths or []:  # e.g. overlays/<environment>/values.yaml
-        documents = load_documents(path)
-        if not documents:
-            raise UsageError(f"{path}: no values in it")
-        extra = merge_values(extra, documents[0])
+    for file in files:  # e.g. overlays/<environment>/values.yaml
+        extra = merge_values(extra, file.values)
     return extra
 
 
@@ -429,18 +447,29 @@ def up(
     adopt: AdoptOption = None,
     drain_removed_teams: DrainOption = None,
     drain_timeout: DrainTimeoutOption = DRAIN_TIMEOUT,
+    burnin: Annotated[
+        Policy,
+        typer.Option(
+            "--burnin",
+            help="Which GPU nodes to burn in at the config's burnin.level: all; new (never burned in, changed since "
+            "their verdict, or without a usable one); none. Nodes whose GPUs running pods hold are SKIPPED.",
+        ),
+    ] = Policy.NEW,
     output: Annotated[OutputFormat, typer.Option("-o", "--output")] = "table",
 ) -> None:
     """Install or upgrade Konduktor from a config: the simulated cluster when no kubeconfig is given."""
+    files = read_values_files(values or [])
     request = UpRequest(
         config,
         kubeconfig,
         context,
         sim,
-        read_values(values),
+        read_values(files),
         force=force,
         dry_run=dry_run,
         takeover=Takeover(adopt or (), drain_removed_teams, drain_timeout),
+        values_files=tuple(files),
+        burnin=burnin,
     )
     with progress("up") as report:
         result = run_up(request, confirm=confirmation(yes), report=report)
@@ -460,7 +489,7 @@ def up(
     if result.burnin is not None and unfit_nodes(result.burnin):
         err.print(
             f"up: the platform is installed, but burn-in {result.burnin.run_id} found nodes that are not fit; "
-            f"details: konduktor-install burnin --run-id {result.burnin.run_id}{where}",
+            f"details: konduktor-install burnin show {result.burnin.run_id}{where}",
             markup=False,
         )
         raise typer.Exit(ExitCode.NEGATIVE)
@@ -481,8 +510,12 @@ def plan(
     The release's objects that `up` would add, remove or change (a server-side dry run of the upgrade with the
     same values, against the deployed release), each change with its diff; then the quota objects."""
     loaded = load_checked(config)
-    extra = read_values(values)
+    files = read_values_files(values or [])
+    extra = read_values(files)
     target = resolve_target(kubeconfig, context, sim, read_only=True)
+    if files:  # a values file the charts' schemas refuse is bad input, found before the cluster is read
+        checked, checked_values = chart_for(target.simulated, loaded.config, extra)
+        check_values(checked, RELEASE, NAMESPACE, checked_values, files, target.toolbox())
     quotas: list[Change] = []
     if target.sim is not None and target.kubeconfig is not None and not target.kubeconfig.exists():
         err.print(f"plan: the simulated cluster {target.sim!r} is not running; up creates it", markup=False)
@@ -684,23 +717,34 @@ def down(
         ),
     ] = False,
     yes: YesOption = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what down would delete and what it would wait for; change nothing.")
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0, help="Seconds to wait for what it deleted to be gone.")
+    ] = DOWN_TIMEOUT,
 ) -> None:
     """Remove what `up` made: the release and every quota object Konduktor owns. Namespaces (and what runs in
     them) stay unless --purge.
 
-    On a real cluster the uninstall deletes Kueue's CRDs and with them every Kueue object: `down` refuses
-    (exit 2, nothing changed) while they hold objects it did not create, unless --delete-crds."""
+    It waits (--timeout) for what it deleted to be gone, and names what is still there and why: exit 4 then (e.g. a
+    ClusterQueue Kueue keeps while Workloads hold quota in it), 0 when all is gone. On a real cluster the
+    uninstall deletes Kueue's CRDs and with them every Kueue object: `down` refuses (exit 2, nothing changed)
+    while they hold objects it did not create, unless --delete-crds."""
     target = running_target(kubeconfig, context, sim)
     with target.connect() as kube:
         losses = crd_losses(kube, RELEASE, NAMESPACE)
         lost = ", ".join(map(str, losses))
-        if losses and not delete_crds:
+        if losses and not delete_crds and not dry_run:
             raise UsageError(
                 f"down would delete the CRDs of release {RELEASE} and with them objects Konduktor did not create: "
                 f"{lost}",
                 hint="keep a copy of what you need (kubectl get workloads -A -o yaml), then add --delete-crds; "
                 "to change quotas, `quotas apply` or `up` is enough",
             )
+        if dry_run:
+            print_down_plan(kube, target, purge, lost)
+            return
         ask = confirmation(yes)
         if ask is not None and not target.simulated:
             also = " and delete its namespaces" if purge else ""
@@ -711,12 +755,42 @@ def down(
         if target.sim is not None:  # the chart's processes go with it
             SimCluster(target.sim).platform.ensure(kube)
         namespaces = purge_namespaces(kube, also=(NAMESPACE,)) if purge else Removal()
+        stuck = wait_gone(kube, [*quotas.deleted, *namespaces.deleted], timeout)
+        left_waiting = stranded_by(kube, quotas.deleted)
     deleted = ", ".join(ref.name for ref in namespaces.deleted)
     err.print(
         f"down: release {'uninstalled' if uninstalled else 'was not installed'}, {len(quotas.deleted)} quota objects "
-        "deleted" + (f", namespaces deleted: {deleted}" if deleted else ""),
+        "deleted"
+        + (f", namespaces deleted: {deleted}" if deleted else "")
+        + (f", {len(stuck)} not gone" if stuck else ""),
         markup=False,
     )
     kept = [*quotas.kept, *namespaces.kept]  # adopted: Konduktor did not create them, so it never deletes them
     if kept:
         err.print(f"down: left what Konduktor adopted and did not create: {', '.join(map(str, kept))}", markup=False)
+    if left_waiting:
+        err.print(f"down: jobs left pending without their queue: {', '.join(left_waiting)}", markup=False)
+    if stuck:
+        raise PartialApply(
+            f"{len(stuck)} deleted object(s) still there after {timeout:.0f}s",
+            detail="\n".join(s.describe() for s in stuck),
+            hint="finish or delete the jobs named (kubectl delete job -n NAMESPACE NAME), then run down again",
+        )
+
+
+def print_down_plan(kube: Kube, target: Target, purge: bool, lost: str) -> None:
+    """`down --dry-run`: what it would delete, on stdout, and what it would wait for; nothing changes."""
+    release = current(target.kubeconfig, RELEASE, NAMESPACE, target.toolbox(), target.context)
+    planned = plan_down(kube, (NAMESPACE,) if purge else None)
+    if release is not None:
+        typer.echo(f"delete release {RELEASE} revision {release.revision} ({release.chart}) in {NAMESPACE}")
+    if lost:
+        typer.echo(f"delete with the release's CRDs: {lost} (down refuses this without --delete-crds)")
+    for ref in planned.deleted:
+        typer.echo(f"delete {ref}")
+    for ref in planned.kept:
+        typer.echo(f"keep   {ref}: adopted, Konduktor did not create it")
+    for queue, workloads in planned.held.items():
+        typer.echo(f"wait   ClusterQueue {queue}: {len(workloads)} workloads hold quota in it: {', '.join(workloads)}")
+    for workload in planned.strands:
+        typer.echo(f"strand {workload}: pending, its queue deleted")

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from konduktor.burnin.record import record_of
 from konduktor.controller.breaker import RESET_COMMAND, BreakerView
 from konduktor.controller.decide import CONDITION_TYPE, NodeState, quarantined_by_us
 from konduktor.controller.nodes import gpu_node_state
@@ -149,12 +150,21 @@ def running_burnins(jobs: Iterable[Mapping[str, Any]]) -> set[str]:
     return {run.node for run in map(run_of, jobs) if run is not None and run.finished_at is None}
 
 
-def _verdict(annotations: Mapping[str, str]) -> tuple[str | None, str | None]:
+def _verdict(node: Mapping[str, Any], annotations: Mapping[str, str]) -> tuple[str | None, float | None, str | None]:
+    """The newest verdict on the node: its requalification's (or a manual release), or the last burn-in's
+    (`burnin.record`). (verdict, when, detail)."""
+    found: list[tuple[float, str, str | None]] = []
     result = annotations.get(REQUALIFICATION_RESULT)
-    if not result:
-        return None, None
-    word, _, detail = result.partition(":")
-    return word.strip(), detail.strip() or None
+    if result:
+        word, _, said = result.partition(":")
+        found.append((parse_time(annotations.get(REQUALIFIED_AT)) or 0.0, word.strip(), said.strip() or None))
+    record = record_of(node)
+    if record is not None:
+        found.append((parse_time(record.at) or 0.0, record.verdict, f"burn-in {record.run} at level {record.level}"))
+    if not found:
+        return None, None, None
+    at, word, detail = max(found, key=lambda item: item[0])
+    return word, at or None, detail
 
 
 def node_health(
@@ -188,7 +198,7 @@ def node_health(
         health, reason = Health.OPTED_OUT, f"{settings.opt_out_label}=true"
     else:
         health = Health.HEALTHY
-    verdict, detail = _verdict(annotations)
+    verdict, verdict_at, detail = _verdict(node, annotations)
     return NodeHealth(
         node=state.name,
         state=health,
@@ -197,7 +207,7 @@ def node_health(
         since=_stamp(since),
         quarantine_owner=owner,
         last_verdict=verdict,
-        last_verdict_at=_stamp(parse_time(annotations.get(REQUALIFIED_AT))),
+        last_verdict_at=_stamp(verdict_at),
         last_verdict_detail=detail,
         product=state.labels.get(PRODUCT_LABEL),
         gpus=_count(node, "capacity") or _count(node, "allocatable"),
@@ -353,7 +363,7 @@ def render_table(views: Sequence[NodeHealth], now: float, wide: bool = False) ->
     fit; `wide` adds the product, the timestamp and the evidence, uncut."""
     headers = ["NODE", "STATE", "GPUS", "SINCE", "OWNER", "BURN-IN", "REASON"]
     if wide:
-        headers += ["PRODUCT", "SINCE (UTC)", "EVIDENCE"]
+        headers += ["PRODUCT", "STATE-CHANGED-AT", "EVIDENCE"]
     rows = [headers, *(_cells(view, now, wide) for view in views)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(headers))]
     lines = []

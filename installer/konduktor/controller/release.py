@@ -110,7 +110,7 @@ def release_hints(verdicts: Sequence[NodeVerdict], nodes: Sequence[Mapping[str, 
     }
     return [
         f"{v.node} passed and stays quarantined; return it: konduktor-install nodes release {v.node} --reason '...' "
-        f"(or konduktor-install nodes requalify {v.node})"
+        f"(or burn it in again and release it on PASS: konduktor-install nodes requalify {v.node})"
         for v in verdicts
         if v.verdict is Verdict.PASS and v.node in quarantined
     ]

@@ -9,6 +9,7 @@ an adopted one: Konduktor deletes only what it created.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -50,11 +51,36 @@ class Ref:
 
 
 @dataclass(frozen=True)
+class ValueChange:
+    """One value an update changes: its path down to the leaf (list items by their `name`, else their index), the
+    value before and after (None: absent)."""
+
+    path: str
+    old: Any
+    new: Any
+
+    def as_json(self) -> dict[str, object]:
+        return {"path": self.path, "old": self.old, "new": self.new}
+
+    def describe(self) -> str:
+        return f"{self.path}: {_shown(self.old)} -> {_shown(self.new)}"
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "(absent)"
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    return str(value)
+
+
+@dataclass(frozen=True)
 class Change:
     action: Action
     ref: Ref
     fields: tuple[str, ...] = ()  # top-level paths that differ, for updates
     note: str = ""  # why: whose object is refused or adopted, why one is kept
+    values: tuple[ValueChange, ...] = ()  # for updates and adoptions: each value that changes, old -> new
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -64,13 +90,15 @@ class Change:
             "namespace": self.ref.namespace,
             "name": self.ref.name,
             "fields": list(self.fields),
+            "values": [value.as_json() for value in self.values],
             "note": self.note,
         }
 
     def describe(self) -> str:
+        """One line for the object, then one indented line per value it changes (`path: old -> new`)."""
         detail = f" ({', '.join(self.fields)})" if self.fields else ""
         note = f": {self.note}" if self.note else ""
-        return f"{self.action:<9} {self.ref}{detail}{note}"
+        return "\n".join([f"{self.action:<9} {self.ref}{detail}{note}", *(f"    {v.describe()}" for v in self.values)])
 
 
 def owner_of(live: Mapping[str, Any], owner: Mapping[str, str]) -> str | None:
@@ -123,6 +151,45 @@ def differing_fields(before: dict[str, Any], after: dict[str, Any], prefix: str 
     return paths
 
 
+def value_changes(before: Any, after: Any, path: str = "") -> list[ValueChange]:
+    """Every leaf value that differs between two objects, with its full path: `spec.resourceGroups[0].flavors[h100]
+    .resources[nvidia.com/gpu].nominalQuota: 20 -> 24`. List items are matched by their `name` when every item
+    has one (Kueue's flavors and resources), else by position when the lists are as long; otherwise the whole
+    list is the value that changed."""
+    if before == after:
+        return []
+    if isinstance(before, dict) and isinstance(after, dict):
+        found = []
+        for key in sorted(set(before) | set(after), key=str):
+            found += value_changes(before.get(key), after.get(key), f"{path}.{key}" if path else str(key))
+        return found
+    if isinstance(before, list) and isinstance(after, list):
+        named = _by_name(before), _by_name(after)
+        if named[0] is not None and named[1] is not None:
+            old, new = named[0], named[1]
+            return [
+                c
+                for name in dict.fromkeys([*old, *new])
+                for c in value_changes(old.get(name), new.get(name), f"{path}[{name}]")
+            ]
+        if len(before) == len(after):
+            return [
+                c
+                for i, (o, n) in enumerate(zip(before, after, strict=True))
+                for c in value_changes(o, n, f"{path}[{i}]")
+            ]
+    return [ValueChange(path, before, after)]
+
+
+def _by_name(items: list[Any]) -> dict[str, Any] | None:
+    """The items by name, when each is an object with a distinct `name`."""
+    names = [item.get("name") if isinstance(item, dict) else None for item in items]
+    named = [name for name in names if isinstance(name, str)]
+    if len(named) != len(items) or len(set(named)) != len(named):
+        return None
+    return dict(zip(named, items, strict=True))
+
+
 def plan(
     desired: Sequence[tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]],
     owned_live: Iterable[dict[str, Any]],
@@ -145,14 +212,16 @@ def plan(
         if live is None:
             changes.append(Change("create", ref))
             continue
-        fields = tuple(differing_fields(comparable(live), comparable(would_be or obj)))
+        before, after = comparable(live), comparable(would_be or obj)
+        fields = tuple(differing_fields(before, after))
+        values = tuple(value_changes(before, after))
         someone = owner_of(live, owner or {})
         if someone is not None and ref.key.lower() in adopt_keys:
-            changes.append(Change("adopt", ref, fields, f"taken over from {someone}"))
+            changes.append(Change("adopt", ref, fields, f"taken over from {someone}", values))
         elif someone is not None:
             changes.append(Change("refuse", ref, (), f"owned by {someone}; adopt it with --adopt {ref.key}"))
         else:
-            changes.append(Change("update", ref, fields) if fields else Change("unchanged", ref))
+            changes.append(Change("update", ref, fields, values=values) if fields else Change("unchanged", ref))
     for live in owned_live:
         ref = Ref.of(live)
         if ref in wanted:

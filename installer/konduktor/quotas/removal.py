@@ -105,3 +105,58 @@ def review_removals(changes: Sequence[Change], work: Mapping[str, TeamWork], dra
             how = "after they finish" if drain is DrainPolicy.WAIT else "after stopping its queue (they are evicted)"
             reviewed.append(Change("prune", change.ref, (), f"{found.describe()}; deleted {how}"))
     return reviewed
+
+
+# Kueue's finalizer on a ClusterQueue (and a ResourceFlavor, a Cohort) while something still uses it.
+IN_USE_FINALIZER = "kueue.x-k8s.io/resource-in-use"
+
+
+def referencing_workloads(cluster_queue: str, workloads: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    """namespace/name of the unfinished Workloads whose admission (quota reservation) names the ClusterQueue: what
+    Kueue's finalizer waits for. A suspended job's Workload keeps its admission until Kueue evicts it."""
+    found = []
+    for workload in workloads:
+        if _conditions(workload).get("Finished") == "True":
+            continue
+        admission = workload.get("status", {}).get("admission") or {}
+        if admission.get("clusterQueue") == cluster_queue:
+            meta = workload["metadata"]
+            found.append(f"{meta.get('namespace')}/{meta['name']}")
+    return tuple(sorted(found))
+
+
+def queue_users(obj: Mapping[str, Any], cluster_queues: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The ClusterQueues that use a ResourceFlavor (in a resource group) or a Cohort (as theirs): what Kueue's
+    finalizer on it waits for."""
+    kind, name = obj.get("kind"), obj.get("metadata", {}).get("name")
+    users = []
+    for queue in cluster_queues:
+        spec = queue.get("spec", {})
+        flavors = {f.get("name") for group in spec.get("resourceGroups") or () for f in group.get("flavors") or ()}
+        if (kind == "ResourceFlavor" and name in flavors) or (kind == "Cohort" and spec.get("cohortName") == name):
+            users.append(queue["metadata"]["name"])
+    return tuple(sorted(users))
+
+
+def why_not_gone(
+    obj: Mapping[str, Any], workloads: Iterable[Mapping[str, Any]], cluster_queues: Iterable[Mapping[str, Any]] = ()
+) -> str:
+    """Why an object that was deleted is still there, in words: Terminating and its finalizers, with what a
+    ClusterQueue's Kueue finalizer waits for (the Workloads holding quota in it; for a ResourceFlavor or a Cohort,
+    the ClusterQueues still using it), or a Namespace's conditions."""
+    meta = obj.get("metadata", {})
+    if not meta.get("deletionTimestamp"):
+        return "not deleted (it was created again, or the deletion did not reach it)"
+    finalizers = list(meta.get("finalizers") or ())
+    said = "Terminating" + (f", finalizer {', '.join(finalizers)}" if finalizers else "")
+    if obj.get("kind") == CLUSTER_QUEUE and IN_USE_FINALIZER in finalizers:
+        holders = referencing_workloads(meta.get("name", ""), workloads)
+        if holders:
+            said += f": {len(holders)} workloads still reference it: {', '.join(holders)}"
+    users = queue_users(obj, cluster_queues) if IN_USE_FINALIZER in finalizers else ()
+    if users:
+        said += f": ClusterQueue {', '.join(users)} still uses it"
+    if obj.get("kind") == "Namespace":
+        conditions = obj.get("status", {}).get("conditions") or ()
+        said += "".join(f": {c.get('message') or c.get('reason')}" for c in conditions if c.get("status") == "True")
+    return said

@@ -217,12 +217,13 @@ class Removal:
     kept: tuple[Ref, ...] = ()  # adopted objects: Konduktor did not create them, so it never deletes them
 
 
-def remove_quota_objects(kube: Kube) -> Removal:
-    """Every quota object Konduktor created, whichever config made it, deleted in reverse apply order. Namespaces
-    stay (they hold the teams' work; see `purge_namespaces`), and so do adopted objects."""
+def remove_quota_objects(kube: Kube, dry_run: bool = False) -> Removal:
+    """Every quota object Konduktor created, whichever config made it, deleted in reverse apply order (with
+    `dry_run`: those it would delete). Namespaces stay (they hold the teams' work; see `purge_namespaces`), and so do
+    adopted objects."""
     served = kueue_served(kube)
     kinds = [(api, kind) for api, kind in QUOTA_KINDS if kind != "Namespace" and (api != KUEUE_API or served)]
-    changes = sync(kube, [], kinds, KONDUKTOR_OWNED, prune=True)
+    changes = sync(kube, [], kinds, KONDUKTOR_OWNED, prune=True, dry_run=dry_run)
     return Removal(
         deleted=tuple(c.ref for c in changes if c.action == "prune"),
         kept=tuple(c.ref for c in changes if c.action == "keep"),
@@ -267,14 +268,14 @@ def _konduktors_own(obj: dict[str, Any]) -> bool:
     return labels.get(MANAGED_BY_LABEL) == MANAGED_BY and adoption_of(obj) is None
 
 
-def purge_namespaces(kube: Kube, also: Sequence[str] = ()) -> Removal:
+def purge_namespaces(kube: Kube, also: Sequence[str] = (), dry_run: bool = False) -> Removal:
     """Deletes the namespaces Konduktor created, then those named in `also` (its own, which the chart does not
-    own); adopted ones stay."""
+    own); adopted ones stay. With `dry_run`, only says which."""
     deleted: list[Ref] = []
     kept: list[Ref] = []
     for namespace in kube.list("v1", "Namespace", label_selector=selector_of(KONDUKTOR_OWNED)):
         (kept if adoption_of(namespace) is not None else deleted).append(Ref.of(namespace))
-    deleted += [Ref("v1", "Namespace", name) for name in also]
-    for ref in deleted:
+    deleted += [Ref("v1", "Namespace", name) for name in also if kube.get("v1", "Namespace", name) is not None]
+    for ref in deleted if not dry_run else ():
         kube.delete("v1", "Namespace", ref.name)
     return Removal(tuple(deleted), tuple(kept))
