@@ -46,7 +46,8 @@ class InstallerCommands(LazyGroup):
         LazyCommand(
             "nodes",
             "konduktor.cli.nodes:app",
-            "Every GPU node with its health: state, reason, since when, quarantine owner, last burn-in verdict.",
+            "Every GPU node with its health: state, reason, since when, quarantine owner, last burn-in verdict, and "
+            "what happens next to a node out of service; then the fleet breaker and the health controller.",
         ),
         LazyCommand(
             "up",
