@@ -122,11 +122,14 @@ def source_date_epoch(root: Path) -> tuple[int, str]:
 
 def keep_in_image(path: PurePosixPath) -> bool:
     """Which root file system entries the layer keeps: no device nodes (the runtime mounts /dev), no byte code,
-    no downloaded packages."""
+    nothing of apt's (the image has no apt): its downloaded packages and its download folder, which belongs to
+    its user _apt."""
     parts = path.parts
     if parts[0] == "dev" and len(parts) > 1:
         return False
     if "__pycache__" in parts or path.suffix == ".pyc":
+        return False
+    if parts[:4] == ("var", "lib", "apt", "lists") and len(parts) > 4:
         return False
     return not (parts[:4] == ("var", "cache", "apt", "archives") and len(parts) > 4)
 
