@@ -1,8 +1,9 @@
 """Builds the konduktor image from a source checkout, pulling nothing from a container registry.
 
 1. The root file system: Debian bookworm's Essential packages and `python3`, by mmdebstrap from a Debian mirror
-   (mmdebstrap's default, with bookworm's updates and security, unless mirrors are given), documentation and
-   translations left out. Downloaded packages are kept in the cache, so a second build downloads nothing.
+   (mmdebstrap's default, with bookworm's updates and security, unless mirrors are given), /usr merged by
+   directory links, documentation and translations left out. Downloaded packages are kept in the cache, so a
+   second build downloads nothing.
 2. The project's wheel (`pip wheel --no-deps`) and exactly the hash-locked runtime requirements
    (requirements/runtime.lock, downloaded with `--require-hashes` through this machine's pip and its cache), then
    installed by the image's own Python into a virtualenv at /opt/konduktor, offline: `pip install --no-index
@@ -40,6 +41,7 @@ WHEEL_PLATFORM = (
     *("--python-version", "3.11", "--implementation", "cp", "--abi", "cp311", "--abi", "abi3", "--abi", "none"),
 )
 PACKAGES = ("python3",)
+MERGED_USR_HOOKS = "/usr/share/mmdebstrap/hooks/merged-usr"
 VENV = "/opt/konduktor"
 USER = 65532
 # dpkg leaves these out: documentation (but each package's copyright), manual pages, translations.
@@ -197,6 +199,9 @@ def rootfs(work: Path, version: str, mirrors: Sequence[str], report: Report) -> 
     target = work / "rootfs.tar"
     command = [
         "mmdebstrap", "--variant=essential", f"--include={','.join(PACKAGES)}", "--quiet",
+        # Merged /usr by directory links, as debootstrap makes it: without it bookworm's usrmerge package and
+        # the whole of perl it needs would be installed (mmdebstrap's own hook, usr-is-merged installed).
+        f"--hook-dir={MERGED_USR_HOOKS}",
         *(f"--dpkgopt={option}" for option in DPKG_EXCLUDES),
         # Packages come from and go back to the cache (a warm build downloads nothing).
         "--skip=essential/unlink",
