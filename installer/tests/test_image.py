@@ -205,7 +205,7 @@ def test_the_health_controller_runs_from_the_image_and_quarantines_a_lost_gpu(
     image: Image, sim: Sim, namespace: str
 ) -> None:
     objects = rendered("controller.settings.gpu_lost_grace_seconds=0")
-    (settings_map,) = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-health")]
+    (settings_map,) = [o for o in objects if o["kind"] == "ConfigMap" and "health.yaml" in o.get("data", {})]
     settings = image.work / "settings"
     settings.mkdir(exist_ok=True)
     for key, text in settings_map["data"].items():
