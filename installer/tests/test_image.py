@@ -30,7 +30,11 @@ from sim_fixture import health_taints, node
 from test_charts import render
 from test_health_cluster import our_events, reset_node, set_allocatable
 
+from konduktor.cli.main import main
+from konduktor.cli.up import chart_image
 from konduktor.config.load import load_config
+from konduktor.config.model import KONDUKTOR_IMAGE
+from konduktor.helm.release import CHARTS
 from konduktor.image.build import Built, build
 from konduktor.image.oci import layer_members, manifest_digest, read_image, unpack
 from konduktor.quotas.sync import sync_quotas
@@ -189,6 +193,33 @@ def test_the_image_holds_exactly_the_locked_distributions(image: Image) -> None:
 
 
 # --- on the simulated cluster ------------------------------------------------------------------------------------
+
+
+def test_up_and_preflight_name_the_image_of_the_config(
+    sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """config.yaml's image: is what the chart gets (up's dry run says so, in its report and its JSON) and what
+    preflight names. No image build needed: the config only names one."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    digest = "sha256:" + "5e" * 32
+    config = tmp_path / "config.yaml"
+    config.write_text(EXAMPLE.read_text() + f"image:\n  repository: registry.example/konduktor\n  digest: '{digest}'\n")
+    assert main(["up", str(config), "--sim", sim.cluster.name, "--dry-run"]) == 0
+    assert f"  image registry.example/konduktor@{digest} (health controller, capacity publisher)" in (
+        capsys.readouterr().out.splitlines()
+    )
+    assert main(["up", str(config), "--sim", sim.cluster.name, "--dry-run", "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["image"] == f"registry.example/konduktor@{digest}"
+    main(["preflight", str(config), "--kubeconfig", str(sim.kubeconfig)])
+    assert f"konduktor image: registry.example/konduktor@{digest}" in capsys.readouterr().err
+
+
+def test_without_image_up_runs_the_charts_own() -> None:
+    for chart in ("konduktor-core", "konduktor"):  # the simulated cluster's chart, and the umbrella
+        assert chart_image(CHARTS / chart, {}) == KONDUKTOR_IMAGE
+    given = {"controller": {"image": {"repository": "r.example/k", "tag": "v2"}}}
+    assert chart_image(CHARTS / "konduktor-core", given) == "r.example/k:v2"
+    assert chart_image(CHARTS / "konduktor", {"konduktor-core": given}) == "r.example/k:v2"
 
 
 @pytest.fixture
