@@ -130,7 +130,7 @@ def test_config_single_error_is_the_message_and_its_hint_the_hint() -> None:
         (
             "components",
             "valid keys here: version, cluster, kueue, capacityReserve, topology, gpuTypes, priorities, teams, "
-            "preflight, burnin, alerts, health",
+            "image, preflight, burnin, alerts, health",
         ),
     ],
 )
