@@ -11,6 +11,7 @@ command and read-only root as the pod; the host network is shared, as the simula
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -146,6 +147,17 @@ def test_the_digest_file_names_the_image_in_the_archive(image: Image) -> None:
     assert config["rootfs"]["diff_ids"] and config["os"] == "linux"
     with tarfile.open(archive) as tar:
         assert json.load(tar.extractfile("oci-layout")) == {"imageLayoutVersion": "1.0.0"}  # type: ignore[arg-type]
+
+
+def test_skopeo_reads_the_archive_and_copies_it_keeping_the_digest(image: Image) -> None:
+    """What admins push with (docs/admin.md): skopeo finds the digest the file names, and a copy keeps it."""
+    archive = f"oci-archive:{image.built.archive.path}"
+    raw = subprocess.run(["skopeo", "inspect", "--raw", archive], capture_output=True, check=True, timeout=120)
+    assert f"sha256:{hashlib.sha256(raw.stdout).hexdigest()}" == image.built.digest
+    layout = image.work / "copied"
+    subprocess.run(["skopeo", "copy", "-q", archive, f"oci:{layout}:0.1.0"], check=True, timeout=300)
+    (copied,) = json.loads((layout / "index.json").read_text())["manifests"]
+    assert copied["digest"] == image.built.digest
 
 
 def test_the_image_runs_the_controller_as_65532_as_the_chart_does(image: Image) -> None:
