@@ -278,12 +278,13 @@ def test_the_capacity_publisher_runs_from_the_image(image: Image, sim: Sim) -> N
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def published() -> bool:
+        """It says so once it has written every team's ConfigMap (so the ConfigMaps alone come before the line)."""
         assert process.poll() is None, f"the publisher exited ({process.returncode}): {logs.read_text()}"
-        return all(sim.kube.get("v1", "ConfigMap", CAPACITY_CONFIGMAP, team) for team in TEAMS)
+        return "published ConfigMap konduktor-capacity in" in logs.read_text()
 
     try:
         wait_until("the image's publisher to publish in every team namespace", published, timeout=180)
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=60)
-    assert "published ConfigMap konduktor-capacity in" in logs.read_text()
+    assert all(sim.kube.get("v1", "ConfigMap", CAPACITY_CONFIGMAP, team) for team in TEAMS)
