@@ -10,7 +10,9 @@ import typer
 from konduktor.cli.console import err, progress
 from konduktor.image.build import build as build_image
 
-app = typer.Typer(help="Build the konduktor image the charts run, from Debian's packages and the hash lock.")
+app = typer.Typer(
+    help="Build the konduktor image (OCI archive) from Debian's packages and the hash lock; no registry needed."
+)
 
 
 @app.command("build")
