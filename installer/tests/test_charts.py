@@ -167,12 +167,28 @@ def test_policy_parameters_default_to_the_shipped_params() -> None:
         ("policies.validationActions={Deny,Warn}", "/policies/validationActions"),
         ("controller.imagee.tag=x", "imagee"),
         ("burnin.namespace=Not_A_Namespace", "/burnin/namespace"),
+        ("controller.image.digest=sha256:abc", "/controller/image/digest"),
     ],
 )
 def test_schema_refuses_bad_values(setting: str, complaint: str) -> None:
     result = helm("lint", str(CORE), "--set", setting)
     assert result.returncode != 0
     assert complaint in result.stdout + result.stderr
+
+
+def test_both_deployments_run_the_image_by_digest_when_one_is_given() -> None:
+    def images(*extra: str) -> set[str]:
+        deployments = [o for o in render(None, *extra) if o["kind"] == "Deployment"]
+        assert len(deployments) == 2  # the health controller and the capacity publisher
+        return {c["image"] for d in deployments for c in d["spec"]["template"]["spec"]["containers"]}
+
+    assert images() == {KONDUKTOR_IMAGE}
+    assert images("--set", "controller.image.repository=reg.local/k,controller.image.tag=v9") == {"reg.local/k:v9"}
+    digest = "sha256:" + "0f" * 32
+    pinned = images(
+        "--set", f"controller.image.repository=reg.local/k,controller.image.tag=v9,controller.image.digest={digest}"
+    )
+    assert pinned == {f"reg.local/k@{digest}"}  # the tag is not used
 
 
 def test_readme_is_generated_from_values() -> None:

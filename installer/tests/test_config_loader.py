@@ -16,11 +16,12 @@ from ruamel.yaml import YAML
 from konduktor.config import ConfigError, load_config, parse_config
 from konduktor.config.capacity import pool_share, share_for
 from konduktor.config.load import read_yaml
-from konduktor.config.model import Config
+from konduktor.config.model import KONDUKTOR_IMAGE, Config
 from konduktor.config.quantity import format_cpu, format_memory, parse_quantity
 from konduktor.config.schema import SCHEMA_FILE, config_schema, config_schema_text
 from konduktor.errors import UsageError
 from konduktor.helm.release import CHARTS
+from konduktor.helm.values import core_values
 from konduktor.quotas.manifests import to_yaml
 from konduktor.sim.nodes import node_manifests
 from konduktor.sim.pools import node_pools, topology_levels
@@ -129,7 +130,7 @@ def test_config_single_error_is_the_message_and_its_hint_the_hint() -> None:
         (
             "components",
             "valid keys here: version, cluster, kueue, capacityReserve, topology, gpuTypes, priorities, teams, "
-            "preflight, burnin, alerts, health",
+            "image, preflight, burnin, alerts, health",
         ),
     ],
 )
@@ -197,6 +198,30 @@ def test_config_preflight_pods_default_to_the_charts_image_in_the_burnin_namespa
     assert custom.config.preflight.nodes is not None
     pod = custom.config.preflight.nodes.pod
     assert pod is not None and (pod.image, pod.namespace) == ("reg.local/k:1", "ops")
+
+
+def test_config_image_goes_to_the_chart_and_to_the_preflight_pods() -> None:
+    digest = "sha256:" + "ab" * 32
+    config = parse_config(VALID + f"image: {{repository: reg.local/konduktor, digest: '{digest}'}}\n").config
+    assert config.image.reference == f"reg.local/konduktor@{digest}"
+    assert core_values(config)["controller"]["image"] == {"repository": "reg.local/konduktor", "digest": digest}
+    with_pods = parse_config(VALID + "image: {repository: reg.local/k, tag: '9'}\npreflight: {nodes: {pod: {}}}\n")
+    assert with_pods.config.preflight_pod_image == "reg.local/k:9"  # the pods run the image the chart runs
+    named = parse_config(VALID + "image: {tag: '9'}\npreflight: {nodes: {pod: {image: other/k:1}}}\n").config
+    assert (named.image.reference, named.preflight_pod_image) == ("ghcr.io/konduktor/konduktor:9", "other/k:1")
+    # Nothing set: the chart's own image, and no image values passed to it.
+    plain = parse_config(VALID).config
+    assert plain.image.reference == plain.preflight_pod_image == KONDUKTOR_IMAGE
+    assert "image" not in core_values(plain)["controller"]
+
+
+def test_config_image_errors_name_the_line_and_field() -> None:
+    assert errors_of(VALID + "image:\n  repository: reg.local/k:1\n  digest: sha256:abc\n") == [
+        "config.yaml:24: image.repository: 'reg.local/k:1' names a tag or a digest: give the repository alone, the "
+        "tag in tag, the digest in digest",
+        "config.yaml:25: image.digest: 'sha256:abc' is not an image digest: sha256: and 64 hex digits, as "
+        "`konduktor-install image build` prints it",
+    ]
 
 
 def test_config_preflight_nodes_take_exactly_one_of_ssh_and_pod() -> None:

@@ -49,7 +49,12 @@ app.kubernetes.io/component: health-controller
 {{- end }}
 
 {{- define "konduktor-core.image" -}}
-{{- printf "%s:%s" .Values.controller.image.repository (default .Chart.AppVersion .Values.controller.image.tag) }}
+{{- $image := .Values.controller.image }}
+{{- if $image.digest }}
+{{- printf "%s@%s" $image.repository $image.digest }}
+{{- else }}
+{{- printf "%s:%s" $image.repository (default .Chart.AppVersion $image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* The health controller's identity in requests, as admission policies see it. */}}

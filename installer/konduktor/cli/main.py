@@ -82,6 +82,11 @@ class InstallerCommands(LazyGroup):
             "Build, lock and list the pinned tools (helm, kubectl, kwok, etcd, Kubernetes, Kueue).",
         ),
         LazyCommand(
+            "image",
+            "konduktor.cli.image:app",
+            "Build the konduktor image (OCI archive) from Debian's packages and the hash lock; no registry needed.",
+        ),
+        LazyCommand(
             "sim",
             "konduktor.cli.sim:app",
             "Run a local simulated GPU cluster: etcd, kube-apiserver, scheduler, Kueue, kwok GPU nodes.",

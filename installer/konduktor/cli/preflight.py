@@ -24,6 +24,7 @@ from konduktor.cli.preflight_pods import may, pod_checks
 from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
 from konduktor.config.load import LoadedConfig
+from konduktor.config.model import Config
 from konduktor.errors import ClusterUnreachable, PreflightFailed, UsageError
 from konduktor.helm.release import CHARTS, NAMESPACE, RELEASE
 from konduktor.kube.client import ApiError, Kube
@@ -101,6 +102,7 @@ def preflight(
         checks = cluster_checks(loaded, facts, (NAMESPACE, RELEASE))
         checks += node_checks(kube, loaded, facts, inventory, local, report)
     result = PreflightReport(tuple(checks))
+    err.print(image_line(loaded.config), markup=False)
     render = {"json": render_json, "yaml": render_yaml, "table": render_table}[output]
     sys.stdout.write(render(result))
     err.print(summary_line(result), markup=False)
@@ -111,6 +113,14 @@ def preflight(
             f"{len(result.failed)} preflight check(s) failed: {failed}; nothing was changed",
             hint="fix what the report shows, then run preflight again",
         )
+
+
+def image_line(config: Config) -> str:
+    """The images Konduktor runs for this config: the chart's (config.yaml's `image:`) and the preflight pods'."""
+    line = f"konduktor image: {config.image.reference} (health controller, capacity publisher)"
+    if config.preflight.nodes and config.preflight.nodes.pod:
+        line += f"; preflight pods: {config.preflight_pod_image}"
+    return line
 
 
 def read_cluster(kube: Kube) -> ClusterFacts:

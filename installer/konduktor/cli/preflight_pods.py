@@ -93,7 +93,7 @@ def pod_checks(
     refused: dict[str, str] = {}
     for target in targets:
         try:
-            kube.apply(node_check_job(run_id, target, settings.image, namespace, service_account))
+            kube.apply(node_check_job(run_id, target, config.preflight_pod_image, namespace, service_account))
         except ApiError as problem:  # e.g. an admission policy: that node's result says so
             refused[target.node] = f"the API refused the Job: {problem.message}"
     selector = f"{RUN_LABEL}={run_id}"

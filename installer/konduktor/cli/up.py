@@ -55,7 +55,7 @@ from konduktor.helm.release import (
     uninstall,
 )
 from konduktor.helm.schema import ValuesFile
-from konduktor.helm.values import core_values, merge_values, umbrella_values
+from konduktor.helm.values import controller_image, core_values, merge_values, umbrella_values
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.documents import load_documents
 from konduktor.kube.policy_audit import Violation, audit_workloads
@@ -151,6 +151,7 @@ class UpReport:
     violations: list[Violation]
     steps: list[tuple[str, float]]
     burnin: BurnInReport | None = None
+    image: str = ""  # the konduktor image the release runs
 
 
 def start_simulated(target: Target, config: Config, report: Progress) -> None:
@@ -204,6 +205,18 @@ def chart_for(simulated: bool, config: Config, extra: dict[str, Any]) -> tuple[P
     return umbrella, merge_values(extra, umbrella_values(config, effective))
 
 
+def chart_image(chart: Path, chart_values: dict[str, Any]) -> str:
+    """The konduktor image the release runs (health controller, capacity publisher): konduktor-core's defaults,
+    the umbrella's, then the values `up` passes (values files and the config's `image:`)."""
+    core = CHARTS / "konduktor-core"
+    values = load_documents(core / "values.yaml")[0]
+    if chart != core:
+        values = merge_values(values, load_documents(chart / "values.yaml")[0].get("konduktor-core", {}))
+        chart_values = chart_values.get("konduktor-core", {})
+    app_version = str(load_documents(core / "Chart.yaml")[0]["appVersion"])
+    return controller_image(merge_values(values, chart_values), app_version)
+
+
 def verify(kube: Kube, config: Config, report: Progress) -> None:
     report(f"verify: waiting for {len(config.teams)} ClusterQueues to be active")
     wait_queues_active(kube, config)
@@ -255,12 +268,13 @@ def run_up(request: UpRequest, *, confirm: Confirm | None = None, report: Progre
         clock.step("preflight", "checking the cluster" + (" and the GPU hosts" if config.preflight.nodes else ""))
         preflight_passes(kube, loaded, inventory, request.force, report)
         chart, chart_values = chart_for(target.simulated, config, request.values)
+        image = chart_image(chart, chart_values)
         # The quota plan before anything changes: an object someone else owns, or a removed team with work,
         # stops `up` here, with nothing installed.
         planned = plan_quotas(kube, config, request.takeover)
         if request.dry_run:
             clock.finish()
-            return UpReport(config, target, chart, None, planned, [], clock.steps)
+            return UpReport(config, target, chart, None, planned, [], clock.steps, image=image)
         refuse_if_any(planned)
         if confirm is not None and not target.simulated:
             confirm(f"install {chart.name} into context {kube.context} ({kube.server})?")  # names the cluster
@@ -296,7 +310,7 @@ def run_up(request: UpRequest, *, confirm: Confirm | None = None, report: Progre
                 hint=problem.hint or "fix the cause and run the same command again",
                 detail=problem.detail,
             ) from problem
-    return UpReport(config, target, chart, release, changes, violations, clock.steps, burnin)
+    return UpReport(config, target, chart, release, changes, violations, clock.steps, burnin, image)
 
 
 def install_release(kube: Kube, target: Target, chart: Path, chart_values: dict[str, Any], report: Progress) -> Release:
@@ -333,6 +347,7 @@ def up_document(result: UpReport) -> dict[str, Any]:
             "components": [{"name": d["name"], "version": str(d["version"])} for d in chart.get("dependencies", [])],
         },
         "release": None if result.release is None else release_document(result.release),
+        "image": result.image,
         "skipped": [{"name": n, "why": why} for n, why in SKIPPED_ON_SIM.items()] if result.target.simulated else [],
         "queues": [
             {"team": name, "gpus": {t: q.quota for t, q in team.gpus.items()}, "namespaces": list(team.namespaces)}
@@ -379,6 +394,7 @@ def print_report(result: UpReport) -> None:
         typer.echo(f"up: {where}: {chart['name']} {chart['version']} revision {release.revision} ({release.status})")
     for dependency in chart.get("dependencies", []):
         typer.echo(f"  {dependency['name']} {dependency['version']}")
+    typer.echo(f"  image {result.image} (health controller, capacity publisher)")
     if result.target.simulated:
         skipped = ", ".join(f"{name} ({why})" for name, why in SKIPPED_ON_SIM.items())
         typer.echo(f"  not on the simulated cluster: {skipped}")

@@ -28,7 +28,9 @@ from konduktor.vocabulary import BURNIN_NAMESPACE, PRODUCT_LABEL
 
 # What charts/konduktor-core runs (controller.image, tagged with the chart's appVersion); it holds
 # konduktor-install too, so the per-node preflight pods run it.
-KONDUKTOR_IMAGE = "ghcr.io/konduktor/konduktor:0.1.0"
+KONDUKTOR_REPOSITORY = "ghcr.io/konduktor/konduktor"
+KONDUKTOR_VERSION = "0.1.0"
+KONDUKTOR_IMAGE = f"{KONDUKTOR_REPOSITORY}:{KONDUKTOR_VERSION}"
 
 Sharing = Literal["fair", "classic", "none"]
 # Pod Security Standards levels (pod-security.kubernetes.io/enforce), strictest first.
@@ -297,12 +299,57 @@ class SshInventory(Model):
     )
 
 
+def _repository(text: str | None) -> str | None:
+    if text is None:
+        return None
+    if "@" in text or ":" in text.rpartition("/")[2]:
+        raise ValueError(
+            f"{text!r} names a tag or a digest: give the repository alone, the tag in tag, the digest in digest"
+        )
+    return text
+
+
+def _digest(text: str | None) -> str | None:
+    if text is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", text):
+        raise ValueError(
+            f"{text[:80]!r} is not an image digest: sha256: and 64 hex digits, as `konduktor-install image build` "
+            "prints it"
+        )
+    return text
+
+
+class KonduktorImage(Model):
+    """The konduktor image (`konduktor-install image build`) that the chart's health controller and capacity
+    publisher run, and the preflight pods unless preflight.nodes.pod.image names another."""
+
+    repository: Annotated[Text | None, AfterValidator(_repository)] = Field(
+        default=None, description=f"Repository, e.g. registry.example/konduktor; default: {KONDUKTOR_REPOSITORY}"
+    )
+    tag: Text | None = Field(default=None, description="Tag; default: the chart's appVersion")
+    digest: Annotated[str | None, AfterValidator(_digest)] = Field(
+        default=None, description="Digest (sha256:...): pulled by digest, the tag unused; default: none"
+    )
+
+    @property
+    def reference(self) -> str:
+        """The image as a pod names it: repository@digest, else repository:tag."""
+        repository = self.repository or KONDUKTOR_REPOSITORY
+        if self.digest:
+            return f"{repository}@{self.digest}"
+        return f"{repository}:{self.tag or KONDUKTOR_VERSION}"
+
+    def chart_values(self) -> dict[str, str]:
+        """konduktor-core's `controller.image` values for what is set (the rest keeps the chart's)."""
+        given = {"repository": self.repository, "tag": self.tag, "digest": self.digest}
+        return {key: value for key, value in given.items() if value is not None}
+
+
 class NodeCheckPods(Model):
     """Node checks from a privileged pod on each GPU node, which runs them in the host's namespaces (no SSH)."""
 
     image: Text = Field(
         default=KONDUKTOR_IMAGE,
-        description="Image with konduktor-install and nsenter; default: the konduktor image the chart runs",
+        description="Image with konduktor-install and nsenter; default: the konduktor image the chart runs (image:)",
     )
     namespace: NamespaceName = Field(
         default=BURNIN_NAMESPACE,
@@ -545,6 +592,7 @@ class Config(Model):
     gpu_types: dict[str, GpuType] = Field(min_length=1)
     priorities: dict[str, Int32] = Field(default_factory=_default_priorities)
     teams: dict[str, Team] = Field(min_length=1)
+    image: KonduktorImage = Field(default_factory=KonduktorImage)
     preflight: Preflight = Field(default_factory=Preflight)
     burnin: BurnIn = Field(default_factory=BurnIn)
     alerts: Alerts = Field(default_factory=Alerts)
@@ -552,6 +600,14 @@ class Config(Model):
 
     def teams_using(self, gpu_type: str) -> list[str]:
         return [name for name, team in self.teams.items() if gpu_type in team.gpus]
+
+    @property
+    def preflight_pod_image(self) -> str:
+        """The image of the preflight pods: preflight.nodes.pod.image when given, else the config's image."""
+        pod = self.preflight.nodes.pod if self.preflight.nodes else None
+        if pod is not None and "image" in pod.model_fields_set:
+            return pod.image
+        return self.image.reference
 
     @property
     def shares(self) -> bool:

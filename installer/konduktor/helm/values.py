@@ -67,13 +67,26 @@ def _without_unset(settings: dict[str, Any]) -> dict[str, Any]:
 
 def core_values(config: Config) -> dict[str, Any]:
     """konduktor-core's values the config implies: the priority classes its admission policy admits (the config's
-    WorkloadPriorityClasses, which the quotas render), and the controller settings of its `health:` section with
-    its GPU types (a node of a type with fewer GPUs than `gpusPerNode` has lost one)."""
+    WorkloadPriorityClasses, which the quotas render), the controller settings of its `health:` section with
+    its GPU types (a node of a type with fewer GPUs than `gpusPerNode` has lost one), and the image of its
+    `image:` section (what it sets)."""
     settings = controller_settings(config.health)
     settings["gpu_types"] = {
         name: {"product": gpu.product, "gpus_per_node": gpu.gpus_per_node} for name, gpu in config.gpu_types.items()
     }
-    return {"policies": {"priorityClasses": list(config.priorities)}, "controller": {"settings": settings}}
+    controller: dict[str, Any] = {"settings": settings}
+    if image := config.image.chart_values():
+        controller["image"] = image
+    return {"policies": {"priorityClasses": list(config.priorities)}, "controller": controller}
+
+
+def controller_image(core_chart_values: dict[str, Any], app_version: str) -> str:
+    """The image konduktor-core runs with these values (its defaults merged in), as its `konduktor-core.image`
+    template writes it: repository@digest, else repository:tag, the tag defaulting to the chart's appVersion."""
+    image = core_chart_values.get("controller", {}).get("image", {})
+    if image.get("digest"):
+        return f"{image['repository']}@{image['digest']}"
+    return f"{image['repository']}:{image.get('tag') or app_version}"
 
 
 def umbrella_values(config: Config, chart_values: dict[str, Any]) -> dict[str, Any]:
