@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import requests
-from conftest import Sim
+from conftest import EXAMPLE, Sim
 from garbage_api import serving
 from loki_api import LokiApi
 from otelcol import Collector, collector, kernel_pipeline
@@ -30,7 +30,9 @@ from sim_fixture import health_settings_deployed, health_taints, node, patch_nod
 
 from konduktor.burnin.manifests import NODE_ANNOTATION, node_job
 from konduktor.burnin.tiers import options_for_tier
+from konduktor.cli.cluster_quotas import sync_quotas
 from konduktor.cli.main import main as cli_main
+from konduktor.config.load import load_config
 from konduktor.controller.decide import CONDITION_TYPE, Taint, UpdateNode
 from konduktor.controller.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION, LEASE_API, LEASE_NAME
 from konduktor.controller.loop import CURSOR_ANNOTATION, HealthController
@@ -46,8 +48,10 @@ from konduktor.controller.settings import (
 )
 from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
+from konduktor.quotas.render import KUEUE_API
 from konduktor.sim.cluster import free_port
 from konduktor.sim.gpus import FAULTS_ANNOTATION
+from konduktor.sim.workloads import is_true
 from konduktor.vocabulary import (
     HEALTH_TAINT_KEY,
     QUARANTINE_REASON,
@@ -153,6 +157,19 @@ def controller_namespace(kube: Kube) -> None:
     kube.apply(
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "konduktor-burnin", "namespace": NAMESPACE}}
     )
+
+
+def with_team_queues(sim: Sim) -> Iterator[Kube]:
+    """For a module whose jobs Kueue admits: the controller's namespace and examples/config.yaml's team queues,
+    active; the cluster left as found after."""
+    controller_namespace(sim.kube)
+    sync_quotas(sim.kube, load_config(EXAMPLE).config, prune=False, dry_run=False)
+    wait_until(
+        "team-a's ClusterQueue to be active",
+        lambda: is_true(sim.kube.get(KUEUE_API, "ClusterQueue", "team-a"), "Active"),
+    )
+    yield sim.kube
+    leave_cluster(sim.kube)
 
 
 @pytest.fixture(scope="module")

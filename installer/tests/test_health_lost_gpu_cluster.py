@@ -10,26 +10,22 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import EXAMPLE, Sim
+from conftest import Sim
 from test_health_cluster import (
     NODES,
     controller,
-    controller_namespace,
     health_taints,
-    leave_cluster,
     node,
     reset_cluster,
     set_allocatable,
     settings,
+    with_team_queues,
 )
 
-from konduktor.cli.cluster_quotas import sync_quotas
-from konduktor.config.load import load_config
 from konduktor.controller.loop import HealthController
 from konduktor.controller.settings import PrometheusSettings
 from konduktor.kube.client import Kube
-from konduktor.quotas.render import KUEUE_API
-from konduktor.sim.workloads import gpu_job, is_true, workload_of
+from konduktor.sim.workloads import gpu_job, workload_of
 from konduktor.vocabulary import REQUEUE_LABEL
 from konduktor.waiting import wait_until
 
@@ -42,13 +38,7 @@ FAULTY = NODES[0]
 
 @pytest.fixture(scope="module")
 def kube(sim: Sim) -> Iterator[Kube]:
-    controller_namespace(sim.kube)
-    sync_quotas(sim.kube, load_config(EXAMPLE).config, prune=False, dry_run=False)
-    wait_until(
-        "team-a's ClusterQueue to be active", lambda: is_true(sim.kube.get(KUEUE_API, "ClusterQueue", TEAM), "Active")
-    )
-    yield sim.kube
-    leave_cluster(sim.kube)
+    yield from with_team_queues(sim)
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from conftest import EXAMPLE, Sim
+from conftest import Sim
 from loki_api import LokiApi
 from sim_fixture import health_settings_deployed, installer_events, release_nodes
 from test_health_cluster import (
@@ -20,24 +20,20 @@ from test_health_cluster import (
     XID_48,
     XID_79,
     controller,
-    controller_namespace,
     health_taints,
-    leave_cluster,
     node,
     our_events,
     reset_cluster,
     set_allocatable,
     settings,
+    with_team_queues,
 )
 
-from konduktor.cli.cluster_quotas import sync_quotas
-from konduktor.config.load import load_config
 from konduktor.controller.leader import BREAKER_ANNOTATION, LEASE_API, LEASE_NAME
 from konduktor.controller.loop import HealthController
 from konduktor.controller.settings import AffectedWorkSettings, HealthSettings, PrometheusSettings
 from konduktor.kube.client import Kube
 from konduktor.kube.timestamps import parse_time
-from konduktor.quotas.render import KUEUE_API
 from konduktor.sim.gpus import FAULTS_ANNOTATION
 from konduktor.sim.workloads import gpu_job, is_true, job_state, workload_of
 from konduktor.vocabulary import HEALTH_TAINT_KEY, REQUEUE_LABEL, SYSTEM_NAMESPACE
@@ -51,13 +47,7 @@ JOB = "fault-train"
 
 @pytest.fixture(scope="module")
 def kube(sim: Sim) -> Iterator[Kube]:
-    controller_namespace(sim.kube)
-    sync_quotas(sim.kube, load_config(EXAMPLE).config, prune=False, dry_run=False)
-    wait_until(
-        "team-a's ClusterQueue to be active", lambda: is_true(sim.kube.get(KUEUE_API, "ClusterQueue", TEAM), "Active")
-    )
-    yield sim.kube
-    leave_cluster(sim.kube)
+    yield from with_team_queues(sim)
 
 
 @pytest.fixture(autouse=True)
