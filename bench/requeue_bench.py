@@ -29,21 +29,12 @@ from konduktor.controller.settings import AffectedWorkSettings, BreakerSettings,
 from konduktor.kube.client import Kube
 from konduktor.sim.cluster import SimCluster
 from konduktor.sim.pools import spec_from
-from konduktor.sim.workloads import gpu_job, is_true, workload_of
+from konduktor.sim.workloads import gpu_job, is_true, running_on, workload_of
 from konduktor.waiting import wait_until
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "config.yaml"
 TEAM = "team-a"
 LEASE_NAMESPACE = "konduktor-bench"
-
-
-def running_on(kube: Kube, job: str) -> dict[str, str]:
-    pods = kube.list("v1", "Pod", TEAM, label_selector=f"batch.kubernetes.io/job-name={job}")
-    return {
-        p["metadata"]["name"]: p["spec"]["nodeName"]
-        for p in pods
-        if p.get("status", {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
-    }
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -54,14 +45,14 @@ def percentile(values: list[float], share: float) -> float:
 def one_sample(kube: Kube, name: str) -> float:
     """Seconds from a lost GPU under a running 2-pod job to both pods running again on other nodes."""
     kube.create(gpu_job(name, TEAM, gpus=8, pods=2, run_for="600s"))
-    wait_until("both pods to run", lambda: len(running_on(kube, name)) == 2, timeout=120)
-    placed = running_on(kube, name)
+    wait_until("both pods to run", lambda: len(running_on(kube, TEAM, name)) == 2, timeout=120)
+    placed = running_on(kube, TEAM, name)
     faulty = sorted(placed.values())[0]
     started = time.monotonic()
     kube.patch("v1", "Node", faulty, {"status": {"allocatable": {"nvidia.com/gpu": "9"}}}, subresource="status")
 
     def readmitted() -> bool:
-        now = running_on(kube, name)
+        now = running_on(kube, TEAM, name)
         return (
             len(now) == 2
             and faulty not in now.values()
@@ -72,7 +63,7 @@ def one_sample(kube: Kube, name: str) -> float:
     wait_until("the job to run again on healthy nodes", readmitted, timeout=300, interval=0.1)
     took = time.monotonic() - started
     kube.delete("batch/v1", "Job", name, TEAM)
-    wait_until("the job's pods to go", lambda: not running_on(kube, name), timeout=120)
+    wait_until("the job's pods to go", lambda: not running_on(kube, TEAM, name), timeout=120)
     return took
 
 

@@ -31,22 +31,13 @@ from konduktor.cli.main import main as konduktor_install
 from konduktor.kube.client import Kube
 from konduktor.sim.cluster import SimCluster
 from konduktor.sim.faults import inject
-from konduktor.sim.workloads import gpu_job
+from konduktor.sim.workloads import gpu_job, running_on
 from konduktor.vocabulary import HEALTH_TAINT_KEY
 from konduktor.waiting import wait_until
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "config.yaml"
 NAME = "bench-heal"
 TEAM = "team-a"
-
-
-def running_on(kube: Kube, job: str) -> dict[str, str]:
-    pods = kube.list("v1", "Pod", TEAM, label_selector=f"batch.kubernetes.io/job-name={job}")
-    return {
-        p["metadata"]["name"]: p["spec"]["nodeName"]
-        for p in pods
-        if p.get("status", {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
-    }
 
 
 def quarantined(kube: Kube, name: str) -> bool:
@@ -62,8 +53,8 @@ def percentile(values: list[float], share: float) -> float:
 def one_sample(kube: Kube, cluster: SimCluster, name: str) -> tuple[float, float]:
     """Seconds from the fault to the quarantine, and to the job's pod running on another node."""
     kube.create(gpu_job(name, TEAM, gpus=8, run_for="600s"))
-    wait_until("the pod to run", lambda: len(running_on(kube, name)) == 1, timeout=120)
-    placed = running_on(kube, name)
+    wait_until("the pod to run", lambda: len(running_on(kube, TEAM, name)) == 1, timeout=120)
+    placed = running_on(kube, TEAM, name)
     faulty = next(iter(placed.values()))
     started = time.monotonic()
     inject(kube, cluster.root, faulty, "xid79", 0)
@@ -71,13 +62,13 @@ def one_sample(kube: Kube, cluster: SimCluster, name: str) -> tuple[float, float
     taint = time.monotonic() - started
 
     def moved() -> bool:
-        now = running_on(kube, name)
+        now = running_on(kube, TEAM, name)
         return len(now) == 1 and faulty not in now.values() and not set(now) & set(placed)
 
     wait_until("the job to run again on a healthy node", moved, timeout=300, interval=0.1)
     took = time.monotonic() - started
     kube.delete("batch/v1", "Job", name, TEAM)
-    wait_until("the job's pods to go", lambda: not running_on(kube, name), timeout=120)
+    wait_until("the job's pods to go", lambda: not running_on(kube, TEAM, name), timeout=120)
     return taint, took
 
 

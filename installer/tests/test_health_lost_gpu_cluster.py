@@ -25,7 +25,7 @@ from test_health_cluster import (
 from konduktor.controller.loop import HealthController
 from konduktor.controller.settings import PrometheusSettings
 from konduktor.kube.client import Kube
-from konduktor.sim.workloads import gpu_job, workload_of
+from konduktor.sim.workloads import gpu_job, running_on, workload_of
 from konduktor.vocabulary import REQUEUE_LABEL
 from konduktor.waiting import wait_until
 
@@ -59,15 +59,6 @@ def pods(kube: Kube, job: str) -> list[dict[str, Any]]:
     return kube.list("v1", "Pod", TEAM, label_selector=f"batch.kubernetes.io/job-name={job}")
 
 
-def running(kube: Kube, job: str) -> dict[str, str]:
-    """The job's running pods and their nodes."""
-    return {
-        p["metadata"]["name"]: p["spec"]["nodeName"]
-        for p in pods(kube, job)
-        if p.get("status", {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
-    }
-
-
 def workload(kube: Kube, job: str) -> dict[str, Any]:
     found = workload_of(kube, TEAM, job)
     assert found is not None
@@ -90,10 +81,10 @@ def start_both_on_one_node(kube: Kube) -> dict[str, str]:
         kube.patch("v1", "Node", name, {"spec": {"unschedulable": True}})
     for job in JOBS:
         kube.create(gpu_job(job, TEAM, gpus=4, run_for="600s"))
-    wait_until("both jobs to run", lambda: all(len(running(kube, job)) == 1 for job in JOBS), timeout=90)
+    wait_until("both jobs to run", lambda: all(len(running_on(kube, TEAM, job)) == 1 for job in JOBS), timeout=90)
     for name in NODES[1:]:
         kube.patch("v1", "Node", name, {"spec": {"unschedulable": None}})
-    placed = {job: next(iter(running(kube, job).items())) for job in JOBS}
+    placed = {job: next(iter(running_on(kube, TEAM, job).items())) for job in JOBS}
     assert {where for _, where in placed.values()} == {FAULTY}
     return {job: pod for job, (pod, _) in placed.items()}
 
@@ -128,7 +119,7 @@ def requeued_and_running_elsewhere(health: HealthController, kube: Kube, job: st
     wait_until(f"{job}'s workload to be evicted and reactivated", reactivated, timeout=90)
     wait_until(
         f"{job} to run again on a healthy node",
-        lambda: len(placed := running(kube, job)) == 1 and FAULTY not in placed.values(),
+        lambda: len(placed := running_on(kube, TEAM, job)) == 1 and FAULTY not in placed.values(),
         timeout=90,
     )
 
@@ -146,7 +137,7 @@ def test_dcgm_names_the_holder_of_the_lost_gpu_it_is_requeued_and_the_other_job_
     assert deactivated == [workload(kube, "holder")["metadata"]["name"]]
 
     requeued_and_running_elsewhere(health, kube, "holder")
-    assert running(kube, "bystander") == {started["bystander"]: FAULTY}  # the same pod, never stopped
+    assert running_on(kube, TEAM, "bystander") == {started["bystander"]: FAULTY}  # the same pod, never stopped
     assert workload(kube, "bystander")["spec"].get("active", True)
 
     (holder,) = told(kube, "holder")

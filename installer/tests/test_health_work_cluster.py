@@ -35,7 +35,7 @@ from konduktor.controller.settings import AffectedWorkSettings, HealthSettings, 
 from konduktor.kube.client import Kube
 from konduktor.kube.timestamps import parse_time
 from konduktor.sim.gpus import FAULTS_ANNOTATION
-from konduktor.sim.workloads import gpu_job, is_true, job_state, workload_of
+from konduktor.sim.workloads import gpu_job, is_true, job_state, running_on, workload_of
 from konduktor.vocabulary import HEALTH_TAINT_KEY, REQUEUE_LABEL, SYSTEM_NAMESPACE
 from konduktor.waiting import wait_until
 
@@ -69,21 +69,12 @@ def job_pods(kube: Kube) -> list[dict[str, Any]]:
     return kube.list("v1", "Pod", TEAM, label_selector=f"batch.kubernetes.io/job-name={JOB}")
 
 
-def running_on(kube: Kube) -> dict[str, str]:
-    """The job's running pods and their nodes."""
-    return {
-        p["metadata"]["name"]: p["spec"]["nodeName"]
-        for p in job_pods(kube)
-        if p.get("status", {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
-    }
-
-
 def start_job(kube: Kube, labels: dict[str, str] | None = None) -> dict[str, str]:
     job = gpu_job(JOB, TEAM, gpus=8, pods=2, run_for="600s")
     job["metadata"]["labels"].update(labels or {})
     kube.create(job)
-    wait_until("both pods to run", lambda: len(running_on(kube)) == 2, timeout=90)
-    placed = running_on(kube)
+    wait_until("both pods to run", lambda: len(running_on(kube, TEAM, JOB)) == 2, timeout=90)
+    placed = running_on(kube, TEAM, JOB)
     assert len(set(placed.values())) == 2  # 8 of 10 GPUs each: one pod per node
     return placed
 
@@ -118,11 +109,11 @@ def requeue_until_readmitted(health: HealthController, kube: Kube, faulty: str) 
     wait_until("the workload to be evicted and reactivated", evicted, timeout=90)
 
     def readmitted() -> bool:
-        placed = running_on(kube)
+        placed = running_on(kube, TEAM, JOB)
         return len(placed) == 2 and is_true(workload(kube), "Admitted")
 
     wait_until("the workload to be readmitted and run", readmitted, timeout=90)
-    return running_on(kube)
+    return running_on(kube, TEAM, JOB)
 
 
 def test_a_fatal_fault_requeues_the_job_onto_healthy_nodes_and_tells_its_owner(kube: Kube, loki: LokiApi) -> None:
@@ -163,7 +154,7 @@ def test_an_application_xid_changes_nothing(kube: Kube, loki: LokiApi) -> None:
     xid_on(api, busy, XID_13)
     plan = controller(kube, settings(loki=api.settings())).reconcile_once()
     assert plan.work == () and not health_taints(node(kube, busy))
-    assert running_on(kube) == placed and workload(kube)["spec"].get("active", True)
+    assert running_on(kube, TEAM, JOB) == placed and workload(kube)["spec"].get("active", True)
     assert ours(kube) == []
 
 
@@ -174,7 +165,7 @@ def test_drain_leaves_running_pods_alone_and_keeps_new_ones_away(kube: Kube, lok
     plan = controller(kube, settings(loki=loki.settings())).reconcile_once()
     assert health_taints(node(kube, degraded))
     assert [type(a).__name__ for a in plan.work] == ["TellOwner"]
-    assert running_on(kube) == placed
+    assert running_on(kube, TEAM, JOB) == placed
     assert workload(kube)["spec"].get("active", True) and is_true(workload(kube), "Admitted")
     (event,) = ours(kube, JOB)
     assert "Next: left to finish." in event["message"]
@@ -187,7 +178,7 @@ def test_dry_run_evicts_nothing_and_tells_the_owner_what_would_have_happened(kub
     xid_on(api, faulty, XID_79)
     plan = controller(kube, settings(loki=api.settings(), dry_run=True)).reconcile_once()
     assert [type(a).__name__ for a in plan.work_withheld] == ["DeactivateWorkload"]
-    assert not health_taints(node(kube, faulty)) and running_on(kube) == placed
+    assert not health_taints(node(kube, faulty)) and running_on(kube, TEAM, JOB) == placed
     unchanged = workload(kube)
     assert unchanged["spec"].get("active", True) and REQUEUE_LABEL not in unchanged["metadata"].get("labels", {})
     assert our_events(kube) == []  # nothing on the node: its Event, like its taint, is withheld
@@ -217,7 +208,7 @@ def test_dry_run_tells_an_owner_once_while_the_fault_stays(kube: Kube) -> None:
     assert (event["type"], event["reason"]) == ("Normal", "WouldRequeueForNodeHealth")
     assert "this is the only workload holding GPUs on that node" in event["message"]
     assert "the workload would have been requeued" in event["message"]
-    assert not health_taints(node(kube, degraded)) and running_on(kube) == placed
+    assert not health_taints(node(kube, degraded)) and running_on(kube, TEAM, JOB) == placed
 
 
 @pytest.mark.parametrize("where", ["job", "namespace"])
@@ -231,7 +222,7 @@ def test_an_opted_out_workload_is_never_evicted_only_told(kube: Kube, loki: Loki
     plan = controller(kube, settings(loki=api.settings())).reconcile_once()
     assert health_taints(node(kube, faulty))
     assert [type(a).__name__ for a in plan.work] == ["TellOwner"]
-    assert running_on(kube) == placed and workload(kube)["spec"].get("active", True)
+    assert running_on(kube, TEAM, JOB) == placed and workload(kube)["spec"].get("active", True)
     (event,) = ours(kube, JOB)
     assert "not requeued because" in event["message"]
 

@@ -87,6 +87,16 @@ def is_true(obj: dict[str, Any] | None, kind: str) -> bool:
     return bool(found and found.get("status") == "True")
 
 
+def running_on(kube: Kube, namespace: str, job: str) -> dict[str, str]:
+    """A Job's running pods (not being deleted) and their nodes."""
+    pods = kube.list("v1", "Pod", namespace, label_selector=f"batch.kubernetes.io/job-name={job}")
+    return {
+        p["metadata"]["name"]: p["spec"]["nodeName"]
+        for p in pods
+        if p.get("status", {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    }
+
+
 def job_state(kube: Kube, namespace: str, name: str) -> str:
     """One word for where a Job is: suspended, pending-admission, running, complete, failed, missing."""
     job = kube.get("batch/v1", "Job", name, namespace)
