@@ -22,6 +22,9 @@ BURNIN_SERVICE_ACCOUNT = "konduktor-burnin"
 
 # The team a namespace or a Kueue object belongs to.
 TEAM_LABEL = "konduktor.ai/team"
+# A team namespace's security profile (gpu, restricted, baseline, privileged): policies/security-profile.yaml
+# judges its pods and pod templates by it.
+SECURITY_PROFILE_LABEL = "konduktor.ai/security-profile"
 
 # The health controller's quarantine: the taint it puts on a node, and the annotations that say when and why,
 # and how the node's requalification ended. Burn-in tolerates the taint; preflight and the CLI read them.
