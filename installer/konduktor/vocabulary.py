@@ -37,6 +37,10 @@ REQUALIFICATION_RESULT = "konduktor.ai/requalification-result"
 # finds them again with a selector), and which node and fault that was (annotation). Both go on reactivation.
 REQUEUE_LABEL = "konduktor.ai/requeued-for-node-health"
 REQUEUE_REASON = "konduktor.ai/requeue-reason"
+# On a Kueue Workload the health controller deactivated because admission refused its pods (label), and the
+# refusal (annotation): `konduktor why` shows it. It stays deactivated; the job is fixed and submitted again.
+PODS_REFUSED_LABEL = "konduktor.ai/pods-refused"
+PODS_REFUSED_REASON = "konduktor.ai/pods-refused-reason"
 # The Node condition in which the health controller states whether a node's GPUs are healthy.
 GPU_HEALTHY_CONDITION = "GPUHealthy"
 
