@@ -19,7 +19,7 @@ from test_health_cluster import settings as health_settings
 
 from konduktor.cli.team import main as team_main
 from konduktor.config.load import load_config
-from konduktor.config.model import GpuQuota, SecurityProfile, Team
+from konduktor.config.model import SecurityProfile, Team
 from konduktor.errors import ExitCode
 from konduktor.kube.client import MERGE_PATCH, ApiError, Identity, Kube
 from konduktor.paths import product_dir
@@ -136,7 +136,7 @@ def test_the_member_cannot_run_a_pod_that_escapes_to_the_node(
     """team-a has the default profile, `gpu`: Pod Security lets pods through, the platform's policy refuses what
     baseline refuses."""
     assert create_refusal(member, pod("tenancy-control")) is None  # the same pod without the escape is admitted
-    attempt = pod(f"tenancy-{escape.lower()}", **spec)
+    attempt = pod(f"tenancy-{escape.lower().replace('_', '-')}", **spec)
     attempt["spec"]["containers"][0].update(container)
     message = refused_by_policy(create_refusal(member, attempt), SECURITY_PROFILE)
     assert "security profile gpu" in message and escape in message, message
@@ -149,7 +149,7 @@ def test_the_member_cannot_make_a_job_whose_pods_escape_to_the_node(
     """The pod template is judged at creation: the Job is refused with the reason its pods would get, so Kueue never
     admits a Job whose pods would all be refused, and its GPUs never count in the team's quota."""
     before = gpus_used(sim.kube, TEAM)
-    attempt = gpu_job(f"tenancy-{escape.lower()}", TEAM, gpus=8)
+    attempt = gpu_job(f"tenancy-{escape.lower().replace('_', '-')}", TEAM, gpus=8)
     attempt["spec"]["template"]["spec"].update(copy.deepcopy(spec))
     attempt["spec"]["template"]["spec"]["containers"][0].update(copy.deepcopy(container))
     with pytest.raises(ApiError) as refused:
@@ -231,7 +231,8 @@ STRICT = "tenancy-strict"
 
 def profile_labels(profile: SecurityProfile) -> dict[str, str]:
     """A team namespace's labels for the security profile, as the installer writes them."""
-    return pod_security_labels(Team(namespaces=[TEAM], gpus={"h100": GpuQuota(quota=0)}, pod_security=profile))
+    team = Team.model_validate({"namespaces": [TEAM], "gpus": {"h100": {"quota": 0}}, "podSecurity": profile})
+    return pod_security_labels(team)
 
 
 def test_the_member_cannot_tolerate_the_health_taint_by_create_or_by_update(member: Kube, pending_pod: str) -> None:
@@ -461,7 +462,8 @@ def test_a_job_whose_pods_are_refused_after_admission_gives_its_quota_back(
             lambda: is_true(workload_of(sim.kube, REFUSED, "tenancy-root"), "QuotaReserved"),
             timeout=60,
         )
-        assert gpus_used(sim.kube, TEAM) == before + 8  # held, while no pod of it can exist
+        # Held, while no pod of it can exist (the ClusterQueue's status follows the admission).
+        wait_until("team-a's usage to count the job", lambda: gpus_used(sim.kube, TEAM) == before + 8, timeout=60)
 
         def given_back() -> bool:
             health.reconcile_once()
