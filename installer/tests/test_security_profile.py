@@ -56,7 +56,8 @@ def workload_crds(sim: Sim, enforcing: Kube) -> Iterator[Kube]:
     def established(name: str) -> bool:
         found = kube.get(CRD_API, "CustomResourceDefinition", name) or {}
         return any(
-            c["type"] == "Established" and c["status"] == "True" for c in found.get("status", {}).get("conditions", [])
+            c["type"] == "Established" and c["status"] == "True"
+            for c in (found.get("status") or {}).get("conditions") or []
         )
 
     for crd in crds:
