@@ -108,18 +108,22 @@ def test_admission_policies_are_installed(platform: Platform) -> None:
         "konduktor-gpu-visible-devices",
         "konduktor-gpu-health-toleration",
         "konduktor-pod-priority",
+        "konduktor-security-profile",
         "konduktor-team-namespaces",
     } <= names
 
 
-def test_team_namespaces_enforce_their_pod_security_level(platform: Platform) -> None:
+def test_team_namespaces_enforce_their_security_profile(platform: Platform) -> None:
     for name, team in platform.config.teams.items():
         for namespace in team.namespaces:
             found = platform.kube.get("v1", "Namespace", namespace)
             assert found is not None, namespace
             labels = found["metadata"]["labels"]
             assert labels["konduktor.ai/team"] == name
-            assert labels["pod-security.kubernetes.io/enforce"] == team.pod_security, namespace
+            assert labels["konduktor.ai/security-profile"] == team.pod_security, namespace
+            # `gpu` is the platform policy's to enforce; the Pod Security levels are Pod Security's.
+            enforce = "privileged" if team.pod_security == "gpu" else team.pod_security
+            assert labels["pod-security.kubernetes.io/enforce"] == enforce, namespace
 
 
 # On a real cluster the full level's DCGM diagnostic, matmul and NCCL steps run for hours; each step has its own

@@ -22,6 +22,9 @@ BURNIN_SERVICE_ACCOUNT = "konduktor-burnin"
 
 # The team a namespace or a Kueue object belongs to.
 TEAM_LABEL = "konduktor.ai/team"
+# A team namespace's security profile (gpu, restricted, baseline, privileged): policies/security-profile.yaml
+# judges its pods and pod templates by it.
+SECURITY_PROFILE_LABEL = "konduktor.ai/security-profile"
 
 # The health controller's quarantine: the taint it puts on a node, and the annotations that say when and why,
 # and how the node's requalification ended. Burn-in tolerates the taint; preflight and the CLI read them.
@@ -34,6 +37,10 @@ REQUALIFICATION_RESULT = "konduktor.ai/requalification-result"
 # finds them again with a selector), and which node and fault that was (annotation). Both go on reactivation.
 REQUEUE_LABEL = "konduktor.ai/requeued-for-node-health"
 REQUEUE_REASON = "konduktor.ai/requeue-reason"
+# On a Kueue Workload the health controller deactivated because admission refused its pods (label), and the
+# refusal (annotation): `konduktor why` shows it. It stays deactivated; the job is fixed and submitted again.
+PODS_REFUSED_LABEL = "konduktor.ai/pods-refused"
+PODS_REFUSED_REASON = "konduktor.ai/pods-refused-reason"
 # The Node condition in which the health controller states whether a node's GPUs are healthy.
 GPU_HEALTHY_CONDITION = "GPUHealthy"
 

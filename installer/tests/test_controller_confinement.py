@@ -30,6 +30,8 @@ from konduktor.controller.decide import (
 )
 from konduktor.controller.leader import LEASE_NAME, LeaderLease
 from konduktor.controller.node_writes import FIELD_MANAGER, condition_status, update_node
+from konduktor.controller.refused import GiveBack
+from konduktor.controller.refused_writes import give_back
 from konduktor.controller.requalification import PodLogs, Requalifier
 from konduktor.controller.settings import HealthSettings, RequalificationSettings
 from konduktor.controller.telemetry import HealthMetrics
@@ -41,6 +43,8 @@ from konduktor.kube.documents import load_documents
 from konduktor.vocabulary import (
     BURNIN_NAMESPACE,
     HEALTH_TAINT_KEY,
+    PODS_REFUSED_LABEL,
+    PODS_REFUSED_REASON,
     QUARANTINE_REASON,
     QUARANTINED_AT,
     REQUALIFICATION_RESULT,
@@ -261,11 +265,11 @@ def test_the_controller_requeues_a_workload_through_spec_active_and_changes_noth
     by_policy(lambda: patch({"spec": {"active": False}}), "health-workloads", "only with its requeue label")
     by_policy(lambda: patch({"spec": {"queueName": "other"}}), "health-workloads", "only spec.active")
     by_policy(lambda: patch({"spec": {"priority": 1000}}), "health-workloads", "only spec.active")
-    by_policy(lambda: patch({"metadata": {"labels": {"team": None}}}), "health-workloads", "own label and annotation")
+    by_policy(lambda: patch({"metadata": {"labels": {"team": None}}}), "health-workloads", "own labels and annotations")
     by_policy(
         lambda: patch({"metadata": {"annotations": {"kueue.x-k8s.io/x": "y"}}}),
         "health-workloads",
-        "own label and annotation",
+        "own labels and annotations",
     )
 
     # Its own two writes pass, through its own code.
@@ -277,6 +281,15 @@ def test_the_controller_requeues_a_workload_through_spec_active_and_changes_noth
     back = sim.kube.get(WORKLOAD_API, "Workload", workload, WORKLOADS_NAMESPACE)
     assert back is not None and back["spec"]["active"] is True
     assert REQUEUE_LABEL not in back["metadata"]["labels"] and back["metadata"]["labels"]["team"] == "a"
+    # Giving back the quota of a workload whose pods are refused: it reads the FailedCreate Events, deactivates
+    # with its pods-refused label, and may not reactivate what it so stopped.
+    assert controller.list("v1", "Event", field_selector="reason=FailedCreate") is not None
+    give_back(controller, GiveBack(WORKLOADS_NAMESPACE, workload, None, "violates PodSecurity", 3), "test", "test")
+    stopped = sim.kube.get(WORKLOAD_API, "Workload", workload, WORKLOADS_NAMESPACE)
+    assert stopped is not None and stopped["spec"]["active"] is False
+    assert stopped["metadata"]["labels"][PODS_REFUSED_LABEL] == "true"
+    assert stopped["metadata"]["annotations"][PODS_REFUSED_REASON] == "violates PodSecurity"
+    by_policy(lambda: patch({"spec": {"active": True}}), "health-workloads", "only a Workload it deactivated")
 
     # RBAC: no creating or deleting work, no changing pods.
     copy = {"apiVersion": WORKLOAD_API, "kind": "Workload", "metadata": {"name": "x", "namespace": WORKLOADS_NAMESPACE}}
@@ -354,6 +367,8 @@ def test_the_policies_name_what_the_controller_writes() -> None:
         CONDITION_TYPE,
         REQUEUE_LABEL,
         REQUEUE_REASON,
+        PODS_REFUSED_LABEL,
+        PODS_REFUSED_REASON,
     ):
         assert f'"{key}"' in confinement or f"'{key}'" in confinement, key
     assert "\nkonduktor-health\n" in (CORE / "templates" / "_helpers.tpl").read_text()

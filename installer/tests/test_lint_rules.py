@@ -468,7 +468,7 @@ def test_lint_l14_simulated_nodes_of_each_example_match(name: str) -> None:
 # L16 Pod Security exceptions
 
 
-@pytest.mark.parametrize("level", ["restricted", "baseline"])
+@pytest.mark.parametrize("level", ["gpu", "restricted", "baseline"])
 def test_lint_l16_restricted_and_baseline_teams_need_no_exception(level: str) -> None:
     assert findings("L16", {"teams": {"team-a": {"podSecurity": level}}}) == []
 
@@ -487,3 +487,5 @@ def test_lint_l16_validate_names_the_line_of_the_exception_and_refuses_an_unknow
     with pytest.raises(ConfigError) as problem:
         parse_config(text.replace("    groups: [team-b]", "    groups: [team-b]\n    podSecurity: root"))
     assert str(problem.value).startswith("config.yaml:58: teams.team-b.podSecurity:")
+    for profile in ("gpu", "restricted", "baseline", "privileged"):  # the message names the profiles to choose
+        assert f"'{profile}'" in str(problem.value), str(problem.value)

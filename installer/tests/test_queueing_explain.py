@@ -327,3 +327,21 @@ def test_a_policy_finding_is_a_reason_with_its_policy_and_a_remedy() -> None:
         "policy konduktor-gpu-through-localqueue: GPU pods must name a LocalQueue",
     ]
     assert any("the platform's policy refuses the job as written" in r for r in answer["remedies"])
+
+
+def test_a_workload_whose_pods_were_refused_says_so_with_the_fix() -> None:
+    """The health controller deactivated it after admission refused its pods (konduktor.controller.refused): the
+    verdict names the refusal and how to fix it, not a queue position."""
+    capacity = Capacity(nodes(10, 10, 10, 10), (usage("team-a"), usage("team-b")))
+    evicted = [{"type": "Evicted", "status": "True", "reason": "Deactivated"}]
+    refused = workload("root", gpus=8, conditions=evicted)
+    refused["spec"]["active"] = False
+    refusal = 'violates PodSecurity "restricted:latest": runAsNonRoot != true (pod or container "train" must set it)'
+    refused["metadata"]["annotations"] = {"konduktor.ai/pods-refused-reason": refusal}
+    answer = verdict(refused, [], capacity)
+    assert kinds(answer) == ["pods-refused"]
+    assert answer["reasons"][0]["message"] == f"admitted, but its pods are refused: {refusal}"
+    assert "fix what the refusal names in the job's pod template" in answer["remedies"][0]
+    # Deactivated by someone else, with no refusal on it: the plain deactivation.
+    del refused["metadata"]["annotations"]
+    assert kinds(verdict(refused, [], capacity)) == ["deactivated"]

@@ -297,11 +297,22 @@ def test_render_rule_checker_catches_what_kueue_rejects() -> None:
     assert any("is not a valid label value" in v for v in violations(objects))
 
 
-def test_render_team_namespaces_enforce_the_teams_pod_security_level() -> None:
-    objects = render(config({"teams": {"team-b": {"podSecurity": "baseline"}}}))
+def test_render_team_namespaces_enforce_the_teams_security_profile() -> None:
+    """`gpu` (the default) is no Pod Security level: Pod Security lets pods through and the platform's policy, which
+    reads the profile label, judges them; the Pod Security levels are enforced by Pod Security itself."""
+    teams = {
+        "team-b": {"podSecurity": "baseline"},
+        "team-c": {"podSecurity": "restricted", "namespaces": ["team-c"], "gpus": {"h100": {"quota": 0}}},
+    }
+    objects = render(config({"teams": teams}))
     labels = {name: ns["metadata"]["labels"] for name, ns in of_kind(objects, "Namespace").items()}
-    assert labels["team-a"]["pod-security.kubernetes.io/enforce"] == "restricted"  # the default
-    assert labels["team-b"]["pod-security.kubernetes.io/enforce"] == "baseline"
-    for team in ("team-a", "team-b"):
+    profile, enforce = "konduktor.ai/security-profile", "pod-security.kubernetes.io/enforce"
+    enforced = {team: (found[profile], found[enforce]) for team, found in labels.items()}
+    assert enforced == {
+        "team-a": ("gpu", "privileged"),  # the default
+        "team-b": ("baseline", "baseline"),
+        "team-c": ("restricted", "restricted"),
+    }
+    for team in labels:
         assert labels[team]["pod-security.kubernetes.io/audit"] == "restricted"
         assert labels[team]["pod-security.kubernetes.io/warn"] == "restricted"

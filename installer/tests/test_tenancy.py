@@ -8,18 +8,22 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import EXAMPLE, Sim
+from test_health_cluster import controller, controller_namespace, leave_cluster
+from test_health_cluster import settings as health_settings
 
 from konduktor.cli.team import main as team_main
 from konduktor.config.load import load_config
+from konduktor.config.model import SecurityProfile, Team
 from konduktor.errors import ExitCode
 from konduktor.kube.client import MERGE_PATCH, ApiError, Identity, Kube
 from konduktor.paths import product_dir
-from konduktor.quotas.render import KUEUE_API
+from konduktor.quotas.render import KUEUE_API, pod_security_labels
 from konduktor.quotas.sync import sync_quotas
 from konduktor.sim.workloads import RESTRICTED_CONTAINER, RESTRICTED_POD, condition, gpu_job, is_true, workload_of
 from konduktor.waiting import wait_until
@@ -89,7 +93,7 @@ def member(sim: Sim, enforcing: Kube) -> Iterator[Kube]:
         yield client
     finally:
         client.close()
-        for job in ("tenancy-cpu", "tenancy-gpu", "tenancy-queued"):
+        for job in ("tenancy-cpu", "tenancy-gpu", "tenancy-queued", "tenancy-ngc"):
             sim.kube.delete("batch/v1", "Job", job, TEAM)
         for name in ("tenancy-pending", "tenancy-gated", "tenancy-mig"):
             sim.kube.delete("v1", "Pod", name, TEAM)
@@ -113,24 +117,122 @@ def test_the_member_runs_gpu_work_through_the_queue_under_restricted(member: Kub
     wait_until("the member's GPU Job's pod to run", pod_ran, timeout=60)
 
 
-@pytest.mark.parametrize(
-    ("escape", "spec", "container"),
-    [
-        ("privileged", {}, {"securityContext": {"privileged": True}}),
-        ("hostPath", {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}, {}),
-        ("hostPID", {"hostPID": True}, {}),
-        ("hostNetwork", {"hostNetwork": True}, {}),
-    ],
-)
+ESCAPES = [
+    ("privileged", {}, {"securityContext": {"privileged": True}}),
+    ("hostPath", {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}, {}),
+    ("hostPID", {"hostPID": True}, {}),
+    ("hostNetwork", {"hostNetwork": True}, {}),
+    ("hostIPC", {"hostIPC": True}, {}),
+    ("hostPort", {}, {"ports": [{"containerPort": 22, "hostPort": 22}]}),
+    ("SYS_ADMIN", {}, {"securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}),
+]
+SECURITY_PROFILE = "konduktor-security-profile"
+
+
+@pytest.mark.parametrize(("escape", "spec", "container"), ESCAPES)
 def test_the_member_cannot_run_a_pod_that_escapes_to_the_node(
     member: Kube, escape: str, spec: dict[str, Any], container: dict[str, Any]
 ) -> None:
+    """team-a has the default profile, `gpu`: Pod Security lets pods through, the platform's policy refuses what
+    baseline refuses."""
     assert create_refusal(member, pod("tenancy-control")) is None  # the same pod without the escape is admitted
-    attempt = pod(f"tenancy-{escape.lower()}", **spec)
+    attempt = pod(f"tenancy-{escape.lower().replace('_', '-')}", **spec)
     attempt["spec"]["containers"][0].update(container)
-    problem = create_refusal(member, attempt)
-    assert problem is not None and problem.status == 403
-    assert 'violates PodSecurity "restricted:latest"' in problem.message and escape in problem.message
+    message = refused_by_policy(create_refusal(member, attempt), SECURITY_PROFILE)
+    assert "security profile gpu" in message and escape in message, message
+
+
+@pytest.mark.parametrize(("escape", "spec", "container"), ESCAPES)
+def test_the_member_cannot_make_a_job_whose_pods_escape_to_the_node(
+    member: Kube, sim: Sim, escape: str, spec: dict[str, Any], container: dict[str, Any]
+) -> None:
+    """The pod template is judged at creation: the Job is refused with the reason its pods would get, so Kueue never
+    admits a Job whose pods would all be refused, and its GPUs never count in the team's quota."""
+    before = gpus_used(sim.kube, TEAM)
+    attempt = gpu_job(f"tenancy-{escape.lower().replace('_', '-')}", TEAM, gpus=8)
+    attempt["spec"]["template"]["spec"].update(copy.deepcopy(spec))
+    attempt["spec"]["template"]["spec"]["containers"][0].update(copy.deepcopy(container))
+    with pytest.raises(ApiError) as refused:
+        member.create(attempt)
+    message = refused_by_policy(refused.value, SECURITY_PROFILE)
+    assert message.count("the pods of this Job break the team namespace's security profile gpu") == 1, message
+    assert escape in message
+    assert sim.kube.get("batch/v1", "Job", attempt["metadata"]["name"], TEAM) is None
+    assert gpus_used(sim.kube, TEAM) == before
+
+
+def gpus_used(kube: Kube, cluster_queue: str) -> int:
+    """The GPUs the ClusterQueue's admitted workloads hold, as Kueue counts them (status.flavorsUsage)."""
+    found = kube.get(KUEUE_API, "ClusterQueue", cluster_queue) or {}
+    return sum(
+        int(resource.get("total", 0))
+        for flavor in found.get("status", {}).get("flavorsUsage", [])
+        for resource in flavor.get("resources", [])
+        if resource["name"] == "nvidia.com/gpu"
+    )
+
+
+def ngc_job(name: str, namespace: str, gpus: int = 8, **container: Any) -> dict[str, Any]:
+    """A PyTorch Job as people write it: the NGC image as it is (it runs as root), no securityContext."""
+    job = gpu_job(name, namespace, gpus=gpus, run_for="1s")
+    spec = job["spec"]["template"]["spec"]
+    del spec["securityContext"]
+    del spec["containers"][0]["securityContext"]
+    spec["containers"][0].update(container)
+    return job
+
+
+def test_the_member_runs_an_ngc_job_as_root_under_gpu(member: Kube, sim: Sim) -> None:
+    member.create(ngc_job("tenancy-ngc", TEAM))
+
+    def pod_ran() -> bool:
+        pods = sim.kube.list("v1", "Pod", TEAM, label_selector="job-name=tenancy-ngc")
+        return any(p.get("status", {}).get("phase") in ("Running", "Succeeded") for p in pods)
+
+    wait_until("the NGC job's pod to run as root", pod_ran, timeout=60)
+
+
+RDMA = {"securityContext": {"capabilities": {"add": ["IPC_LOCK"]}}}
+
+
+def test_an_rdma_pod_may_lock_memory_under_gpu_but_not_under_restricted(member: Kube, sim: Sim) -> None:
+    """IPC_LOCK (RDMA memory registration) is what `gpu` adds to baseline; `restricted`, enforced by Pod Security
+    on pods and by the platform's policy on templates, refuses it."""
+    rdma = pod("tenancy-rdma", gpus=8, labels={"kueue.x-k8s.io/queue-name": "default"})
+    rdma["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] = ["IPC_LOCK"]
+    assert create_refusal(member, rdma) is None
+    assert create_refusal(member, ngc_job("tenancy-rdma", TEAM, **RDMA)) is None
+    with restricted_namespace(sim.kube) as namespace:
+        strict = copy.deepcopy(rdma)
+        strict["metadata"]["namespace"] = namespace
+        problem = create_refusal(sim.kube, strict)
+        assert problem is not None and 'violates PodSecurity "restricted:latest"' in problem.message
+        assert "IPC_LOCK" in problem.message
+        job = gpu_job("tenancy-rdma", namespace, gpus=8)
+        job["spec"]["template"]["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] = ["IPC_LOCK"]
+        message = refused_by_policy(create_refusal(sim.kube, job), SECURITY_PROFILE)
+        assert "security profile restricted: capabilities beyond the profile (train adds IPC_LOCK" in message
+
+
+@contextmanager
+def restricted_namespace(kube: Kube) -> Iterator[str]:
+    """A namespace of team-a labelled as the installer labels a `restricted` team's."""
+    labels = {"konduktor.ai/team": TEAM, **profile_labels("restricted")}
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": STRICT, "labels": labels}})
+    try:
+        yield STRICT
+    finally:
+        kube.delete("v1", "Namespace", STRICT)
+        wait_until(f"namespace {STRICT} to be deleted", lambda: kube.get("v1", "Namespace", STRICT) is None, 120)
+
+
+STRICT = "tenancy-strict"
+
+
+def profile_labels(profile: SecurityProfile) -> dict[str, str]:
+    """A team namespace's labels for the security profile, as the installer writes them."""
+    team = Team.model_validate({"namespaces": [TEAM], "gpus": {"h100": {"quota": 0}}, "podSecurity": profile})
+    return pod_security_labels(team)
 
 
 def test_the_member_cannot_tolerate_the_health_taint_by_create_or_by_update(member: Kube, pending_pod: str) -> None:
@@ -327,3 +429,65 @@ def test_the_seeds_skypilot_task_is_admitted_as_written_and_a_foreign_priority_i
     assert create_refusal(member, skypilot_pod(task_file)) is None
     seeds = skypilot_pod(task_file, **{"kueue.x-k8s.io/priority-class": "high-priority"})
     refused_by_policy(create_refusal(member, seeds), "konduktor-priority-classes")
+
+
+REFUSED = "tenancy-refused"  # a namespace of team-a whose profile is tightened under an admitted job
+
+
+def test_a_job_whose_pods_are_refused_after_admission_gives_its_quota_back(
+    sim: Sim, member: Kube, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An NGC job made under `gpu`; the namespace is then made `restricted` (the profile changed under it) before
+    Kueue admits it: its pods are all refused, the health controller deactivates its Workload after the refused
+    creates, Kueue gives the 8 GPUs back, and `konduktor why` says why with the fix."""
+    labels = {"konduktor.ai/team": TEAM, **profile_labels("gpu")}
+    sim.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": REFUSED, "labels": labels}})
+    queue = {
+        "apiVersion": KUEUE_API,
+        "kind": "LocalQueue",
+        "metadata": {"name": "default", "namespace": REFUSED},
+        "spec": {"clusterQueue": TEAM, "stopPolicy": "Hold"},  # holds the job until the profile has changed
+    }
+    health = controller(sim.kube, health_settings())
+    controller_namespace(sim.kube)
+    try:
+        sim.kube.apply(queue)
+        before = gpus_used(sim.kube, TEAM)
+        sim.kube.create(ngc_job("tenancy-root", REFUSED))
+        wait_until("Kueue's Workload for the job", lambda: workload_of(sim.kube, REFUSED, "tenancy-root") is not None)
+        sim.kube.patch("v1", "Namespace", REFUSED, {"metadata": {"labels": profile_labels("restricted")}})
+        sim.kube.patch(KUEUE_API, "LocalQueue", "default", {"spec": {"stopPolicy": "None"}}, REFUSED)
+        wait_until(
+            "Kueue to admit the job against team-a's quota",
+            lambda: is_true(workload_of(sim.kube, REFUSED, "tenancy-root"), "QuotaReserved"),
+            timeout=60,
+        )
+        # Held, while no pod of it can exist (the ClusterQueue's status follows the admission).
+        wait_until("team-a's usage to count the job", lambda: gpus_used(sim.kube, TEAM) == before + 8, timeout=60)
+
+        def given_back() -> bool:
+            health.reconcile_once()
+            found = workload_of(sim.kube, REFUSED, "tenancy-root") or {}
+            return found.get("spec", {}).get("active") is False
+
+        wait_until("the health controller to deactivate the refused job's Workload", given_back, timeout=120)
+        wait_until("Kueue to give the GPUs back", lambda: gpus_used(sim.kube, TEAM) == before, timeout=60)
+        workload = workload_of(sim.kube, REFUSED, "tenancy-root") or {}
+        assert not is_true(workload, "QuotaReserved")
+        assert workload["metadata"]["labels"]["konduktor.ai/pods-refused"] == "true"
+        assert sim.kube.list("v1", "Pod", REFUSED) == []  # no pod of it ever existed
+        told = [e for e in sim.kube.list("v1", "Event", REFUSED) if e.get("reason") == "PodsRefused"]
+        assert {e["involvedObject"]["kind"] for e in told} == {"Job", "Workload"}
+
+        code = team_main(["why", "tenancy-root", "-n", REFUSED, "-o", "json", "--kubeconfig", str(sim.kubeconfig)])
+        verdict = json.loads(capsys.readouterr().out)
+        [reason] = [r["message"] for r in verdict["reasons"] if r["kind"] == "pods-refused"]
+        assert reason.startswith('admitted, but its pods are refused: violates PodSecurity "restricted:latest"')
+        assert "runAsNonRoot" in reason, reason
+        assert any("fix what the refusal names" in remedy for remedy in verdict["remedies"]), verdict
+        assert code == ExitCode.NEGATIVE  # not running, nor will it as written
+    finally:
+        sim.kube.delete("batch/v1", "Job", "tenancy-root", REFUSED)
+        sim.kube.delete("v1", "Namespace", REFUSED)
+        leave_cluster(sim.kube)
+        wait_until(f"namespace {REFUSED} to be deleted", lambda: sim.kube.get("v1", "Namespace", REFUSED) is None, 120)

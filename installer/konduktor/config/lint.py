@@ -495,8 +495,8 @@ def pod_security_exceptions(config: Config) -> Iterator[Finding]:
                 ("teams", team_name, "podSecurity"),
                 f"team {team_name}'s namespaces admit privileged pods: any member of {team_name} can become root "
                 "on a GPU node and reach other teams' pods, volumes and tokens",
-                hint="keep this exception only for a team of node administrators; `baseline` still refuses "
-                "privileged, hostPath, hostPID and hostNetwork pods",
+                hint="keep this exception only for a team of node administrators; the default `gpu` still refuses "
+                "privileged, hostPath, hostPID and hostNetwork pods, and lets RDMA jobs add IPC_LOCK",
             )
 
 

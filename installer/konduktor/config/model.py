@@ -33,8 +33,9 @@ KONDUKTOR_VERSION = "0.1.0"
 KONDUKTOR_IMAGE = f"{KONDUKTOR_REPOSITORY}:{KONDUKTOR_VERSION}"
 
 Sharing = Literal["fair", "classic", "none"]
-# Pod Security Standards levels (pod-security.kubernetes.io/enforce), strictest first.
-PodSecurityLevel = Literal["restricted", "baseline", "privileged"]
+# A team's security profile: the Pod Security Standards levels, strictest first, and `gpu` (baseline plus the
+# IPC_LOCK capability RDMA needs, enforced by the platform's admission policy; docs/security.md).
+SecurityProfile = Literal["gpu", "restricted", "baseline", "privileged"]
 PreemptionStrategy = Literal["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
 
 _GO_DURATION = re.compile(r"^(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+$")
@@ -205,10 +206,11 @@ class GpuQuota(Model):
 class Team(Model):
     namespaces: list[str] = Field(min_length=1)
     groups: list[str] = Field(default_factory=list, description="IdP groups bound to the team namespaces")
-    pod_security: PodSecurityLevel = Field(
-        default="restricted",
-        description="Pod Security level enforced in the team namespaces; privileged lets any member become root "
-        "on a node (an exception that validate warns about)",
+    pod_security: SecurityProfile = Field(
+        default="gpu",
+        description="Security profile of the team namespaces: gpu (baseline plus IPC_LOCK for RDMA; root images "
+        "run), restricted, baseline, or privileged, which lets any member become root on a node (an exception "
+        "that validate warns about)",
     )
     fair_share_weight: float = Field(default=1.0, ge=0)
     department: str | None = Field(default=None, description="Parent cohort shared with other teams")

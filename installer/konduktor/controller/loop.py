@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from konduktor.controller.actuator import Actuator, Outcome, action_name
+from konduktor.controller.actuator import COMPONENT, Actuator, Outcome, action_name
 from konduktor.controller.affected import AffectedWorkload, RequeuingWorkload
 from konduktor.controller.classify import (
     DuplicateFilter,
@@ -54,11 +54,13 @@ from konduktor.controller.nodes import (
     list_nodes,
 )
 from konduktor.controller.prometheus import DcgmSignal, PrometheusSource
+from konduktor.controller.refused import decide_give_back
+from konduktor.controller.refused_writes import give_back, refused_creates
 from konduktor.controller.requalification import PodLogs, Requalifier, Result, StepLogs
 from konduktor.controller.settings import HealthSettings
 from konduktor.controller.sources import SourceError
 from konduktor.controller.telemetry import HealthMetrics
-from konduktor.controller.workloads import requeuing, workloads_on
+from konduktor.controller.workloads import WORKLOAD_API, requeuing, workloads_on
 from konduktor.errors import KonduktorError
 from konduktor.gpu.kernel_log import parse_line
 from konduktor.kube.client import ApiError, Kube
@@ -277,6 +279,8 @@ class HealthController:
         for notice in plan.notices:
             log(_LEVELS[notice.level], notice.message, node=notice.node)
         outcome = self._act(plan, states)
+        if poll:
+            self._give_back_refused()
         self._measure(outcome, fresh, results)
         # A node whose writes failed gets its signals again: the duplicate filter lets them through, DCGM faults
         # are handed out again, and the log lines are read again because the cursor stays where it was.
@@ -335,6 +339,27 @@ class HealthController:
                     error=str(problem),
                 )
         return found
+
+    def _give_back_refused(self) -> None:
+        """Admitted workloads whose pods admission keeps refusing give their quota back (controller.refused)."""
+        try:
+            workloads = self.kube.list(WORKLOAD_API, "Workload")
+            actions = decide_give_back(workloads, refused_creates(self.kube, workloads))
+        except ApiError as problem:
+            log(logging.WARNING, "cannot read the refused pod creations of admitted workloads", error=problem.message)
+            return
+        for action in actions:
+            if self.settings.dry_run:
+                log(logging.INFO, "dry-run: would give back the quota of a workload whose pods are refused",
+                    workload=f"{action.namespace}/{action.name}", reason=action.reason)  # fmt: skip
+                continue
+            try:
+                give_back(self.kube, action, COMPONENT, self.identity)
+            except ApiError as problem:
+                log(logging.ERROR, "write failed", workload=f"{action.namespace}/{action.name}", error=problem.message)
+                continue
+            log(logging.WARNING, "gave back the quota of a workload whose pods are refused",
+                workload=f"{action.namespace}/{action.name}", refused=action.refused, reason=action.reason)  # fmt: skip
 
     def _breaker(self, states: dict[str, NodeState], now: float) -> BreakerState:
         """The breaker as it stands. The window's quarantines are counted from the nodes on every pass, as

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from konduktor.queueing.capacity import Capacity, NodeCapacity
 from konduktor.quotas.usage import TeamUsage
-from konduktor.vocabulary import GPU_RESOURCE
+from konduktor.vocabulary import GPU_RESOURCE, PODS_REFUSED_REASON
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -210,6 +210,15 @@ def why(
         )
     reserved = condition(workload, "QuotaReserved")
     verdict.kueue_message = str((reserved or {}).get("message", ""))
+    refused = workload["metadata"].get("annotations", {}).get(PODS_REFUSED_REASON)
+    if refused and workload.get("spec", {}).get("active", True) is False:
+        # The health controller deactivated it (konduktor.controller.refused): its quota is given back.
+        verdict.reasons.append(Reason("pods-refused", f"admitted, but its pods are refused: {refused}"))
+        verdict.remedies.append(
+            "fix what the refusal names in the job's pod template (or ask an administrator for another security "
+            "profile: docs/security.md), then delete the job and submit it again; its quota was given back"
+        )
+        return verdict
     if is_true(workload, "Finished"):
         verdict.state = "finished"
         finished = condition(workload, "Finished") or {}

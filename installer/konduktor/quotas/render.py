@@ -14,7 +14,14 @@ from typing import Any
 
 from konduktor.config.capacity import share_for
 from konduktor.config.model import Config, GpuQuota, GpuType, Team
-from konduktor.vocabulary import CAPACITY_CONFIGMAP, CAPACITY_PUBLISHER, GPU_RESOURCE, SYSTEM_NAMESPACE, TEAM_LABEL
+from konduktor.vocabulary import (
+    CAPACITY_CONFIGMAP,
+    CAPACITY_PUBLISHER,
+    GPU_RESOURCE,
+    SECURITY_PROFILE_LABEL,
+    SYSTEM_NAMESPACE,
+    TEAM_LABEL,
+)
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 KUEUE_CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
@@ -83,7 +90,7 @@ def _metadata(config: Config, name: str, *, namespace: str | None = None, team: 
 
 
 def namespaces(config: Config) -> list[KubeObject]:
-    """Team namespaces, labelled with the team its ClusterQueue selects and with the team's Pod Security level."""
+    """Team namespaces, labelled with the team its ClusterQueue selects and with the team's security profile."""
     objects = []
     for team_name, team in config.teams.items():
         for namespace in team.namespaces:
@@ -101,11 +108,16 @@ def namespaces(config: Config) -> list[KubeObject]:
 
 
 def pod_security_labels(team: Team) -> dict[str, str]:
-    """The API server's Pod Security admission refuses what the team's level forbids (team members hold `edit`,
-    so without it any of them could run a privileged pod). Audit and warn stay at `restricted` whatever the
-    level, so a looser team still sees what the strict profile would refuse."""
+    """The labels that make the team's security profile hold (team members hold `edit`, so without them any of
+    them could run a privileged pod). `restricted` and `baseline` are Pod Security levels, which the API server's
+    Pod Security admission enforces on pods; `gpu` is none, so Pod Security lets everything through there and the
+    platform's policy konduktor-security-profile, which reads the profile label, refuses what baseline refuses but
+    IPC_LOCK. The policy also judges the pod templates of Jobs, JobSets and training jobs in every profile. Audit
+    and warn stay at `restricted` whatever the profile, so a looser team still sees what the strict one refuses."""
+    enforce = "privileged" if team.pod_security == "gpu" else team.pod_security
     return {
-        POD_SECURITY_LABEL.format(mode="enforce"): team.pod_security,
+        SECURITY_PROFILE_LABEL: team.pod_security,
+        POD_SECURITY_LABEL.format(mode="enforce"): enforce,
         POD_SECURITY_LABEL.format(mode="audit"): "restricted",
         POD_SECURITY_LABEL.format(mode="warn"): "restricted",
     }

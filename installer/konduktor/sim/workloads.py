@@ -12,7 +12,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 # kwok's pod-complete stage reads this annotation: how long this pod "runs" before it succeeds.
 RUN_FOR = "pod-complete.stage.kwok.x-k8s.io/delay"
-# What Pod Security `restricted` (the team namespaces' default) asks of a pod: not root (a numeric user, since
+# What Pod Security `restricted` (a team's security profile may be it) asks of a pod: not root (a numeric user, since
 # images such as NVIDIA's run as root by default), no privilege escalation, no capabilities, the runtime's
 # seccomp profile.
 RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}}
