@@ -15,12 +15,11 @@ from fractions import Fraction
 from typing import Any
 
 from konduktor.config.model import selects
-from konduktor.config.quantity import parse_quantity
 from konduktor.gpu.node import allocatable_gpus, taints
+from konduktor.gpu.pod import pod_gpus
 from konduktor.quotas.usage import TeamUsage
 from konduktor.vocabulary import (
     CAPACITY_CONFIGMAP,
-    GPU_RESOURCE,
     HEALTH_TAINT_KEY,
     QUARANTINE_REASON,
     QUARANTINED_AT,
@@ -57,18 +56,6 @@ class Capacity:
     published_at: str = ""
 
 
-def _gpus(resources: dict[str, Any]) -> int:
-    value = resources.get(GPU_RESOURCE)
-    return int(parse_quantity(str(value))) if value is not None else 0
-
-
-def _pod_gpus(pod: dict[str, Any]) -> int:
-    spec = pod.get("spec", {})
-    containers = sum(_gpus(c.get("resources", {}).get("requests", {})) for c in spec.get("containers", []))
-    init = max((_gpus(c.get("resources", {}).get("requests", {})) for c in spec.get("initContainers", [])), default=0)
-    return max(containers, init)
-
-
 def _quarantine(node: dict[str, Any]) -> Quarantine | None:
     if not any(taint.key == HEALTH_TAINT_KEY for taint in taints(node)):
         return None
@@ -89,7 +76,7 @@ def node_capacity(
     for pod in pods:
         node_name = pod.get("spec", {}).get("nodeName")
         if node_name and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
-            held[node_name] = held.get(node_name, 0) + _pod_gpus(pod)
+            held[node_name] = held.get(node_name, 0) + pod_gpus(pod.get("spec", {}))
     found = []
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         labels = node["metadata"].get("labels", {})

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
+from konduktor.gpu.pod import pod_gpus
 from konduktor.queueing.capacity import Capacity, NodeCapacity
 from konduktor.quotas.usage import TeamUsage
-from konduktor.vocabulary import GPU_RESOURCE
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -92,8 +92,7 @@ def job_name(workload: dict[str, Any]) -> str:
 def requests(workload: dict[str, Any]) -> list[PodSetRequest]:
     found = []
     for pod_set in workload.get("spec", {}).get("podSets", []):
-        containers = pod_set.get("template", {}).get("spec", {}).get("containers", [])
-        per_pod = sum(int(c.get("resources", {}).get("requests", {}).get(GPU_RESOURCE, 0)) for c in containers)
+        per_pod = pod_gpus(pod_set.get("template", {}).get("spec", {}))
         found.append(PodSetRequest(pod_set.get("name", "main"), int(pod_set.get("count", 1)), per_pod))
     return found
 
