@@ -212,6 +212,12 @@ def _judge(kube: Kube, job: dict[str, Any]) -> tuple[list[str], list[str]]:
     except ApiError as problem:
         if problem.outage:
             raise
+        if problem.status == 409:
+            name = job["metadata"]["name"]
+            raise ChangeRefused(
+                f"{job['kind']} {name} already exists in {job['metadata']['namespace']}",
+                hint=f"`konduktor why {name}` says where it stands; delete it to submit it again",
+            ) from problem
         return [problem.message], []
     if not any(is_pod_security_warning(w) for w in warnings):
         return [], warnings
