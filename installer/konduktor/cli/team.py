@@ -29,7 +29,8 @@ class TeamCommands(LazyGroup):
             "submit",
             "konduktor.cli.team_queue:register",
             "Submit a job: fills in the queue label and priority, lets the cluster judge it (dry run), refuses one "
-            "the cluster or its pods' security would refuse (exit 3; --fix changes it) or that can never fit (exit 7).",
+            "that the cluster or its pods' security would refuse (exit 3; --fix changes it) or that can never fit "
+            "(exit 7).",
         ),
     )
 

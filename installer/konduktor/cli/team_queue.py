@@ -231,6 +231,8 @@ def _judge(kube: Kube, job: dict[str, Any]) -> tuple[list[str], list[str]]:
             # Only Pod Security's answer counts: the probe is a bare pod, which other policies judge otherwise.
             if is_pod_security_refusal(problem.message):
                 refusals.append(problem.message)
+    if refusals:  # the refusals say what the warnings said
+        warnings = [w for w in warnings if not is_pod_security_warning(w)]
     return refusals, warnings
 
 
