@@ -13,6 +13,7 @@ from konduktor.queueing.admission import (
     fix_for,
     is_pod_security_refusal,
     is_pod_security_warning,
+    lacks_rights,
     pod_specs,
     probe_pods,
     reasons_of,
@@ -66,6 +67,15 @@ def test_pod_security_warnings_and_refusals_are_told_apart() -> None:
     assert is_pod_security_warning(WARNING) and not is_pod_security_refusal(WARNING)
     assert is_pod_security_refusal(REFUSAL) and not is_pod_security_warning(REFUSAL)
     assert not is_pod_security_refusal(POLICY) and not is_pod_security_warning(POLICY)
+
+
+def test_missing_rights_are_told_from_an_admission_refusal() -> None:
+    rbac = (
+        'POST /apis/batch/v1/namespaces/team-b/jobs: 403 jobs.batch is forbidden: User "alice" cannot create '
+        'resource "jobs" in API group "batch" in the namespace "team-b"'
+    )
+    assert lacks_rights(rbac)
+    assert not lacks_rights(REFUSAL) and not lacks_rights(POLICY)
 
 
 def test_reasons_are_pod_securitys_checks_one_by_one_and_a_policys_message() -> None:

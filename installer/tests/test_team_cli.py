@@ -90,7 +90,9 @@ def kinds(verdict: dict[str, Any]) -> list[str]:
 def limits_only(job: dict[str, Any]) -> dict[str, Any]:
     """The job with its GPUs given as limits only, as NVIDIA's and PyTorch's examples give them."""
     for container in job["spec"]["template"]["spec"]["containers"]:
-        del container["resources"]["requests"]["nvidia.com/gpu"]
+        resources = container["resources"]
+        requests = {k: v for k, v in resources["requests"].items() if k != "nvidia.com/gpu"}
+        container["resources"] = {"requests": requests, "limits": dict(resources["limits"])}
     return job
 
 

@@ -19,6 +19,7 @@ from konduktor.queueing.admission import (
     fix_for,
     is_pod_security_refusal,
     is_pod_security_warning,
+    lacks_rights,
     probe_pods,
     reasons_of,
 )
@@ -204,13 +205,19 @@ def _line_of(path: Path, keys: tuple[str, ...]) -> int | None:
     return line
 
 
+def _admission_refusal(problem: ApiError) -> bool:
+    """The server judged the request and refused it (admission's 403, an invalid object's 422, a conflict), as
+    opposed to an outage or this identity's missing rights."""
+    return problem.status not in (None, 401) and not (problem.status == 403 and lacks_rights(problem.message))
+
+
 def _judge(kube: Kube, job: dict[str, Any]) -> tuple[list[str], list[str]]:
     """The cluster's answer to creating `job`, nothing created: the refusals (a refused dry run, or what the
     namespace's enforced Pod Security level refuses of its pods) and the warnings."""
     try:
         warnings = kube.dry_run_create(job)
     except ApiError as problem:
-        if problem.outage:
+        if not _admission_refusal(problem):
             raise
         if problem.status == 409:
             name = job["metadata"]["name"]
@@ -226,7 +233,7 @@ def _judge(kube: Kube, job: dict[str, Any]) -> tuple[list[str], list[str]]:
         try:
             kube.dry_run_create(probe)
         except ApiError as problem:
-            if problem.outage:
+            if not _admission_refusal(problem):
                 raise
             # Only Pod Security's answer counts: the probe is a bare pod, which other policies judge otherwise.
             if is_pod_security_refusal(problem.message):

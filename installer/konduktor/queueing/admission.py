@@ -38,8 +38,15 @@ _PSA_REFUSED = re.compile(r'violates PodSecurity "(?P<level>[^"]+)": (?P<items>.
 _PSA_WARNED = re.compile(r'would violate PodSecurity "(?P<level>[^"]+)": (?P<items>.*)', re.S)
 # What the client puts before the server's message: `POST /api/v1/namespaces/x/pods: 403 `.
 _REQUEST = re.compile(r"^[A-Z]+ \S+: \d{3} ")
+_RBAC_DENIED = re.compile(r'cannot [a-z]+ resource "[^"]*"')
 # Pod Security joins its checks with ", " after each check's parenthesised detail.
 _PSA_ITEM_END = re.compile(r"(?<=\)), ")
+
+
+def lacks_rights(message: str) -> bool:
+    """A 403 of authorisation (`User "alice" cannot create resource "pods" ...`): the identity may not make the
+    request. Admission refusals (Pod Security, a policy that denies) are 403s too, with their reasons instead."""
+    return _RBAC_DENIED.search(message) is not None
 
 
 def is_pod_security_warning(text: str) -> bool:
