@@ -10,6 +10,8 @@ PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 # Set by the kubelet on every node; the lowest level of every topology Konduktor renders.
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+# The label the Job controller puts on a Job's pods: the Job's name.
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 # Where the platform runs: the Helm release, the operators and the health controller.
 SYSTEM_NAMESPACE = "konduktor-system"

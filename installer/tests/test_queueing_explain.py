@@ -14,7 +14,14 @@ from konduktor.queueing.capacity import (
     node_capacity,
     to_json,
 )
-from konduktor.queueing.explain import as_json, pending_order, why, with_policy
+from konduktor.queueing.explain import (
+    as_json,
+    pending_order,
+    running_jobs,
+    why,
+    with_pod_nodes,
+    with_policy,
+)
 from konduktor.quotas.usage import TeamUsage
 
 LOCAL_QUEUES = {("team-a", "default"): "team-a", ("team-b", "default"): "team-b"}
@@ -62,7 +69,10 @@ def workload(
     priority: int = 1000,
     created: str = "2026-11-23T20:00:00Z",
     conditions: list[dict[str, Any]] | None = None,
+    limits_only: bool = False,
 ) -> dict[str, Any]:
+    # As Kueue copies a Job's pod template: GPUs as the job gives them (limits only, in NVIDIA's examples).
+    resources = {"limits" if limits_only else "requests": {"nvidia.com/gpu": str(gpus)}}
     return {
         "metadata": {
             "name": f"job-{name}-1234",
@@ -78,7 +88,7 @@ def workload(
                 {
                     "name": "main",
                     "count": pods,
-                    "template": {"spec": {"containers": [{"resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]}},
+                    "template": {"spec": {"containers": [{"resources": resources}]}},
                 }
             ],
         },
@@ -345,3 +355,70 @@ def test_a_workload_whose_pods_were_refused_says_so_with_the_fix() -> None:
     # Deactivated by someone else, with no refusal on it: the plain deactivation.
     del refused["metadata"]["annotations"]
     assert kinds(verdict(refused, [], capacity)) == ["deactivated"]
+
+
+def test_gpus_given_as_limits_only_count_as_kueue_counts_them() -> None:
+    # PyTorch-style jobs: `resources.limits: {nvidia.com/gpu: 10}` and no requests. The team's own jobs holding
+    # the quota are named with their GPUs, and the pending job's size counts.
+    capacity = Capacity(nodes(0, 0, 0, 0), (usage("team-a", used=20), usage("team-b", used=20)))
+    running = [workload(f"r{i}", gpus=10, conditions=ADMITTED, limits_only=True) for i in range(2)]
+    answer = verdict(workload("next", gpus=8, limits_only=True), running, capacity)
+    assert answer["gpus"] == 8
+    quota = next(r["message"] for r in answer["reasons"] if r["kind"] == "quota")
+    assert "r0 (10 GPUs)" in quota and "r1 (10 GPUs)" in quota and "this job needs 8 GPUs" in quota
+    # A 12-GPU pod on 10-GPU nodes never fits, limits or requests.
+    capacity = Capacity(nodes(10, 10, 10, 10), (usage("team-a"), usage("team-b")))
+    answer = verdict(workload("twelve", gpus=12, limits_only=True), [], capacity)
+    assert answer["state"] == "never-fit"
+    order = pending_order([workload("p", gpus=3, limits_only=True)], LOCAL_QUEUES)
+    assert [p.gpus for p in order] == [3]
+
+
+def test_running_jobs_are_the_admitted_unfinished_ones_earliest_first() -> None:
+    def admitted(at: str) -> list[dict[str, Any]]:
+        return [
+            {"type": "QuotaReserved", "status": "True"},
+            {"type": "Admitted", "status": "True", "lastTransitionTime": at},
+        ]
+
+    late = workload("late", gpus=8, conditions=admitted("2026-11-23T21:00:00Z"), limits_only=True)
+    early = workload("early", gpus=2, conditions=admitted("2026-11-23T20:00:00Z"))
+    done = workload("done", gpus=8, conditions=FINISHED)
+    waiting = workload("waiting", gpus=8)
+    found = running_jobs([late, done, waiting, early])
+    assert [(r.job, r.gpus, r.admitted) for r in found] == [
+        ("early", 2, "2026-11-23T20:00:00Z"),
+        ("late", 8, "2026-11-23T21:00:00Z"),
+    ]
+
+
+def test_an_admitted_job_with_a_pod_on_a_quarantined_node_is_told() -> None:
+    capacity = Capacity(nodes(0, 10, quarantined=(0,)), (usage("team-a", used=8), usage("team-b")))
+    target = workload("train", gpus=8, conditions=ADMITTED)
+    answer = why(
+        "train",
+        "team-a",
+        target,
+        workloads=[target],
+        local_queues=LOCAL_QUEUES,
+        capacity=capacity,
+        pending=[],
+    )
+
+    def pod(name: str, node: str, phase: str = "Running") -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {"nodeName": node}, "status": {"phase": phase}}
+
+    pods = [pod("train-b", "gpu-h100-0001"), pod("train-a", "gpu-h100-0000"), pod("old", "gpu-h100-0000", "Failed")]
+    told = as_json(with_pod_nodes(answer, pods, capacity))
+    assert told["state"] == "admitted"
+    messages = [r["message"] for r in told["reasons"] if r["kind"] == "quarantined-node"]
+    assert messages == [
+        "its pod train-a runs on node gpu-h100-0000, quarantined since 2026-11-23T19:00:00Z: "
+        "Xid 79: GPU fell off the bus"
+    ]
+    assert "requeues the job" in told["remedies"][-1]
+    # On healthy nodes, nothing is said.
+    healthy = why(
+        "train", "team-a", target, workloads=[target], local_queues=LOCAL_QUEUES, capacity=capacity, pending=[]
+    )
+    assert "quarantined-node" not in kinds(as_json(with_pod_nodes(healthy, [pods[0]], capacity)))

@@ -87,10 +87,21 @@ def kinds(verdict: dict[str, Any]) -> list[str]:
     return [r["kind"] for r in verdict["reasons"]]
 
 
-def running(sim: Sim, namespace: str, name: str, gpus: int, node: str | None = None, pods: int = 1) -> None:
+def limits_only(job: dict[str, Any]) -> dict[str, Any]:
+    """The job with its GPUs given as limits only, as NVIDIA's and PyTorch's examples give them."""
+    for container in job["spec"]["template"]["spec"]["containers"]:
+        resources = container["resources"]
+        requests = {k: v for k, v in resources["requests"].items() if k != "nvidia.com/gpu"}
+        container["resources"] = {"requests": requests, "limits": dict(resources["limits"])}
+    return job
+
+
+def running(
+    sim: Sim, namespace: str, name: str, gpus: int, node: str | None = None, pods: int = 1, limits: bool = False
+) -> None:
     """A job of the team's that holds its GPUs for the test's length (submitted as an administrator)."""
     job = gpu_job(name, namespace, gpus=gpus, run_for=LONG, node=node, pods=pods)
-    sim.kube.create(job)
+    sim.kube.create(limits_only(job) if limits else job)
     wait_until(
         f"{name} to be admitted", lambda: is_true(workload_of(sim.kube, namespace, name), "Admitted"), timeout=60
     )
@@ -341,3 +352,153 @@ def test_a_job_on_borrowed_gpus_is_told_it_is_preempted_first_and_then_that_it_w
     preempted = next(r["message"] for r in verdict["reasons"] if r["kind"] == "preempted")
     assert preempted.endswith("to give the GPUs it borrowed back to the team that lent them (InCohortReclamation)")
     wait_until("b-own-2 to be admitted", lambda: is_true(workload_of(clean.kube, "team-b", "b-own-2"), "Admitted"), 60)
+
+
+# Kueue's sample Job as Kueue ships it (site/static/examples/jobs/sample-job.yaml), its queue label set to the
+# team's queue: a generateName and no name, namespace default, no securityContext.
+KUEUE_SAMPLE_JOB = """\
+apiVersion: batch/v1
+kind: Job
+metadata:
+  generateName: sample-job-
+  namespace: default
+  labels:
+    kueue.x-k8s.io/queue-name: default
+spec:
+  parallelism: 3
+  completions: 3
+  suspend: true
+  template:
+    spec:
+      containers:
+      - name: dummy-job
+        image: registry.k8s.io/e2e-test-images/agnhost:2.53
+        args: ["entrypoint-tester", "hello", "world"]
+        resources:
+          requests:
+            cpu: 1
+            memory: "200Mi"
+      restartPolicy: Never
+"""
+
+
+def test_kueues_sample_job_is_refused_for_its_pods_security_then_fixed_and_created_by_its_generated_name(
+    clean: Sim, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    manifest = tmp_path / "sample-job.yaml"
+    manifest.write_text(KUEUE_SAMPLE_JOB)
+    # team-a enforces Pod Security restricted: the Job would be created and every one of its pods refused.
+    code, out, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM)
+    assert code == ExitCode.CHECK_FAILED and out == "", err
+    assert "Pod Security restricted:latest: runAsNonRoot != true" in err and f"submit --fix {manifest}" in err
+    assert clean.kube.list("batch/v1", "Job", TEAM) == []
+    code, out, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM, "--fix")
+    assert code == 0, err
+    assert "metadata.namespace default: submitting in team-a (-n)" in err
+    assert "fix: spec.template.spec.securityContext.runAsNonRoot: true" in err
+    found = re.fullmatch(rf"konduktor why (sample-job-[a-z0-9]{{5}}) -n {TEAM}\n", out)
+    assert found, out
+    created = clean.kube.get("batch/v1", "Job", found[1], TEAM)
+    assert created is not None and created["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
+    wait_until(
+        f"{found[1]} to be admitted", lambda: is_true(workload_of(clean.kube, TEAM, found[1]), "Admitted"), timeout=60
+    )
+    code, verdict = why(clean, capsys, found[1])
+    assert verdict["job"] == found[1] and verdict["state"] in ("admitted", "finished"), verdict
+
+
+def test_a_queue_label_naming_no_local_queue_is_refused_with_the_teams_queues(
+    clean: Sim, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    manifest = tmp_path / "lost.yaml"
+    manifest.write_text(yaml.safe_dump(gpu_job("a-lost-queue", TEAM, gpus=1, queue="research")))
+    line = manifest.read_text().splitlines().index("    kueue.x-k8s.io/queue-name: research") + 1
+    code, out, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM, "--dry-run")
+    assert code == ExitCode.BAD_INPUT and out == ""
+    assert f"{manifest}:{line}: kueue.x-k8s.io/queue-name: 'research' names no LocalQueue in namespace team-a" in err
+    assert "(its queues: default)" in err
+    assert clean.kube.get("batch/v1", "Job", "a-lost-queue", TEAM) is None
+
+
+def test_a_twelve_gpu_pod_given_as_limits_is_refused_by_a_dry_run(
+    clean: Sim, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    manifest = tmp_path / "twelve-limits.yaml"
+    manifest.write_text(yaml.safe_dump(limits_only(gpu_job("a-twelve-limits", TEAM, gpus=12, queue=None))))
+    publish_capacity(clean.kube, "now")
+    code, _, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM, "--dry-run")
+    assert code == ExitCode.NEVER_FITS and "asks 12 GPUs, but no h100 node has more than 10" in err
+    assert clean.kube.get("batch/v1", "Job", "a-twelve-limits", TEAM) is None
+
+
+def test_gpus_given_as_limits_count_in_why_and_queue_lists_the_running_jobs(
+    clean: Sim, capsys: pytest.CaptureFixture[str]
+) -> None:
+    running(clean, "team-b", "b-own", 10, pods=2)
+    running(clean, TEAM, "a-ddp-1", 10, limits=True)
+    running(clean, TEAM, "a-ddp-2", 10, limits=True)
+    create_as_member(clean, limits_only(gpu_job("a-ddp-next", TEAM, gpus=8)))
+    queued(clean, "a-ddp-next")
+    counted(clean, TEAM, 20)
+    counted(clean, "team-b", 20)
+    code, verdict = why(clean, capsys, "a-ddp-next")
+    assert code == ExitCode.NEGATIVE and verdict["state"] == "pending" and verdict["gpus"] == 8, verdict
+    quota = next(r["message"] for r in verdict["reasons"] if r["kind"] == "quota")
+    assert "a-ddp-1 (10 GPUs)" in quota and "a-ddp-2 (10 GPUs)" in quota and "this job needs 8 GPUs" in quota
+    code, out, _ = konduktor(clean, capsys, "queue", "-n", TEAM, "-o", "json")
+    view = json.loads(out)
+    assert code == 0 and [(p["job"], p["gpus"]) for p in view["pending"]] == [("a-ddp-next", 8)]
+    # (A Workload of an earlier test's job may linger until the garbage collector removes it.)
+    mine = sorted((r["job"], r["gpus"]) for r in view["running"] if r["job"].startswith("a-ddp"))
+    assert mine == [("a-ddp-1", 10), ("a-ddp-2", 10)]
+    code, _, err = konduktor(clean, capsys, "queue", "-n", TEAM)
+    assert code == 0 and "running (admitted by Kueue, earliest first):" in err
+
+
+def test_a_root_ngc_job_is_refused_in_a_restricted_namespace_and_fixed(
+    clean: Sim, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    job = limits_only(gpu_job("a-ngc", TEAM, gpus=1, queue=None, run_for=LONG))
+    spec = job["spec"]["template"]["spec"]
+    del spec["securityContext"], spec["containers"][0]["securityContext"]  # the image's user: root
+    manifest = tmp_path / "ngc.yaml"
+    manifest.write_text(yaml.safe_dump(job))
+    code, _, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM)
+    assert code == ExitCode.CHECK_FAILED, err
+    for check in ("allowPrivilegeEscalation != false", "unrestricted capabilities", "runAsNonRoot != true"):
+        assert check in err
+    assert clean.kube.get("batch/v1", "Job", "a-ngc", TEAM) is None
+    code, out, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM, "--fix")
+    assert code == 0 and out == f"konduktor why a-ngc -n {TEAM}\n", err
+    assert "fix: spec.template.spec.containers[0].env: + HOME=/home/konduktor" in err
+    # Its pods pass the enforced level: they are created and run.
+    wait_until("a-ngc to be admitted", lambda: is_true(workload_of(clean.kube, TEAM, "a-ngc"), "Admitted"), 60)
+
+    def pods() -> list[dict[str, Any]]:
+        found = clean.kube.list("v1", "Pod", TEAM, label_selector="batch.kubernetes.io/job-name=a-ngc")
+        return [p for p in found if p.get("status", {}).get("phase") == "Running"]
+
+    wait_until("a-ngc's pod to run", lambda: bool(pods()), timeout=60)
+    pod = pods()[0]
+    assert pod["spec"]["securityContext"]["runAsUser"] == 1000
+    assert {"name": "HOME", "value": "/home/konduktor"} in pod["spec"]["containers"][0]["env"]
+    # Submitted again: refused as existing, nothing changed.
+    code, _, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM, "--fix")
+    assert code == ExitCode.CHECK_FAILED and "Job a-ngc already exists in team-a" in err
+
+
+def test_why_of_a_running_job_on_a_quarantined_node_says_so(clean: Sim, capsys: pytest.CaptureFixture[str]) -> None:
+    node = gpu_nodes(clean.kube)[0]
+    running(clean, TEAM, "a-on-bad-node", 2, node=node)
+    patch_node(
+        clean.kube,
+        node,
+        lambda current: {
+            "metadata": {"annotations": {QUARANTINE_REASON: XID, QUARANTINED_AT: "2026-11-23T19:00:00Z"}},
+            "spec": {"taints": [*current["spec"].get("taints", []), QUARANTINE_TAINT]},
+        },
+    )
+    code, verdict = why(clean, capsys, "a-on-bad-node")
+    assert code == ExitCode.OK and verdict["state"] == "admitted", verdict
+    told = next(r["message"] for r in verdict["reasons"] if r["kind"] == "quarantined-node")
+    assert f"runs on node {node}, quarantined since 2026-11-23T19:00:00Z: {XID}" in told

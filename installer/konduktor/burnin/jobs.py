@@ -9,9 +9,9 @@ from typing import Any
 
 from konduktor.burnin.plan import JobPhase, JobState, job_state, unschedulable_for
 from konduktor.kube.client import ApiError, Kube
+from konduktor.vocabulary import JOB_NAME_LABEL
 from konduktor.waiting import poll_until
 
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 POLL_SECONDS = 2.0
 
 

@@ -17,7 +17,7 @@ class TeamCommands(LazyGroup):
         LazyCommand(
             "queue",
             "konduktor.cli.team_queue:register",
-            "Your team's GPU quota (used, borrowed, lent) and its pending jobs in Kueue's order.",
+            "Your team's GPU quota (used, borrowed, lent), its pending jobs in Kueue's order and its running jobs.",
         ),
         LazyCommand(
             "why",
@@ -29,7 +29,8 @@ class TeamCommands(LazyGroup):
             "submit",
             "konduktor.cli.team_queue:register",
             "Submit a job: fills in the queue label and priority, lets the cluster judge it (dry run), refuses one "
-            "that can never fit (exit 7).",
+            "that the cluster or its pods' security would refuse (exit 3; --fix changes it) or that can never fit "
+            "(exit 7).",
         ),
     )
 

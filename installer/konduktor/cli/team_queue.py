@@ -15,9 +15,24 @@ from konduktor.cli.target import ContextOption, KubeconfigOption, running_target
 from konduktor.errors import ChangeRefused, ExitCode, NeverFits, UsageError
 from konduktor.kube.client import ApiError, Identity, Kube
 from konduktor.kube.policy_audit import policy_findings
-from konduktor.queueing.cluster import team_queues, verdict_for, workload_of_job
-from konduktor.queueing.explain import QUEUE_LABEL, Verdict, as_json, queue_view
-from konduktor.queueing.submit import PRIORITIES, fill_in, workload_for
+from konduktor.queueing.admission import (
+    fix_for,
+    is_pod_security_refusal,
+    is_pod_security_warning,
+    lacks_rights,
+    probe_pods,
+    reasons_of,
+)
+from konduktor.queueing.cluster import job_pods, team_queues, verdict_for, workload_of_job
+from konduktor.queueing.explain import PRIORITY_LABEL, QUEUE_LABEL, Verdict, as_json, queue_view
+from konduktor.queueing.submit import (
+    PRIORITIES,
+    check_queue,
+    default_queue,
+    fill_in,
+    shown_name,
+    workload_for,
+)
 
 NamespaceOption = Annotated[
     str | None, typer.Option("-n", "--namespace", help="Your team's namespace (default: the kubeconfig context's).")
@@ -29,6 +44,7 @@ AsOption = Annotated[
 AsGroupOption = Annotated[str | None, typer.Option("--as-group", help="With --as: the user's group (a team's group).")]
 QUOTA_COLUMNS = ["flavor", "nominal", "used", "borrowed", "lent", "borrowing_limit"]
 PENDING_COLUMNS = ["position", "job", "priority", "gpus", "local_queue", "created"]
+RUNNING_COLUMNS = ["job", "priority", "gpus", "local_queue", "admitted"]
 EXIT_CODES = {
     "admitted": ExitCode.OK,
     "pending": ExitCode.NEGATIVE,
@@ -66,7 +82,7 @@ def queue(
     as_user: AsOption = None,
     as_group: AsGroupOption = None,
 ) -> None:
-    """Your team's GPU quota (used, borrowed, lent) and its pending jobs in Kueue's order."""
+    """Your team's GPU quota (used, borrowed, lent), its pending jobs in Kueue's order and its running jobs."""
     output = _output(output)
     with _connect(kubeconfig, context, as_user, as_group) as kube:
         ns = namespace or kube.namespace
@@ -86,22 +102,19 @@ def queue(
                 "capacityPublished": team.capacity is not None,
                 "queues": [v.as_json() for v in views],
                 "pending": [vars(p) for p in team.pending],
+                "running": [vars(r) for r in team.running],
             }
             sys.stdout.write(json.dumps(body, indent=2) + "\n")
             return
         for view in views:
             err.print(f"team {view.team} (ClusterQueue {view.cluster_queue})", markup=False)
-            print_rows(
-                [q.row() for q in view.quota],
-                ["flavor", "nominal", "used", "borrowed", "lent", "borrowing_limit"],
-                "table",
-            )
+            print_rows([q.row() for q in view.quota], QUOTA_COLUMNS, "table")
         if team.capacity is None:
             err.print("quota: not published on this cluster (ask an administrator)", markup=False)
         err.print(f"pending, in Kueue's order ({_source_text(team.source)}):", markup=False)
-        print_rows(
-            [vars(p) for p in team.pending], ["position", "job", "priority", "gpus", "local_queue", "created"], "table"
-        )
+        print_rows([vars(p) for p in team.pending], PENDING_COLUMNS, "table")
+        err.print("running (admitted by Kueue, earliest first):", markup=False)
+        print_rows([vars(r) for r in team.running], RUNNING_COLUMNS, "table")
 
 
 def _source_text(source: str) -> str:
@@ -130,7 +143,7 @@ def why_command(
         labels = found["metadata"].get("labels", {}) if found is not None else None
         # The job as it stands, judged by the platform's policies as if the member created it now.
         policy = policy_findings(kube, found) if found is not None else []
-        verdict = verdict_for(team, job, workload, labels, policy)
+        verdict = verdict_for(team, job, workload, labels, policy, job_pods(kube, ns, found))
         _print_verdict(verdict, output)
         raise typer.Exit(EXIT_CODES[verdict.state])
 
@@ -170,7 +183,64 @@ def _load_job(path: Path) -> dict[str, Any]:
     for field in ("apiVersion", "kind", "metadata"):
         if field not in job:
             raise UsageError(f"{path}:1: {field}: missing")
+    if not (job["metadata"] or {}).get("name") and not (job["metadata"] or {}).get("generateName"):
+        raise UsageError(f"{path}:1: metadata.name: missing (give a name or a generateName)")
     return job
+
+
+def _line_of(path: Path, keys: tuple[str, ...]) -> int | None:
+    """The line of `keys` (a path of mapping keys) in the file's first document, or None."""
+    try:
+        node = yaml.compose(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    line = None
+    for key in keys:
+        if not isinstance(node, yaml.MappingNode):
+            return line
+        found = next(((k, v) for k, v in node.value if getattr(k, "value", None) == key), None)
+        if found is None:
+            return line
+        line, node = found[0].start_mark.line + 1, found[1]
+    return line
+
+
+def _admission_refusal(problem: ApiError) -> bool:
+    """The server judged the request and refused it (admission's 403, an invalid object's 422, a conflict), as
+    opposed to an outage or this identity's missing rights."""
+    return problem.status not in (None, 401) and not (problem.status == 403 and lacks_rights(problem.message))
+
+
+def _judge(kube: Kube, job: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The cluster's answer to creating `job`, nothing created: the refusals (a refused dry run, or what the
+    namespace's enforced Pod Security level refuses of its pods) and the warnings."""
+    try:
+        warnings = kube.dry_run_create(job)
+    except ApiError as problem:
+        if not _admission_refusal(problem):
+            raise
+        if problem.status == 409:
+            name = job["metadata"]["name"]
+            raise ChangeRefused(
+                f"{job['kind']} {name} already exists in {job['metadata']['namespace']}",
+                hint=f"`konduktor why {name}` says where it stands; delete it to submit it again",
+            ) from problem
+        return [problem.message], []
+    if not any(is_pod_security_warning(w) for w in warnings):
+        return [], warnings
+    refusals = []
+    for probe in probe_pods(job):
+        try:
+            kube.dry_run_create(probe)
+        except ApiError as problem:
+            if not _admission_refusal(problem):
+                raise
+            # Only Pod Security's answer counts: the probe is a bare pod, which other policies judge otherwise.
+            if is_pod_security_refusal(problem.message):
+                refusals.append(problem.message)
+    if refusals:  # the refusals say what the warnings said
+        warnings = [w for w in warnings if not is_pod_security_warning(w)]
+    return refusals, warnings
 
 
 def submit(
@@ -179,6 +249,14 @@ def submit(
         str | None, typer.Option("--priority", help="opportunistic, standard (the default) or urgent.")
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Let the cluster judge it; create nothing.")] = False,
+    fix: Annotated[
+        bool,
+        typer.Option(
+            "--fix",
+            help="When the cluster refuses the job's pods (Pod Security, the platform's policies): show the least "
+            "changes that satisfy it and submit the job with them.",
+        ),
+    ] = False,
     namespace: NamespaceOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
@@ -186,28 +264,45 @@ def submit(
     as_group: AsGroupOption = None,
 ) -> None:
     """Submit a job: fills in the queue label and priority, lets the cluster judge it (dry run), refuses one that
-    can never fit (exit 7)."""
+    the cluster or its pods' security would refuse (exit 3; --fix changes it) or that can never fit (exit 7)."""
     if priority is not None and priority not in PRIORITIES:
         raise UsageError(f"--priority {priority}: not a priority", hint=f"one of: {', '.join(PRIORITIES)}")
     original = _load_job(file)
     with _connect(kubeconfig, context, as_user, as_group) as kube:
-        ns = namespace or original["metadata"].get("namespace") or kube.namespace
+        written = original["metadata"].get("namespace")
+        ns = namespace or written or kube.namespace
+        if written and written != ns:
+            # Samples (Kueue's among them) say `namespace: default`: -n says where this one goes.
+            err.print(f"{file}: metadata.namespace {written}: submitting in {ns} (-n)", markup=False)
         team = team_queues(kube, ns)
         queues = sorted(lq for _, lq in team.local_queues)
         if not queues:
             raise UsageError(
                 f"namespace {ns} has no LocalQueue: it is not a team namespace", hint="pass -n TEAM-NAMESPACE"
             )
-        job = fill_in(original, ns, "default" if "default" in queues else queues[0], priority)
+        job = fill_in(original, ns, default_queue(queues), priority)
         try:
-            warnings = kube.dry_run_create(job)
-        except ApiError as problem:
-            if problem.outage:
-                raise
-            raise ChangeRefused(f"the cluster refuses {file}: {problem.message}") from problem
+            check_queue(job, queues)
+        except UsageError as problem:
+            line = _line_of(file, ("metadata", "labels", QUEUE_LABEL)) or _line_of(
+                file, ("metadata", "annotations", QUEUE_LABEL)
+            )
+            raise UsageError(f"{file}:{line or 1}: {problem.message}", hint=problem.hint) from problem
+        refusals, warnings = _judge(kube, job)
         for warning in warnings:
             err.print(f"warning: {warning}", markup=False)
-        name = job["metadata"].get("name", "")
+        if refusals and fix:
+            job = _fixed(kube, file, job, refusals)
+        elif refusals:
+            reasons = reasons_of(refusals)
+            fixable = fix_for(job, reasons)
+            raise ChangeRefused(
+                f"the cluster refuses {file}:\n" + "\n".join(f"  - {r}" for r in reasons),
+                hint=f"`konduktor submit --fix {file}` shows and makes the changes that satisfy it"
+                if fixable.changes
+                else None,
+            )
+        name = shown_name(job)
         verdict = verdict_for(team, name, workload_for(job))
         if verdict.state == "never-fit":
             raise NeverFits(
@@ -215,7 +310,7 @@ def submit(
                 hint="\n".join(verdict.remedies) or None,
             )
         labels = job["metadata"]["labels"]
-        summary = f"queue {labels[QUEUE_LABEL]}, priority {labels['kueue.x-k8s.io/priority-class']}"
+        summary = f"queue {labels[QUEUE_LABEL]}, priority {labels[PRIORITY_LABEL]}"
         if dry_run:
             err.print(
                 f"dry run: the cluster accepts {job['kind']} {name} in {ns} ({summary}); created nothing", markup=False
@@ -225,3 +320,25 @@ def submit(
         name = created["metadata"]["name"]
         err.print(f"created {job['kind']} {name} in {ns} ({summary})", markup=False)
         sys.stdout.write(f"konduktor why {name} -n {ns}\n")
+
+
+def _fixed(kube: Kube, file: Path, job: dict[str, Any], refusals: list[str]) -> dict[str, Any]:
+    """The job changed so that the cluster accepts it (shown change by change), or ChangeRefused with what no
+    change answers or what the cluster still refuses."""
+    reasons = reasons_of(refusals)
+    fixed = fix_for(job, reasons)
+    for change in fixed.changes:
+        err.print(f"fix: {change}", markup=False)
+    if fixed.unfixed:
+        raise ChangeRefused(
+            f"the cluster refuses {file}, and --fix cannot change what it refuses:\n"
+            + "\n".join(f"  - {r}" for r in fixed.unfixed),
+            hint="change the job by hand",
+        )
+    still, _ = _judge(kube, fixed.job)
+    if still:
+        raise ChangeRefused(
+            f"the cluster still refuses {file} after --fix:\n" + "\n".join(f"  - {r}" for r in reasons_of(still)),
+            hint="change the job by hand",
+        )
+    return fixed.job

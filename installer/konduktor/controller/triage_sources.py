@@ -33,12 +33,17 @@ from konduktor.controller.triage import (
 from konduktor.errors import UsageError
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.timestamps import parse_time
-from konduktor.vocabulary import QUARANTINE_REASON, QUARANTINED_AT, REQUALIFIED_AT, SYSTEM_NAMESPACE
+from konduktor.vocabulary import (
+    JOB_NAME_LABEL,
+    QUARANTINE_REASON,
+    QUARANTINED_AT,
+    REQUALIFIED_AT,
+    SYSTEM_NAMESPACE,
+)
 
 COMPONENT = "konduktor-health"
 SETTINGS_KEY = "health.yaml"  # in konduktor-core's ConfigMap of the controller's settings
 CORE_SELECTOR = "app.kubernetes.io/name=konduktor-core"
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 _ASSIGNED = re.compile(r"Successfully assigned (?P<namespace>[^/\s]+)/(?P<pod>\S+) to (?P<node>\S+)")
 _TOLD = re.compile(r"GPU node (?P<node>\S+) (?:was|would have been) quarantined.*?on it: (?P<pods>[^.]*)\.")
 

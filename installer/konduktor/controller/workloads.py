@@ -20,7 +20,7 @@ from konduktor.controller.decide import DeactivateWorkload, ReactivateWorkload, 
 from konduktor.controller.fanout import at_once
 from konduktor.controller.health_view import gpu_pods
 from konduktor.controller.node_writes import object_event
-from konduktor.gpu.node import pod_gpus
+from konduktor.gpu.pod import pod_gpus
 from konduktor.kube.client import ApiError, Kube
 from konduktor.vocabulary import REQUEUE_LABEL, REQUEUE_REASON
 
@@ -55,7 +55,7 @@ def workloads_on(kube: Kube, nodes: Iterable[str], concurrency: int = 1) -> dict
             if workload is not None:
                 key = (namespace, workload["metadata"]["name"])
                 by_workload.setdefault(key, []).append(pod["metadata"]["name"])
-                gpus[key] = gpus.get(key, 0) + pod_gpus(pod)
+                gpus[key] = gpus.get(key, 0) + pod_gpus(pod.get("spec", {}))
                 objects[key] = workload
         found[node] = [
             _affected(kube, node, objects[key], sorted(names), gpus[key]) for key, names in sorted(by_workload.items())

@@ -49,21 +49,6 @@ def allocatable_gpus(node: Mapping[str, Any]) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def pod_gpus(pod: Mapping[str, Any]) -> int:
-    """The GPUs a pod holds: its containers' nvidia.com/gpu requests, or its largest init container's when that is
-    more (init containers run one at a time, before the others). Extended resources are whole numbers; anything
-    else counts as none."""
-
-    def requested(container: Mapping[str, Any]) -> int:
-        value = (container.get("resources", {}).get("requests") or {}).get(GPU_RESOURCE)
-        text = str(value) if value is not None else ""
-        return int(text) if text.isdigit() else 0
-
-    spec = pod.get("spec", {})
-    containers = sum(requested(c) for c in spec.get("containers") or ())
-    return max(containers, max((requested(c) for c in spec.get("initContainers") or ()), default=0))
-
-
 def taints(node: Mapping[str, Any]) -> tuple[Taint, ...]:
     """The node's taints; one with an effect Kubernetes does not define keeps no pod off and is left out."""
     return tuple(

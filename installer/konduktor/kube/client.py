@@ -324,8 +324,10 @@ class Kube:
 
     def create(self, obj: dict[str, Any], field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
         """A plain create: fails with 409 when the object exists. For kinds such as Node the status sent is kept,
-        as when a kubelet registers its node."""
-        resource, namespace, _ = self._locate(obj)
+        as when a kubelet registers its node. The object may have only a `generateName`: the server names it (the
+        name is in the object returned)."""
+        resource = self.resource(obj["apiVersion"], obj["kind"])
+        namespace = obj.get("metadata", {}).get("namespace")
         result: dict[str, Any] = self.request(
             "POST", resource.path(namespace), query={"fieldManager": field_manager}, body=obj
         )

@@ -15,7 +15,8 @@ from fractions import Fraction
 from typing import Any
 
 from konduktor.config.model import selects
-from konduktor.gpu.node import allocatable_gpus, pod_gpus, taints
+from konduktor.gpu.node import allocatable_gpus, taints
+from konduktor.gpu.pod import pod_gpus
 from konduktor.quotas.usage import TeamUsage
 from konduktor.vocabulary import (
     CAPACITY_CONFIGMAP,
@@ -75,7 +76,7 @@ def node_capacity(
     for pod in pods:
         node_name = pod.get("spec", {}).get("nodeName")
         if node_name and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
-            held[node_name] = held.get(node_name, 0) + pod_gpus(pod)
+            held[node_name] = held.get(node_name, 0) + pod_gpus(pod.get("spec", {}))
     found = []
     for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
         labels = node["metadata"].get("labels", {})

@@ -10,9 +10,20 @@ from typing import Any
 from konduktor.errors import UsageError
 from konduktor.kube.client import ApiError, Kube
 from konduktor.queueing.capacity import CAPACITY_KEY, Capacity, configmap, from_json, node_capacity
-from konduktor.queueing.explain import Pending, Source, Verdict, job_name, pending_order, why, with_policy
+from konduktor.queueing.explain import (
+    Pending,
+    Running,
+    Source,
+    Verdict,
+    job_name,
+    pending_order,
+    running_jobs,
+    why,
+    with_pod_nodes,
+    with_policy,
+)
 from konduktor.quotas.usage import team_usage
-from konduktor.vocabulary import CAPACITY_CONFIGMAP, TEAM_LABEL
+from konduktor.vocabulary import CAPACITY_CONFIGMAP, JOB_NAME_LABEL, TEAM_LABEL
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 VISIBILITY_API = "/apis/visibility.kueue.x-k8s.io/v1beta2"
@@ -28,6 +39,7 @@ class TeamQueues:
     pending: list[Pending]
     source: Source
     capacity: Capacity | None
+    running: list[Running]
 
 
 def read_capacity(kube: Kube, published_at: str = "") -> Capacity:
@@ -115,7 +127,26 @@ def team_queues(kube: Kube, namespace: str) -> TeamQueues:
             Pending(**{**vars(p), "gpus": sizes.get((p.namespace, p.name), 0)})
             for p in sorted(pending, key=lambda p: p.position)
         ]
-    return TeamQueues(namespace, workloads, local_queues, pending, source, published_capacity(kube, namespace))
+    return TeamQueues(
+        namespace,
+        workloads,
+        local_queues,
+        pending,
+        source,
+        published_capacity(kube, namespace),
+        running_jobs(workloads),
+    )
+
+
+def job_pods(kube: Kube, namespace: str, job: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The pods of a Job (by the label the Job controller sets), or the Pod itself; none for other kinds."""
+    if job is None:
+        return []
+    if job["kind"] == "Pod":
+        return [job]
+    if job["kind"] == "Job":
+        return kube.list("v1", "Pod", namespace, label_selector=f"{JOB_NAME_LABEL}={job['metadata']['name']}")
+    return []
 
 
 def workload_of_job(workloads: list[dict[str, Any]], job: str) -> dict[str, Any] | None:
@@ -132,9 +163,10 @@ def verdict_for(
     workload: dict[str, Any] | None,
     job_labels: dict[str, str] | None = None,
     policy: Sequence[str] = (),
+    pods: Sequence[dict[str, Any]] = (),
 ) -> Verdict:
     """`why` for one job of the team's namespace, from what `team_queues` read, with what the platform's policies
-    say of it."""
+    say of it and where its pods run."""
     verdict = why(
         job,
         team.namespace,
@@ -146,4 +178,4 @@ def verdict_for(
         job_labels=job_labels,
         source=team.source,
     )
-    return with_policy(verdict, policy)
+    return with_pod_nodes(with_policy(verdict, policy), pods, team.capacity)

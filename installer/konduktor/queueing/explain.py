@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
+from konduktor.gpu.pod import pod_gpus
 from konduktor.queueing.capacity import Capacity, NodeCapacity
 from konduktor.quotas.usage import TeamUsage
-from konduktor.vocabulary import GPU_RESOURCE, PODS_REFUSED_REASON
+from konduktor.vocabulary import PODS_REFUSED_REASON
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -51,6 +52,19 @@ class Pending:
     priority: int
     gpus: int
     created: str
+
+
+@dataclass(frozen=True)
+class Running:
+    """A job of the team's holding its quota: admitted by Kueue and not finished."""
+
+    job: str
+    name: str
+    namespace: str
+    local_queue: str
+    priority: int
+    gpus: int
+    admitted: str  # when Kueue admitted it
 
 
 @dataclass(frozen=True)
@@ -92,8 +106,7 @@ def job_name(workload: dict[str, Any]) -> str:
 def requests(workload: dict[str, Any]) -> list[PodSetRequest]:
     found = []
     for pod_set in workload.get("spec", {}).get("podSets", []):
-        containers = pod_set.get("template", {}).get("spec", {}).get("containers", [])
-        per_pod = sum(int(c.get("resources", {}).get("requests", {}).get(GPU_RESOURCE, 0)) for c in containers)
+        per_pod = pod_gpus(pod_set.get("template", {}).get("spec", {}))
         found.append(PodSetRequest(pod_set.get("name", "main"), int(pod_set.get("count", 1)), per_pod))
     return found
 
@@ -147,6 +160,24 @@ def pending_order(workloads: list[dict[str, Any]], local_queues: dict[tuple[str,
             for index, w in enumerate(members)
         )
     return ordered
+
+
+def running_jobs(workloads: list[dict[str, Any]]) -> list[Running]:
+    """The admitted, unfinished workloads, the earliest admitted first."""
+    found = [
+        Running(
+            job=job_name(w),
+            name=w["metadata"]["name"],
+            namespace=w["metadata"].get("namespace", ""),
+            local_queue=w.get("spec", {}).get("queueName", ""),
+            priority=int(w.get("spec", {}).get("priority", 0)),
+            gpus=total_gpus(w),
+            admitted=str((condition(w, "Admitted") or {}).get("lastTransitionTime", "")),
+        )
+        for w in workloads
+        if is_true(w, "Admitted") and not is_true(w, "Finished")
+    ]
+    return sorted(found, key=lambda r: (r.admitted, r.job))
 
 
 @dataclass(frozen=True)
@@ -282,6 +313,36 @@ def with_policy(verdict: Verdict, findings: Sequence[str]) -> Verdict:
         verdict.remedies.append(
             "the platform's policy refuses the job as written (it was made before the policy was enforced, or while "
             "it only warned): delete it, fix what the policy names and submit it again"
+        )
+    return verdict
+
+
+def with_pod_nodes(verdict: Verdict, pods: Sequence[dict[str, Any]], capacity: Capacity | None) -> Verdict:
+    """An admitted job whose pods run on nodes the health controller has quarantined since: which, why, and what
+    happens next (the node's quarantine as the platform publishes it; team members cannot read Nodes)."""
+    if verdict.state != "admitted" or capacity is None:
+        return verdict
+    quarantined = {n.name: n.quarantine for n in capacity.nodes if n.quarantine is not None}
+    hit = False
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        node = pod.get("spec", {}).get("nodeName", "")
+        quarantine = quarantined.get(node)
+        if quarantine is None or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        hit = True
+        verdict.reasons.append(
+            Reason(
+                "quarantined-node",
+                f"its pod {pod['metadata']['name']} runs on node {node}, quarantined since {quarantine.since or '?'}: "
+                f"{quarantine.reason}",
+            )
+        )
+    if hit:
+        verdict.remedies.append(
+            "nothing to do at once: by the fault, the health controller lets the pod finish there (no new pod starts "
+            "on the node) or requeues the job, which Kueue admits again on healthy nodes with its place in the queue; "
+            "`kubectl describe job` shows its event (NodeQuarantined or RequeuedForNodeHealth). A job that cannot "
+            "resume from a checkpoint may be better stopped and submitted again"
         )
     return verdict
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from konduktor.gpu.pod import pod_gpus
 from konduktor.kube.client import Kube
 from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL
 
@@ -115,9 +116,7 @@ def workload_gpus(workload: dict[str, Any]) -> int:
     """GPUs a Workload asks for: pods x GPUs per pod, summed over its pod sets."""
     total = 0
     for pod_set in workload.get("spec", {}).get("podSets", []):
-        containers = pod_set["template"]["spec"].get("containers", [])
-        per_pod = sum(int(c.get("resources", {}).get("requests", {}).get(GPU_RESOURCE, 0)) for c in containers)
-        total += per_pod * int(pod_set.get("count", 1))
+        total += pod_gpus(pod_set["template"]["spec"]) * int(pod_set.get("count", 1))
     return total
 
 
