@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ from konduktor.waiting import wait_until
 pytestmark = pytest.mark.sim
 TEAM = "team-a"
 MEMBER = ["--as", "alice", "--as-group", TEAM]
+RESTRICTED_TEAM = "team-b"
+RESTRICTED_MEMBER = ["--as", "bob", "--as-group", RESTRICTED_TEAM]
 XID = "Xid 79: GPU fell off the bus"
 QUARANTINE_TAINT = {"key": HEALTH_TAINT_KEY, "effect": "NoSchedule"}
 LONG = "1h"  # kwok holds such a pod Running for the test's length
@@ -44,11 +46,17 @@ LONG = "1h"  # kwok holds such a pod Running for the test's length
 
 @pytest.fixture(scope="module")
 def teams(sim: Sim) -> Iterator[Sim]:
-    sync_quotas(sim.kube, load_config(EXAMPLE).config, prune=False, dry_run=False)
+    """examples/config.yaml's teams, team-a with the default security profile (gpu) and team-b with `restricted`,
+    as an administrator may choose it for a team; the example's profiles are back after the module."""
+    config = load_config(EXAMPLE).config
+    restricted = config.teams[RESTRICTED_TEAM].model_copy(update={"pod_security": "restricted"})
+    config = config.model_copy(update={"teams": {**config.teams, RESTRICTED_TEAM: restricted}})
+    sync_quotas(sim.kube, config, prune=False, dry_run=False)
     wait_until(
         "team-a's ClusterQueue to be active", lambda: is_true(sim.kube.get(KUEUE_API, "ClusterQueue", TEAM), "Active")
     )
     yield sim
+    sync_quotas(sim.kube, load_config(EXAMPLE).config, prune=False, dry_run=False)
 
 
 @pytest.fixture
@@ -70,8 +78,10 @@ def gpu_nodes(kube: Kube) -> list[str]:
     return sorted(n["metadata"]["name"] for n in kube.list("v1", "Node", label_selector="nvidia.com/gpu.product"))
 
 
-def konduktor(sim: Sim, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main([*args, "--kubeconfig", str(sim.kubeconfig), *MEMBER])
+def konduktor(
+    sim: Sim, capsys: pytest.CaptureFixture[str], *args: str, member: Sequence[str] = MEMBER
+) -> tuple[int, str, str]:
+    code = main([*args, "--kubeconfig", str(sim.kubeconfig), *member])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -382,29 +392,41 @@ spec:
 """
 
 
-def test_kueues_sample_job_is_refused_for_its_pods_security_then_fixed_and_created_by_its_generated_name(
+def test_kueues_sample_job_runs_as_written_in_a_gpu_team_and_is_fixed_for_a_restricted_one(
     clean: Sim, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     manifest = tmp_path / "sample-job.yaml"
     manifest.write_text(KUEUE_SAMPLE_JOB)
-    # team-a enforces Pod Security restricted: the Job would be created and every one of its pods refused.
+
+    def admitted_by_its_generated_name(out: str, namespace: str) -> None:
+        found = re.fullmatch(rf"konduktor why (sample-job-[a-z0-9]{{5}}) -n {namespace}\n", out)
+        assert found, out
+        created = clean.kube.get("batch/v1", "Job", found[1], namespace)
+        assert created is not None and created["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
+        wait_until(
+            f"{found[1]} to be admitted",
+            lambda: is_true(workload_of(clean.kube, namespace, found[1]), "Admitted"),
+            timeout=60,
+        )
+
+    # team-a's profile (gpu) lets it run as Kueue ships it: no securityContext, the image's user.
     code, out, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM)
-    assert code == ExitCode.CHECK_FAILED and out == "", err
-    assert "Pod Security restricted:latest: runAsNonRoot != true" in err and f"submit --fix {manifest}" in err
-    assert clean.kube.list("batch/v1", "Job", TEAM) == []
-    code, out, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM, "--fix")
     assert code == 0, err
     assert "metadata.namespace default: submitting in team-a (-n)" in err
+    admitted_by_its_generated_name(out, TEAM)
+    code, verdict = why(clean, capsys, out.split()[2])
+    assert verdict["state"] in ("admitted", "finished"), verdict
+
+    # team-b enforces Pod Security restricted: the Job would be created and every one of its pods refused.
+    member_b = {"member": RESTRICTED_MEMBER}
+    code, out, err = konduktor(clean, capsys, "submit", str(manifest), "-n", RESTRICTED_TEAM, **member_b)
+    assert code == ExitCode.CHECK_FAILED and out == "", err
+    assert "Pod Security restricted:latest: runAsNonRoot != true" in err and f"submit --fix {manifest}" in err
+    assert clean.kube.list("batch/v1", "Job", RESTRICTED_TEAM) == []
+    code, out, err = konduktor(clean, capsys, "submit", str(manifest), "-n", RESTRICTED_TEAM, "--fix", **member_b)
+    assert code == 0, err
     assert "fix: spec.template.spec.securityContext.runAsNonRoot: true" in err
-    found = re.fullmatch(rf"konduktor why (sample-job-[a-z0-9]{{5}}) -n {TEAM}\n", out)
-    assert found, out
-    created = clean.kube.get("batch/v1", "Job", found[1], TEAM)
-    assert created is not None and created["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
-    wait_until(
-        f"{found[1]} to be admitted", lambda: is_true(workload_of(clean.kube, TEAM, found[1]), "Admitted"), timeout=60
-    )
-    code, verdict = why(clean, capsys, found[1])
-    assert verdict["job"] == found[1] and verdict["state"] in ("admitted", "finished"), verdict
+    admitted_by_its_generated_name(out, RESTRICTED_TEAM)
 
 
 def test_a_queue_label_naming_no_local_queue_is_refused_with_the_teams_queues(
@@ -458,24 +480,30 @@ def test_gpus_given_as_limits_count_in_why_and_queue_lists_the_running_jobs(
 def test_a_root_ngc_job_is_refused_in_a_restricted_namespace_and_fixed(
     clean: Sim, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    job = limits_only(gpu_job("a-ngc", TEAM, gpus=1, queue=None, run_for=LONG))
+    job = limits_only(gpu_job("a-ngc", RESTRICTED_TEAM, gpus=1, queue=None, run_for=LONG))
     spec = job["spec"]["template"]["spec"]
     del spec["securityContext"], spec["containers"][0]["securityContext"]  # the image's user: root
     manifest = tmp_path / "ngc.yaml"
     manifest.write_text(yaml.safe_dump(job))
-    code, _, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM)
+    # The default profile (gpu, team-a) accepts it as written.
+    code, _, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM, "--dry-run")
+    assert code == 0, err
+    member_b = {"member": RESTRICTED_MEMBER}
+    code, _, err = konduktor(clean, capsys, "submit", str(manifest), "-n", RESTRICTED_TEAM, **member_b)
     assert code == ExitCode.CHECK_FAILED, err
     for check in ("allowPrivilegeEscalation != false", "unrestricted capabilities", "runAsNonRoot != true"):
         assert check in err
-    assert clean.kube.get("batch/v1", "Job", "a-ngc", TEAM) is None
-    code, out, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM, "--fix")
-    assert code == 0 and out == f"konduktor why a-ngc -n {TEAM}\n", err
+    assert clean.kube.get("batch/v1", "Job", "a-ngc", RESTRICTED_TEAM) is None
+    code, out, err = konduktor(clean, capsys, "submit", str(manifest), "-n", RESTRICTED_TEAM, "--fix", **member_b)
+    assert code == 0 and out == f"konduktor why a-ngc -n {RESTRICTED_TEAM}\n", err
     assert "fix: spec.template.spec.containers[0].env: + HOME=/home/konduktor" in err
     # Its pods pass the enforced level: they are created and run.
-    wait_until("a-ngc to be admitted", lambda: is_true(workload_of(clean.kube, TEAM, "a-ngc"), "Admitted"), 60)
+    wait_until(
+        "a-ngc to be admitted", lambda: is_true(workload_of(clean.kube, RESTRICTED_TEAM, "a-ngc"), "Admitted"), 60
+    )
 
     def pods() -> list[dict[str, Any]]:
-        found = clean.kube.list("v1", "Pod", TEAM, label_selector="batch.kubernetes.io/job-name=a-ngc")
+        found = clean.kube.list("v1", "Pod", RESTRICTED_TEAM, label_selector="batch.kubernetes.io/job-name=a-ngc")
         return [p for p in found if p.get("status", {}).get("phase") == "Running"]
 
     wait_until("a-ngc's pod to run", lambda: bool(pods()), timeout=60)
@@ -483,8 +511,8 @@ def test_a_root_ngc_job_is_refused_in_a_restricted_namespace_and_fixed(
     assert pod["spec"]["securityContext"]["runAsUser"] == 1000
     assert {"name": "HOME", "value": "/home/konduktor"} in pod["spec"]["containers"][0]["env"]
     # Submitted again: refused as existing, nothing changed.
-    code, _, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM, "--fix")
-    assert code == ExitCode.CHECK_FAILED and "Job a-ngc already exists in team-a" in err
+    code, _, err = konduktor(clean, capsys, "submit", str(manifest), "-n", RESTRICTED_TEAM, "--fix", **member_b)
+    assert code == ExitCode.CHECK_FAILED and "Job a-ngc already exists in team-b" in err
 
 
 def test_why_of_a_running_job_on_a_quarantined_node_says_so(clean: Sim, capsys: pytest.CaptureFixture[str]) -> None:
