@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from konduktor.controller.decide import (
@@ -25,16 +24,13 @@ from konduktor.controller.decide import (
     UpdateNode,
 )
 from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.timestamps import format_time
 
 # The controller's own field manager: the Node's other status fields (capacity, allocatable) belong to their
 # writers, and an apply under a shared manager name would remove the fields that manager set before.
 FIELD_MANAGER = "konduktor-health"
 EVENT_NAMESPACE = "default"  # where the kubelet records Node events, so `kubectl describe node` shows ours too
 CONFLICT_RETRIES = 5
-
-
-def timestamp(when: float) -> str:
-    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def node_patch(node: Mapping[str, Any], update: UpdateNode) -> dict[str, Any] | None:
@@ -64,7 +60,7 @@ def node_patch(node: Mapping[str, Any], update: UpdateNode) -> dict[str, Any] | 
 
 
 def condition_status(action: SetCondition, now: float) -> dict[str, Any]:
-    stamp = timestamp(now)
+    stamp = format_time(now)
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -106,7 +102,7 @@ def object_event(
     now: float,
 ) -> dict[str, Any]:
     """A core/v1 Event about `involved` (apiVersion, kind, name, and uid/namespace when known)."""
-    stamp = timestamp(now)
+    stamp = format_time(now)
     return {
         "apiVersion": "v1",
         "kind": "Event",
