@@ -10,6 +10,9 @@ PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 # Set by the kubelet on every node; the lowest level of every topology Konduktor renders.
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+# Kueue's API, the only version Konduktor reads and writes: v1beta2, its storage version (v1beta1 is deprecated;
+# a Kueue before 0.15 does not serve v1beta2, which preflight reports).
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
 
 # Where the platform runs: the Helm release, the operators and the health controller.
 SYSTEM_NAMESPACE = "konduktor-system"

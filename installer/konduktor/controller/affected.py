@@ -13,6 +13,7 @@ from typing import Literal
 from konduktor.controller.classify import Finding
 from konduktor.controller.settings import HealthSettings, WorkPolicy
 from konduktor.kube.timestamps import format_time
+from konduktor.vocabulary import KUEUE_API
 
 # What became of a workload on a quarantined node; the owner's Event says it in words.
 Fate = Literal["requeued", "drained", "untouched", "opted-out"]
@@ -51,7 +52,7 @@ class AffectedWorkload:
 
     @property
     def ref(self) -> ObjectRef:
-        return ObjectRef("kueue.x-k8s.io/v1beta2", "Workload", self.name, self.uid)
+        return ObjectRef(KUEUE_API, "Workload", self.name, self.uid)
 
 
 @dataclass(frozen=True)

@@ -59,12 +59,12 @@ from konduktor.controller.requalification import PodLogs, Requalifier, Result, S
 from konduktor.controller.settings import HealthSettings
 from konduktor.controller.sources import SourceError
 from konduktor.controller.telemetry import HealthMetrics
-from konduktor.controller.workloads import WORKLOAD_API, requeuing, workloads_on
+from konduktor.controller.workloads import requeuing, workloads_on
 from konduktor.errors import KonduktorError
 from konduktor.gpu.kernel_log import parse_line
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.timestamps import format_time, parse_time
-from konduktor.vocabulary import QUARANTINE_REASON, REQUALIFIED_AT
+from konduktor.vocabulary import KUEUE_API, QUARANTINE_REASON, REQUALIFIED_AT
 
 CURSOR_ANNOTATION = "konduktor.ai/loki-cursor"
 # A cursor that moved past nothing is saved at most this often: a quiet cluster need not write the Lease on every
@@ -342,7 +342,7 @@ class HealthController:
     def _give_back_refused(self) -> None:
         """Admitted workloads whose pods admission keeps refusing give their quota back (controller.refused)."""
         try:
-            workloads = self.kube.list(WORKLOAD_API, "Workload")
+            workloads = self.kube.list(KUEUE_API, "Workload")
             actions = decide_give_back(workloads, refused_creates(self.kube, workloads))
         except ApiError as problem:
             log(logging.WARNING, "cannot read the refused pod creations of admitted workloads", error=problem.message)

@@ -12,9 +12,8 @@ from konduktor.kube.client import ApiError, Kube
 from konduktor.queueing.capacity import CAPACITY_KEY, Capacity, configmap, from_json, node_capacity
 from konduktor.queueing.explain import Pending, Source, Verdict, job_name, pending_order, why, with_policy
 from konduktor.quotas.usage import team_usage
-from konduktor.vocabulary import CAPACITY_CONFIGMAP, TEAM_LABEL
+from konduktor.vocabulary import CAPACITY_CONFIGMAP, KUEUE_API, TEAM_LABEL
 
-KUEUE_API = "kueue.x-k8s.io/v1beta2"
 VISIBILITY_API = "/apis/visibility.kueue.x-k8s.io/v1beta2"
 # The visibility API is absent (404) or its aggregated server unreachable (503): derive the order instead.
 NOT_SERVED = (404, 503)
