@@ -141,19 +141,36 @@ def update_node(kube: Kube, update: UpdateNode, node: dict[str, Any] | None = No
     raise ApiError(f"node {update.node} kept changing; gave up after {CONFLICT_RETRIES} conflicts", status=409)
 
 
+NodeWrite = UpdateNode | SetCondition | RecordEvent
+
+
+def write(
+    kube: Kube,
+    action: NodeWrite,
+    known: Callable[[str], dict[str, Any] | None],
+    component: str,
+    instance: str,
+    now: float,
+) -> dict[str, Any] | None:
+    """Makes one Node write of a plan, the same for the controller and the installer. `known(name)` is the Node
+    as the caller last read it (the controller's cache, the installer's fresh read), None when it has none.
+    Returns the Node as written, or None when nothing had to change or the write was an Event."""
+    if isinstance(action, UpdateNode):
+        return update_node(kube, action, known(action.node))
+    if isinstance(action, SetCondition):
+        return kube.apply_status(condition_status(action, now), field_manager=FIELD_MANAGER)
+    kube.create(event(action, known(action.node), component, instance, now))
+    return None
+
+
 def make_writes(
     kube: Kube, actions: Sequence[Action], component: str, instance: str, done: Callable[[Action], None]
 ) -> None:
-    """The installer's writes of a plan, in order (the controller's own go through its actuator, with metrics);
-    `done` is called after each. Starting a requalification is the controller's, never planned here."""
+    """The installer's writes of a plan, in order, each Node read fresh (the controller's own go through its
+    actuator, with its cache and metrics); `done` is called after each. Starting a requalification is the
+    controller's, never planned here."""
     for action in actions:
-        now = time.time()
-        if isinstance(action, UpdateNode):
-            update_node(kube, action)
-        elif isinstance(action, SetCondition):
-            kube.apply_status(condition_status(action, now), field_manager=FIELD_MANAGER)
-        elif isinstance(action, RecordEvent):
-            kube.create(event(action, kube.get("v1", "Node", action.node), component, instance, now))
-        elif isinstance(action, StartRequalification):
+        if isinstance(action, StartRequalification):
             continue
+        write(kube, action, lambda name: kube.get("v1", "Node", name), component, instance, time.time())
         done(action)
