@@ -91,17 +91,11 @@ def queue(
             return
         for view in views:
             err.print(f"team {view.team} (ClusterQueue {view.cluster_queue})", markup=False)
-            print_rows(
-                [q.row() for q in view.quota],
-                ["flavor", "nominal", "used", "borrowed", "lent", "borrowing_limit"],
-                "table",
-            )
+            print_rows([q.row() for q in view.quota], QUOTA_COLUMNS, "table")
         if team.capacity is None:
             err.print("quota: not published on this cluster (ask an administrator)", markup=False)
         err.print(f"pending, in Kueue's order ({_source_text(team.source)}):", markup=False)
-        print_rows(
-            [vars(p) for p in team.pending], ["position", "job", "priority", "gpus", "local_queue", "created"], "table"
-        )
+        print_rows([vars(p) for p in team.pending], PENDING_COLUMNS, "table")
 
 
 def _source_text(source: str) -> str:
