@@ -147,19 +147,21 @@ NodeWrite = UpdateNode | SetCondition | RecordEvent
 def write(
     kube: Kube,
     action: NodeWrite,
-    known: Callable[[str], dict[str, Any] | None],
+    known: Callable[[str], dict[str, Any] | None] | None,
     component: str,
     instance: str,
     now: float,
 ) -> dict[str, Any] | None:
     """Makes one Node write of a plan, the same for the controller and the installer. `known(name)` is the Node
-    as the caller last read it (the controller's cache, the installer's fresh read), None when it has none.
-    Returns the Node as written, or None when nothing had to change or the write was an Event."""
+    as the caller last read it (the controller's cache; None when it has none there); without `known` the Node is
+    read when a write needs it. Returns the Node as written, or None when nothing had to change or the write was
+    an Event."""
     if isinstance(action, UpdateNode):
-        return update_node(kube, action, known(action.node))
+        return update_node(kube, action, known(action.node) if known else None)
     if isinstance(action, SetCondition):
         return kube.apply_status(condition_status(action, now), field_manager=FIELD_MANAGER)
-    kube.create(event(action, known(action.node), component, instance, now))
+    node = known(action.node) if known else kube.get("v1", "Node", action.node)
+    kube.create(event(action, node, component, instance, now))
     return None
 
 
@@ -172,5 +174,5 @@ def make_writes(
     for action in actions:
         if isinstance(action, StartRequalification):
             continue
-        write(kube, action, lambda name: kube.get("v1", "Node", name), component, instance, time.time())
+        write(kube, action, None, component, instance, time.time())
         done(action)
