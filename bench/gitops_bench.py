@@ -23,6 +23,7 @@ from konduktor.sim.argocd import ArgoCD, GitRepo
 from konduktor.sim.cluster import SimCluster
 from konduktor.sim.pools import spec_from
 from konduktor.tools.pinned import Toolbox
+from konduktor.vocabulary import KUEUE_API
 from konduktor.waiting import wait_until
 
 APP = "bench-quotas"
@@ -31,7 +32,7 @@ TEAMS = ("bench-a", "bench-b")
 
 
 def gpu_quota(kube: Kube, team: str) -> str:
-    queue = kube.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", team) or {"spec": {"resourceGroups": []}}
+    queue = kube.get(KUEUE_API, "ClusterQueue", team) or {"spec": {"resourceGroups": []}}
     for group in queue["spec"]["resourceGroups"]:
         for flavor in group["flavors"]:
             for resource in flavor["resources"]:

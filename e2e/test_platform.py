@@ -22,8 +22,8 @@ from konduktor.cli.main import main
 from konduktor.config.load import load_config
 from konduktor.config.model import Config
 from konduktor.kube.client import Kube
-from konduktor.quotas.render import KUEUE_API
 from konduktor.sim.workloads import gpu_job, is_true, job_state, workload_of
+from konduktor.vocabulary import KUEUE_API
 from konduktor.waiting import wait_until
 
 

@@ -12,6 +12,9 @@ GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # The label the Job controller puts on a Job's pods: the Job's name.
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+# Kueue's API, the only version Konduktor reads and writes: v1beta2, its storage version (v1beta1 is deprecated;
+# a Kueue before 0.15 does not serve v1beta2, which preflight reports).
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
 
 # Where the platform runs: the Helm release, the operators and the health controller.
 SYSTEM_NAMESPACE = "konduktor-system"

@@ -35,7 +35,7 @@ from konduktor.controller.refused_writes import give_back
 from konduktor.controller.requalification import PodLogs, Requalifier
 from konduktor.controller.settings import HealthSettings, RequalificationSettings
 from konduktor.controller.telemetry import HealthMetrics
-from konduktor.controller.workloads import WORKLOAD_API, deactivate, reactivate
+from konduktor.controller.workloads import deactivate, reactivate
 from konduktor.errors import KonduktorError
 from konduktor.helm.release import CHARTS, install_or_upgrade, uninstall
 from konduktor.kube.client import MERGE_PATCH, ApiError, Kube
@@ -43,6 +43,7 @@ from konduktor.kube.documents import load_documents
 from konduktor.vocabulary import (
     BURNIN_NAMESPACE,
     HEALTH_TAINT_KEY,
+    KUEUE_API,
     PODS_REFUSED_LABEL,
     PODS_REFUSED_REASON,
     QUARANTINE_REASON,
@@ -230,7 +231,7 @@ def workload(sim: Sim) -> Iterator[str]:
     container = {"name": "train", "image": "registry.example/train:1", "resources": {"requests": {"cpu": "1"}}}
     sim.kube.create(
         {
-            "apiVersion": WORKLOAD_API,
+            "apiVersion": KUEUE_API,
             "kind": "Workload",
             "metadata": {"name": "train", "namespace": WORKLOADS_NAMESPACE, "labels": {"team": "a"}},
             "spec": {
@@ -252,15 +253,15 @@ def test_the_controller_requeues_a_workload_through_spec_active_and_changes_noth
     # What the controller reads to find the work on a node and its owners' opt-out.
     assert controller.list("v1", "Pod", field_selector=f"spec.nodeName={NODE}") is not None
     assert controller.get("v1", "Namespace", WORKLOADS_NAMESPACE) is not None
-    assert controller.list(WORKLOAD_API, "Workload", WORKLOADS_NAMESPACE)
+    assert controller.list(KUEUE_API, "Workload", WORKLOADS_NAMESPACE)
 
     def patch(change: dict[str, Any]) -> object:
-        return controller.patch(WORKLOAD_API, "Workload", workload, change, WORKLOADS_NAMESPACE)
+        return controller.patch(KUEUE_API, "Workload", workload, change, WORKLOADS_NAMESPACE)
 
     # Someone else's deactivation is theirs: the controller may not undo it.
-    sim.kube.patch(WORKLOAD_API, "Workload", workload, {"spec": {"active": False}}, WORKLOADS_NAMESPACE)
+    sim.kube.patch(KUEUE_API, "Workload", workload, {"spec": {"active": False}}, WORKLOADS_NAMESPACE)
     by_policy(lambda: patch({"spec": {"active": True}}), "health-workloads", "only a Workload it deactivated")
-    sim.kube.patch(WORKLOAD_API, "Workload", workload, {"spec": {"active": True}}, WORKLOADS_NAMESPACE)
+    sim.kube.patch(KUEUE_API, "Workload", workload, {"spec": {"active": True}}, WORKLOADS_NAMESPACE)
 
     by_policy(lambda: patch({"spec": {"active": False}}), "health-workloads", "only with its requeue label")
     by_policy(lambda: patch({"spec": {"queueName": "other"}}), "health-workloads", "only spec.active")
@@ -274,27 +275,27 @@ def test_the_controller_requeues_a_workload_through_spec_active_and_changes_noth
 
     # Its own two writes pass, through its own code.
     deactivate(controller, DeactivateWorkload(NODE, WORKLOADS_NAMESPACE, workload, f"Xid79 on {NODE} at now"))
-    marked = sim.kube.get(WORKLOAD_API, "Workload", workload, WORKLOADS_NAMESPACE)
+    marked = sim.kube.get(KUEUE_API, "Workload", workload, WORKLOADS_NAMESPACE)
     assert marked is not None and marked["spec"]["active"] is False
     assert marked["metadata"]["labels"][REQUEUE_LABEL] == "true"
     reactivate(controller, ReactivateWorkload(NODE, WORKLOADS_NAMESPACE, workload))
-    back = sim.kube.get(WORKLOAD_API, "Workload", workload, WORKLOADS_NAMESPACE)
+    back = sim.kube.get(KUEUE_API, "Workload", workload, WORKLOADS_NAMESPACE)
     assert back is not None and back["spec"]["active"] is True
     assert REQUEUE_LABEL not in back["metadata"]["labels"] and back["metadata"]["labels"]["team"] == "a"
     # Giving back the quota of a workload whose pods are refused: it reads the FailedCreate Events, deactivates
     # with its pods-refused label, and may not reactivate what it so stopped.
     assert controller.list("v1", "Event", field_selector="reason=FailedCreate") is not None
     give_back(controller, GiveBack(WORKLOADS_NAMESPACE, workload, None, "violates PodSecurity", 3), "test", "test")
-    stopped = sim.kube.get(WORKLOAD_API, "Workload", workload, WORKLOADS_NAMESPACE)
+    stopped = sim.kube.get(KUEUE_API, "Workload", workload, WORKLOADS_NAMESPACE)
     assert stopped is not None and stopped["spec"]["active"] is False
     assert stopped["metadata"]["labels"][PODS_REFUSED_LABEL] == "true"
     assert stopped["metadata"]["annotations"][PODS_REFUSED_REASON] == "violates PodSecurity"
     by_policy(lambda: patch({"spec": {"active": True}}), "health-workloads", "only a Workload it deactivated")
 
     # RBAC: no creating or deleting work, no changing pods.
-    copy = {"apiVersion": WORKLOAD_API, "kind": "Workload", "metadata": {"name": "x", "namespace": WORKLOADS_NAMESPACE}}
+    copy = {"apiVersion": KUEUE_API, "kind": "Workload", "metadata": {"name": "x", "namespace": WORKLOADS_NAMESPACE}}
     refusal(lambda: controller.create(copy))
-    refusal(lambda: controller.delete(WORKLOAD_API, "Workload", workload, WORKLOADS_NAMESPACE))
+    refusal(lambda: controller.delete(KUEUE_API, "Workload", workload, WORKLOADS_NAMESPACE))
     refusal(lambda: controller.patch("v1", "Namespace", WORKLOADS_NAMESPACE, {"metadata": {"labels": {"a": "b"}}}))
 
 

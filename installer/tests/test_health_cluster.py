@@ -48,12 +48,12 @@ from konduktor.controller.settings import (
 )
 from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
-from konduktor.quotas.render import KUEUE_API
 from konduktor.sim.cluster import free_port
 from konduktor.sim.gpus import FAULTS_ANNOTATION
 from konduktor.sim.workloads import is_true
 from konduktor.vocabulary import (
     HEALTH_TAINT_KEY,
+    KUEUE_API,
     QUARANTINE_REASON,
     QUARANTINED_AT,
     REQUALIFICATION_RESULT,

@@ -18,8 +18,8 @@ from konduktor.config.load import load_config
 from konduktor.errors import ExitCode
 from konduktor.kube.client import Kube
 from konduktor.kube.sync import ADOPTED_ANNOTATION
-from konduktor.quotas.render import KUEUE_API
 from konduktor.quotas.sync import sync_quotas
+from konduktor.vocabulary import KUEUE_API
 from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim

@@ -23,12 +23,12 @@ from konduktor.errors import ExitCode
 from konduktor.kube.client import ApiError, Identity, Kube
 from konduktor.paths import product_dir
 from konduktor.queueing.cluster import publish_capacity
-from konduktor.quotas.render import KUEUE_API
 from konduktor.quotas.sync import sync_quotas
 from konduktor.sim.workloads import gpu_job, is_true, job_state, workload_of
 from konduktor.vocabulary import (
     CAPACITY_CONFIGMAP,
     HEALTH_TAINT_KEY,
+    KUEUE_API,
     QUARANTINE_REASON,
     QUARANTINED_AT,
 )

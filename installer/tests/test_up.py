@@ -20,11 +20,17 @@ from konduktor.helm.release import NAMESPACE, RELEASE, current
 from konduktor.kube.client import ApiError, Kube
 from konduktor.paths import state_dir
 from konduktor.queueing.cluster import published_capacity
-from konduktor.quotas.render import KUEUE_API
 from konduktor.quotas.sync import crd_losses
 from konduktor.sim.gpus import FAULTS_ANNOTATION
 from konduktor.sim.workloads import gpu_job
-from konduktor.vocabulary import BURNIN_NAMESPACE, BURNIN_RESULT, HEALTH_TAINT_KEY, HELM_NAMESPACE, HELM_RELEASE
+from konduktor.vocabulary import (
+    BURNIN_NAMESPACE,
+    BURNIN_RESULT,
+    HEALTH_TAINT_KEY,
+    HELM_NAMESPACE,
+    HELM_RELEASE,
+    KUEUE_API,
+)
 from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim

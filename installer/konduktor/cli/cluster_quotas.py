@@ -15,9 +15,9 @@ from konduktor.controller.health_view import capacity, health_view
 from konduktor.errors import UsageError
 from konduktor.kube.sync import Change
 from konduktor.quotas.removal import DrainPolicy
-from konduktor.quotas.render import KUEUE_API
 from konduktor.quotas.sync import DRAIN_TIMEOUT, NO_TAKEOVER, Takeover, pending_code, require_kueue, sync_quotas
 from konduktor.quotas.usage import team_usage
+from konduktor.vocabulary import KUEUE_API
 
 app = typer.Typer(help="Apply team quotas to a cluster, show pending changes, explain a team's usage.")
 

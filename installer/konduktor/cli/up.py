@@ -66,7 +66,6 @@ from konduktor.ops.values import check_values, read_values_files
 from konduktor.preflight.inventory import SshHosts, config_inventory
 from konduktor.preflight.results import Status
 from konduktor.queueing.cluster import publish_capacity
-from konduktor.quotas.render import KUEUE_API
 from konduktor.quotas.sync import (
     DRAIN_TIMEOUT,
     NO_TAKEOVER,
@@ -84,7 +83,7 @@ from konduktor.quotas.sync import (
 from konduktor.quotas.usage import team_usage
 from konduktor.sim.cluster import Progress, SimCluster
 from konduktor.sim.pools import spec_of
-from konduktor.vocabulary import BURNIN_NAMESPACE
+from konduktor.vocabulary import BURNIN_NAMESPACE, KUEUE_API
 from konduktor.waiting import wait_until
 
 # What the umbrella installs that the simulated cluster cannot run: its fake nodes run no containers, and

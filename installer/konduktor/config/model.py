@@ -386,9 +386,6 @@ class Preflight(Model):
 
 
 # Fields that hold credentials: a config file is committed and shared, so these only name a Kubernetes Secret.
-_INLINE_SECRET_HINT = "write {secret: <Secret name>, key: <key>} and keep the value in that Secret"
-
-
 def _secret_reference(value: Any) -> Any:
     if isinstance(value, str | int | float) and not isinstance(value, bool):
         raise ValueError(

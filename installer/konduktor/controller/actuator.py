@@ -1,10 +1,9 @@
 """The plan's writes, made through the Kubernetes API: taints and annotations, the GPUHealthy condition, Events,
-requalification Jobs.
+requalification Jobs, the Workloads' requeues and their owners' Events.
 
-`spec.taints` is an atomic list: a write replaces the whole list. Each Node write therefore sends the
-resourceVersion of the Node it was computed from (a merge patch with a resourceVersion is a conditional
-update); if another writer changed the Node in between, the API answers 409 and the write is computed again
-from a fresh read, so a taint added by someone else at the same moment is never dropped.
+The Node writes are `node_writes.write`, the one the installer's quarantine and release use too (how a Node write
+survives a concurrent writer is told there); the actuator adds the controller's own: the Nodes read from its
+cache and the cache kept current with what it wrote, the metrics, the log, and the work actions.
 
 Each node's writes are made in the plan's order; different nodes are written at the same time (up to
 `node_concurrency`), so a burst of faults does not queue behind one node's round trips. How many nodes are
@@ -33,7 +32,7 @@ from konduktor.controller.decide import (
 )
 from konduktor.controller.fanout import at_once
 from konduktor.controller.logs import log
-from konduktor.controller.node_writes import FIELD_MANAGER, condition_status, event, update_node
+from konduktor.controller.node_writes import write
 from konduktor.controller.nodes import NodeCache
 from konduktor.controller.requalification import Requalifier
 from konduktor.controller.telemetry import HealthMetrics
@@ -101,12 +100,12 @@ class Actuator:
 
     def _make(self, action: Action | WorkAction, states: Mapping[str, NodeState]) -> None:
         now = self.clock()
-        if isinstance(action, UpdateNode):
-            self._update_node(action)
-        elif isinstance(action, SetCondition):
-            self.nodes.store(self.kube.apply_status(condition_status(action, now), field_manager=FIELD_MANAGER))
-        elif isinstance(action, RecordEvent):
-            self.kube.create(event(action, self.nodes.get(action.node), COMPONENT, self.identity, now))
+        if isinstance(action, UpdateNode | SetCondition | RecordEvent):
+            written = write(self.kube, action, self.nodes.get, COMPONENT, self.identity, now)
+            if written is not None:
+                self.nodes.store(written)
+                if isinstance(action, UpdateNode):
+                    self._count(action)
         elif isinstance(action, StartRequalification):
             self.requalifier.start(states[action.node], now)
         elif isinstance(action, DeactivateWorkload):
@@ -116,12 +115,6 @@ class Actuator:
         elif isinstance(action, TellOwner):
             tell_owner(self.kube, action, COMPONENT, self.identity, now)
         log(logging.INFO, _describe(action), node=action.node, **_fields(action))
-
-    def _update_node(self, update: UpdateNode) -> None:
-        written = update_node(self.kube, update, self.nodes.get(update.node))
-        if written is not None:
-            self.nodes.store(written)
-            self._count(update)
 
     def _count(self, update: UpdateNode) -> None:
         if update.add_taints and update.annotations.get(QUARANTINED_AT):

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Literal
 
 from konduktor.controller.classify import Finding
 from konduktor.controller.settings import HealthSettings, WorkPolicy
+from konduktor.kube.timestamps import format_time
+from konduktor.vocabulary import KUEUE_API
 
 # What became of a workload on a quarantined node; the owner's Event says it in words.
 Fate = Literal["requeued", "drained", "untouched", "opted-out"]
@@ -51,7 +52,7 @@ class AffectedWorkload:
 
     @property
     def ref(self) -> ObjectRef:
-        return ObjectRef("kueue.x-k8s.io/v1beta2", "Workload", self.name, self.uid)
+        return ObjectRef(KUEUE_API, "Workload", self.name, self.uid)
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ def owner_message(
     (where the fault class alone does not say it), what next."""
     gpu = f" on {finding.gpu}" if finding.gpu else ""
     pods = ", ".join(workload.pods) if workload.pods else "none"
-    stamp = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = format_time(at)
     what = (
         f"GPU node {workload.node} {'would have been' if dry_run else 'was'} quarantined at {stamp}: "
         f"{signal_words(finding)}{gpu}. Pods of this workload on it: {pods}."

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from datetime import UTC, datetime
 from typing import Any
 
 from konduktor.controller.decide import NodeState, breaker_limit, window_quarantines
 from konduktor.controller.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION
 from konduktor.controller.settings import HealthSettings
-from konduktor.kube.timestamps import parse_time
+from konduktor.kube.timestamps import format_time, parse_time
 
 RESET_COMMAND = "konduktor-install nodes breaker reset --reason '...'"
 
 
 def _stamp(when: float | None) -> str | None:
-    return None if when is None else datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return None if when is None else format_time(when)
 
 
 def _span(seconds: float) -> str:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import Literal
 
 from konduktor.burnin.results import NodeVerdict, Verdict
@@ -43,7 +42,7 @@ from konduktor.controller.gpu_loss import Attribution, Judgement, judge_lost_gpu
 from konduktor.controller.settings import BreakerSettings, HealthSettings
 from konduktor.gpu.catalog import Severity
 from konduktor.gpu.node import GpuNode, Taint, TaintEffect
-from konduktor.kube.timestamps import parse_time
+from konduktor.kube.timestamps import format_time, parse_time
 from konduktor.vocabulary import (
     GPU_HEALTHY_CONDITION,
     HEALTH_TAINT_KEY,
@@ -575,4 +574,4 @@ def _merged(annotations: Mapping[str, str], changes: Mapping[str, str | None]) -
 
 
 def _stamp(when: float | None) -> str:
-    return "-" if when is None else datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return "-" if when is None else format_time(when)

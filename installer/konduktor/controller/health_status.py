@@ -19,7 +19,7 @@ from konduktor.controller.breaker import BreakerView, ControllerView, breaker_vi
 from konduktor.controller.decide import NodeState
 from konduktor.controller.health_view import NodeHealth, health_view
 from konduktor.controller.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION, LEASE_API, LEASE_NAME
-from konduktor.controller.node_writes import EVENT_NAMESPACE, object_event, timestamp
+from konduktor.controller.node_writes import EVENT_NAMESPACE, object_event
 from konduktor.controller.nodes import gpu_node_state
 from konduktor.controller.quarantine import COMPONENT
 from konduktor.controller.release import whoami
@@ -28,6 +28,7 @@ from konduktor.controller.triage_sources import deployed_settings
 from konduktor.controller.workloads import gpu_pods_on
 from konduktor.errors import UsageError
 from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.timestamps import format_time
 from konduktor.vocabulary import HEALTH_TAINT_KEY, SYSTEM_NAMESPACE
 
 BREAKER_RESET = "BreakerReset"  # the reset Event's reason
@@ -101,7 +102,7 @@ def reset_breaker(kube: Kube, reason: str, say: Callable[[str], None], namespace
         found = "does not exist" if lease is None else f"records no trip ({view.describe()})"
         say(f"breaker: not tripped: the {where} {found}; nothing to reset")
         return False
-    patch = {"metadata": {"annotations": {BREAKER_ANNOTATION: None, BREAKER_RESET_ANNOTATION: timestamp(now)}}}
+    patch = {"metadata": {"annotations": {BREAKER_ANNOTATION: None, BREAKER_RESET_ANNOTATION: format_time(now)}}}
     kube.patch(LEASE_API, "Lease", LEASE_NAME, patch, namespace)
     counted = f" ({', '.join(view.counted)})" if view.counted else ""
     message = (

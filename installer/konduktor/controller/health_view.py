@@ -15,7 +15,6 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -25,7 +24,7 @@ from konduktor.controller.decide import CONDITION_TYPE, NodeState, quarantined_b
 from konduktor.controller.nodes import gpu_node_state
 from konduktor.controller.requalification import run_of
 from konduktor.controller.settings import HealthSettings
-from konduktor.kube.timestamps import parse_time
+from konduktor.kube.timestamps import format_time, parse_time
 from konduktor.vocabulary import (
     GPU_RESOURCE,
     HEALTH_TAINT_KEY,
@@ -110,7 +109,7 @@ def _condition(node: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _stamp(when: float | None) -> str | None:
-    return None if when is None else datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return None if when is None else format_time(when)
 
 
 def quarantine_authors(events: Iterable[Mapping[str, Any]]) -> dict[str, str]:

@@ -30,6 +30,8 @@ BREAKER_RESET_ANNOTATION = "konduktor.ai/breaker-reset-at"
 
 
 def micro_time(when: float) -> str:
+    """A `metav1.MicroTime` (the Lease's renewTime and acquireTime): microseconds, which the API requires there,
+    unlike the whole seconds of `kube.timestamps.format_time`."""
     return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 

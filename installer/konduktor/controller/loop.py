@@ -45,7 +45,6 @@ from konduktor.controller.kernel_files import KernelLogFiles
 from konduktor.controller.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION, LeaderLease
 from konduktor.controller.logs import log
 from konduktor.controller.loki import LogLine, LokiCursor, LokiSource
-from konduktor.controller.node_writes import timestamp
 from konduktor.controller.nodes import (
     NodeCache,
     NodeEvent,
@@ -60,12 +59,12 @@ from konduktor.controller.requalification import PodLogs, Requalifier, Result, S
 from konduktor.controller.settings import HealthSettings
 from konduktor.controller.sources import SourceError
 from konduktor.controller.telemetry import HealthMetrics
-from konduktor.controller.workloads import WORKLOAD_API, requeuing, workloads_on
+from konduktor.controller.workloads import requeuing, workloads_on
 from konduktor.errors import KonduktorError
 from konduktor.gpu.kernel_log import parse_line
 from konduktor.kube.client import ApiError, Kube
-from konduktor.kube.timestamps import parse_time
-from konduktor.vocabulary import QUARANTINE_REASON, REQUALIFIED_AT
+from konduktor.kube.timestamps import format_time, parse_time
+from konduktor.vocabulary import KUEUE_API, QUARANTINE_REASON, REQUALIFIED_AT
 
 CURSOR_ANNOTATION = "konduktor.ai/loki-cursor"
 # A cursor that moved past nothing is saved at most this often: a quiet cluster need not write the Lease on every
@@ -297,7 +296,7 @@ class HealthController:
                 self._lead({CURSOR_ANNOTATION: cursor.encode()})
                 self._cursor_saved_at = time.monotonic()
         if self.lease is not None and plan.breaker.tripped_at is not None and not self._trip_saved:
-            self._lead({BREAKER_ANNOTATION: timestamp(plan.breaker.tripped_at)})
+            self._lead({BREAKER_ANNOTATION: format_time(plan.breaker.tripped_at)})
         self._report_state(now)
         return plan
 
@@ -343,7 +342,7 @@ class HealthController:
     def _give_back_refused(self) -> None:
         """Admitted workloads whose pods admission keeps refusing give their quota back (controller.refused)."""
         try:
-            workloads = self.kube.list(WORKLOAD_API, "Workload")
+            workloads = self.kube.list(KUEUE_API, "Workload")
             actions = decide_give_back(workloads, refused_creates(self.kube, workloads))
         except ApiError as problem:
             log(logging.WARNING, "cannot read the refused pod creations of admitted workloads", error=problem.message)
@@ -385,7 +384,7 @@ class HealthController:
                 if reset_at is None or reset_at < math.floor(tripped):
                     # Removed by hand, without the reset's stamp: the window restarts now, for every reader.
                     reset_at = now
-                    self._lead({BREAKER_RESET_ANNOTATION: timestamp(now)})
+                    self._lead({BREAKER_RESET_ANNOTATION: format_time(now)})
                 tripped, self._trip_saved = None, False
                 self._replay, self._held = list(self._held.values()), {}
         return restore_breaker(states, self.settings.breaker, now, tripped, reset_at)

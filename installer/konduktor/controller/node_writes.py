@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from konduktor.controller.decide import (
@@ -25,16 +24,13 @@ from konduktor.controller.decide import (
     UpdateNode,
 )
 from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.timestamps import format_time
 
 # The controller's own field manager: the Node's other status fields (capacity, allocatable) belong to their
 # writers, and an apply under a shared manager name would remove the fields that manager set before.
 FIELD_MANAGER = "konduktor-health"
 EVENT_NAMESPACE = "default"  # where the kubelet records Node events, so `kubectl describe node` shows ours too
 CONFLICT_RETRIES = 5
-
-
-def timestamp(when: float) -> str:
-    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def node_patch(node: Mapping[str, Any], update: UpdateNode) -> dict[str, Any] | None:
@@ -64,7 +60,7 @@ def node_patch(node: Mapping[str, Any], update: UpdateNode) -> dict[str, Any] | 
 
 
 def condition_status(action: SetCondition, now: float) -> dict[str, Any]:
-    stamp = timestamp(now)
+    stamp = format_time(now)
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -106,7 +102,7 @@ def object_event(
     now: float,
 ) -> dict[str, Any]:
     """A core/v1 Event about `involved` (apiVersion, kind, name, and uid/namespace when known)."""
-    stamp = timestamp(now)
+    stamp = format_time(now)
     return {
         "apiVersion": "v1",
         "kind": "Event",
@@ -145,19 +141,38 @@ def update_node(kube: Kube, update: UpdateNode, node: dict[str, Any] | None = No
     raise ApiError(f"node {update.node} kept changing; gave up after {CONFLICT_RETRIES} conflicts", status=409)
 
 
+NodeWrite = UpdateNode | SetCondition | RecordEvent
+
+
+def write(
+    kube: Kube,
+    action: NodeWrite,
+    known: Callable[[str], dict[str, Any] | None] | None,
+    component: str,
+    instance: str,
+    now: float,
+) -> dict[str, Any] | None:
+    """Makes one Node write of a plan, the same for the controller and the installer. `known(name)` is the Node
+    as the caller last read it (the controller's cache; None when it has none there); without `known` the Node is
+    read when a write needs it. Returns the Node as written, or None when nothing had to change or the write was
+    an Event."""
+    if isinstance(action, UpdateNode):
+        return update_node(kube, action, known(action.node) if known else None)
+    if isinstance(action, SetCondition):
+        return kube.apply_status(condition_status(action, now), field_manager=FIELD_MANAGER)
+    node = known(action.node) if known else kube.get("v1", "Node", action.node)
+    kube.create(event(action, node, component, instance, now))
+    return None
+
+
 def make_writes(
     kube: Kube, actions: Sequence[Action], component: str, instance: str, done: Callable[[Action], None]
 ) -> None:
-    """The installer's writes of a plan, in order (the controller's own go through its actuator, with metrics);
-    `done` is called after each. Starting a requalification is the controller's, never planned here."""
+    """The installer's writes of a plan, in order, each Node read fresh (the controller's own go through its
+    actuator, with its cache and metrics); `done` is called after each. Starting a requalification is the
+    controller's, never planned here."""
     for action in actions:
-        now = time.time()
-        if isinstance(action, UpdateNode):
-            update_node(kube, action)
-        elif isinstance(action, SetCondition):
-            kube.apply_status(condition_status(action, now), field_manager=FIELD_MANAGER)
-        elif isinstance(action, RecordEvent):
-            kube.create(event(action, kube.get("v1", "Node", action.node), component, instance, now))
-        elif isinstance(action, StartRequalification):
+        if isinstance(action, StartRequalification):
             continue
+        write(kube, action, None, component, instance, time.time())
         done(action)

@@ -16,9 +16,8 @@ from konduktor.controller.refused import (
     event_count,
     event_time,
 )
-from konduktor.controller.workloads import WORKLOAD_API
 from konduktor.kube.client import ApiError, Kube
-from konduktor.vocabulary import PODS_REFUSED_LABEL, PODS_REFUSED_REASON
+from konduktor.vocabulary import KUEUE_API, PODS_REFUSED_LABEL, PODS_REFUSED_REASON
 
 ANNOTATION_LIMIT = 1024  # a refusal names every broken field; the annotation keeps its start
 
@@ -68,9 +67,9 @@ def give_back(kube: Kube, action: GiveBack, component: str, instance: str, now: 
         },
         "spec": {"active": False},
     }
-    kube.patch(WORKLOAD_API, "Workload", action.name, patch, action.namespace)
+    kube.patch(KUEUE_API, "Workload", action.name, patch, action.namespace)
     when = time.time() if now is None else now
-    involved = [{"apiVersion": WORKLOAD_API, "kind": "Workload", "name": action.name, "namespace": action.namespace}]
+    involved = [{"apiVersion": KUEUE_API, "kind": "Workload", "name": action.name, "namespace": action.namespace}]
     if action.owner is not None:
         involved.insert(0, {**action.owner, "namespace": action.namespace})
     for obj in involved:

@@ -34,13 +34,14 @@ from konduktor.controller.decide import (
     decide,
     quarantined_by_us,
 )
-from konduktor.controller.node_writes import make_writes, timestamp
+from konduktor.controller.node_writes import make_writes
 from konduktor.controller.nodes import expected_gpus, node_state
 from konduktor.controller.quarantine import COMPONENT, describe_action
 from konduktor.controller.settings import BreakerSettings, HealthSettings
 from konduktor.controller.workloads import gpu_pods_on
 from konduktor.errors import ChangeRefused, UsageError
 from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.timestamps import format_time
 from konduktor.vocabulary import (
     HEALTH_TAINT_KEY,
     QUARANTINE_REASON,
@@ -82,7 +83,7 @@ def release_plan(
     annotations: dict[str, str | None] = {
         QUARANTINED_AT: None,
         QUARANTINE_REASON: None,
-        REQUALIFIED_AT: timestamp(now),
+        REQUALIFIED_AT: format_time(now),
         REQUALIFICATION_RESULT: f"{MANUAL_VERDICT}: {message}",
     }
     return (

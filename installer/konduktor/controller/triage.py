@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from konduktor.burnin.results import BurnInReport, PairVerdict, Verdict
@@ -27,6 +26,7 @@ from konduktor.controller.loki import LogLine
 from konduktor.controller.prometheus import DcgmSignal
 from konduktor.controller.settings import HealthSettings
 from konduktor.gpu.kernel_log import parse_line
+from konduktor.kube.timestamps import format_time
 
 # A fault found shortly after the job ended still counts: detection takes seconds to minutes (a lost GPU waits
 # gpu_lost_grace_seconds, DCGM is scraped every 30 s), and a job often dies of the fault before it is reported.
@@ -144,7 +144,7 @@ def judge(job: str, namespace: str, start: float, end: float, nodes: Sequence[No
 
 
 def _stamp(when: float | None) -> str:
-    return "-" if when is None else datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return "-" if when is None else format_time(when)
 
 
 def with_sightings(found: Triage, extra: Mapping[str, Sequence[Sighting]]) -> Triage:

@@ -22,9 +22,8 @@ from konduktor.controller.health_view import gpu_pods
 from konduktor.controller.node_writes import object_event
 from konduktor.gpu.pod import pod_gpus
 from konduktor.kube.client import ApiError, Kube
-from konduktor.vocabulary import REQUEUE_LABEL, REQUEUE_REASON
+from konduktor.vocabulary import KUEUE_API, REQUEUE_LABEL, REQUEUE_REASON
 
-WORKLOAD_API = "kueue.x-k8s.io/v1beta2"
 _FINISHED = ("Succeeded", "Failed")
 
 
@@ -50,7 +49,7 @@ def workloads_on(kube: Kube, nodes: Iterable[str], concurrency: int = 1) -> dict
         for pod in pods:
             namespace = pod["metadata"]["namespace"]
             if namespace not in workloads:
-                workloads[namespace] = kube.list(WORKLOAD_API, "Workload", namespace)
+                workloads[namespace] = kube.list(KUEUE_API, "Workload", namespace)
             workload = _workload_of(kube, pod, workloads[namespace])
             if workload is not None:
                 key = (namespace, workload["metadata"]["name"])
@@ -78,7 +77,7 @@ def requeuing(kube: Kube) -> list[RequeuingWorkload]:
             active=w.get("spec", {}).get("active", True) is not False,
             quota_reserved=_is_true(w, "QuotaReserved"),
         )
-        for w in kube.list(WORKLOAD_API, "Workload", label_selector=f"{REQUEUE_LABEL}=true")
+        for w in kube.list(KUEUE_API, "Workload", label_selector=f"{REQUEUE_LABEL}=true")
     ]
 
 
@@ -87,7 +86,7 @@ def deactivate(kube: Kube, action: DeactivateWorkload) -> None:
         "metadata": {"labels": {REQUEUE_LABEL: "true"}, "annotations": {REQUEUE_REASON: action.reason}},
         "spec": {"active": False},
     }
-    kube.patch(WORKLOAD_API, "Workload", action.name, patch, action.namespace)
+    kube.patch(KUEUE_API, "Workload", action.name, patch, action.namespace)
 
 
 def reactivate(kube: Kube, action: ReactivateWorkload) -> None:
@@ -95,7 +94,7 @@ def reactivate(kube: Kube, action: ReactivateWorkload) -> None:
         "metadata": {"labels": {REQUEUE_LABEL: None}, "annotations": {REQUEUE_REASON: None}},
         "spec": {"active": True},
     }
-    kube.patch(WORKLOAD_API, "Workload", action.name, patch, action.namespace)
+    kube.patch(KUEUE_API, "Workload", action.name, patch, action.namespace)
 
 
 def tell_owner(kube: Kube, action: TellOwner, component: str, instance: str, now: float | None = None) -> None:

@@ -150,6 +150,7 @@ def canonical(document: Mapping[str, Any]) -> bytes:
 
 
 def image_config(config: ImageConfig, diff_id: Blob, epoch: int, history: str) -> dict[str, Any]:
+    # The OCI image spec's `created` (RFC 3339); `image` sits below `kube`, so not `kube.timestamps.format_time`.
     created = datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "architecture": "amd64",

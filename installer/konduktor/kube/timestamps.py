@@ -1,8 +1,9 @@
-"""The API server's timestamps (RFC 3339, as in `lastTransitionTime` and `completionTime`) as epoch seconds."""
+"""The API server's timestamps (RFC 3339, as in `lastTransitionTime` and `completionTime`): read as epoch seconds,
+written at whole seconds in UTC ("2026-01-12T10:00:00Z", a `metav1.Time`)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 
 def parse_time(text: str | None) -> float | None:
@@ -13,3 +14,8 @@ def parse_time(text: str | None) -> float | None:
         return datetime.fromisoformat(text).timestamp()
     except ValueError:
         return None
+
+
+def format_time(when: float) -> str:
+    """Epoch seconds as the API server writes a `metav1.Time`: RFC 3339, UTC, whole seconds."""
+    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -284,8 +284,6 @@ KUEUE_METRICS = (
 # --- kube-state-metrics v2.20.0 (the kube-prometheus-stack 88.5.3 dependency) ------------------------------
 
 KSM_DOCS = "kubernetes/kube-state-metrics docs/metrics"
-# kube-state-metrics writes resource names with '.' and '/' replaced by '_': nvidia.com/gpu is nvidia_com_gpu.
-KSM_GPU_RESOURCE = "nvidia_com_gpu"
 KSM_LABELS_ALLOWLIST = "--metric-labels-allowlist={}"
 
 

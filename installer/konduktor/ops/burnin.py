@@ -9,8 +9,8 @@ still running, or it was interrupted) reads what its Jobs, pods and logs say now
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from konduktor.burnin.manifests import MANAGED_BY_LABEL, RUN_LABEL
@@ -26,6 +26,7 @@ from konduktor.controller.quarantine import quarantine_failed
 from konduktor.controller.release import release_hints
 from konduktor.errors import UsageError
 from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.timestamps import format_time
 from konduktor.vocabulary import BURNIN_TIER_ANNOTATION
 
 REPORT_KEY = "report.json"
@@ -70,7 +71,7 @@ def _keep(kube: Kube, request: BurnInRequest, report: BurnInReport, waited_out: 
     say(f"burn-in {report.run_id}: {counts}")
     if waited_out:
         return
-    record_verdicts(kube, report, datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    record_verdicts(kube, report, format_time(time.time()))
     store_report(kube, request.namespace, report)
 
 

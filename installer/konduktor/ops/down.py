@@ -15,8 +15,8 @@ from typing import Any
 from konduktor.kube.client import Kube
 from konduktor.kube.sync import Ref
 from konduktor.quotas.removal import referencing_workloads, why_not_gone
-from konduktor.quotas.render import KUEUE_API
 from konduktor.quotas.sync import Removal, kueue_served, purge_namespaces, remove_quota_objects
+from konduktor.vocabulary import KUEUE_API
 from konduktor.waiting import poll_until
 
 DOWN_TIMEOUT = 120.0

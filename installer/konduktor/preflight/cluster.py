@@ -18,8 +18,7 @@ from konduktor.config.lint import check_nodes
 from konduktor.config.model import Config, GpuType, Toleration, selects
 from konduktor.config.quantity import parse_quantity
 from konduktor.preflight.results import Check, Status, check
-from konduktor.quotas.render import KUEUE_API
-from konduktor.vocabulary import GPU_RESOURCE, HEALTH_TAINT_KEY, HELM_NAMESPACE, HELM_RELEASE, QUARANTINED_AT
+from konduktor.vocabulary import GPU_RESOURCE, HEALTH_TAINT_KEY, HELM_NAMESPACE, HELM_RELEASE, KUEUE_API, QUARANTINED_AT
 
 # The oldest release Konduktor installs on: konduktor-core's ValidatingAdmissionPolicies (tenancy and the health
 # controller's confinement) use admissionregistration.k8s.io/v1, served from 1.30 (Kueue 0.19 alone would take 1.29).

@@ -23,9 +23,8 @@ from konduktor.queueing.explain import (
     with_policy,
 )
 from konduktor.quotas.usage import team_usage
-from konduktor.vocabulary import CAPACITY_CONFIGMAP, JOB_NAME_LABEL, TEAM_LABEL
+from konduktor.vocabulary import CAPACITY_CONFIGMAP, JOB_NAME_LABEL, KUEUE_API, TEAM_LABEL
 
-KUEUE_API = "kueue.x-k8s.io/v1beta2"
 VISIBILITY_API = "/apis/visibility.kueue.x-k8s.io/v1beta2"
 # The visibility API is absent (404) or its aggregated server unreachable (503): derive the order instead.
 NOT_SERVED = (404, 503)

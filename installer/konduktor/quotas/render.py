@@ -18,12 +18,12 @@ from konduktor.vocabulary import (
     CAPACITY_CONFIGMAP,
     CAPACITY_PUBLISHER,
     GPU_RESOURCE,
+    KUEUE_API,
     SECURITY_PROFILE_LABEL,
     SYSTEM_NAMESPACE,
     TEAM_LABEL,
 )
 
-KUEUE_API = "kueue.x-k8s.io/v1beta2"
 KUEUE_CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
 RBAC_API = "rbac.authorization.k8s.io/v1"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"

@@ -17,8 +17,8 @@ from konduktor.errors import ExitCode, PartialApply, PreflightFailed
 from konduktor.kube.client import Kube
 from konduktor.kube.sync import WRITES, Change, Ref, adoption_of, selector_of, sync
 from konduktor.quotas.removal import DrainPolicy, TeamWork, removed_teams, review_removals, team_work
-from konduktor.quotas.render import KUEUE_API, MANAGED_BY, MANAGED_BY_LABEL, QUOTA_KINDS, owner_labels, render
-from konduktor.vocabulary import HELM_NAMESPACE, HELM_RELEASE
+from konduktor.quotas.render import MANAGED_BY, MANAGED_BY_LABEL, QUOTA_KINDS, owner_labels, render
+from konduktor.vocabulary import HELM_NAMESPACE, HELM_RELEASE, KUEUE_API
 from konduktor.waiting import wait_until
 
 Say = Callable[[str], None]  # where a sync tells what it does, as it does it

@@ -50,7 +50,6 @@ if obj.status ~= nil and obj.status.health ~= nil then
 end
 return hs
 """
-ROLES = ("argocd-repo-server", "argocd-application-controller", "argocd-cmp-server")
 
 
 def crds(module_dir: Path) -> list[dict[str, Any]]:

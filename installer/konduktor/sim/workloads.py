@@ -7,7 +7,7 @@ from typing import Any
 
 from konduktor.gpu.pod import pod_gpus
 from konduktor.kube.client import Kube
-from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL
+from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL, KUEUE_API
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -69,7 +69,7 @@ def gpu_job(
 
 def workload_of(kube: Kube, namespace: str, job_name: str) -> dict[str, Any] | None:
     """Kueue's Workload for a Job (owned by it)."""
-    for workload in kube.list("kueue.x-k8s.io/v1beta2", "Workload", namespace):
+    for workload in kube.list(KUEUE_API, "Workload", namespace):
         owners = workload["metadata"].get("ownerReferences", [])
         if any(o.get("kind") == "Job" and o.get("name") == job_name for o in owners):
             return workload
@@ -124,7 +124,7 @@ def admitted_gpus(kube: Kube, namespace: str) -> int:
     """GPUs held right now by the namespace's admitted, unfinished Workloads."""
     return sum(
         workload_gpus(w)
-        for w in kube.list("kueue.x-k8s.io/v1beta2", "Workload", namespace)
+        for w in kube.list(KUEUE_API, "Workload", namespace)
         if is_true(w, "Admitted") and not is_true(w, "Finished")
     )
 
