@@ -15,7 +15,7 @@ from konduktor.config.load import load_config
 from konduktor.kube.client import ApiError, Identity, Kube
 from konduktor.queueing.cluster import publish_capacity, published_capacity
 from konduktor.quotas.sync import sync_quotas
-from konduktor.vocabulary import CAPACITY_CONFIGMAP, CAPACITY_PUBLISHER, SYSTEM_NAMESPACE
+from konduktor.vocabulary import CAPACITY_CONFIGMAP, CAPACITY_PUBLISHER, SYSTEM_NAMESPACE, TEAM_LABEL
 
 pytestmark = pytest.mark.sim
 PUBLISHER = Identity(f"system:serviceaccount:{SYSTEM_NAMESPACE}:{CAPACITY_PUBLISHER}")
@@ -45,12 +45,27 @@ def publisher(sim: Sim) -> Iterator[Kube]:
 
 
 def test_the_publisher_publishes_to_every_team_namespace(publisher: Kube, sim: Sim) -> None:
-    capacity, namespaces = publish_capacity(publisher, "2026-11-26T12:00:00Z")
-    assert set(TEAMS) <= set(namespaces)
+    capacity, namespaces, refused = publish_capacity(publisher, "2026-11-26T12:00:00Z")
+    assert set(TEAMS) <= set(namespaces) and not set(TEAMS) & set(refused)
     assert capacity.nodes and capacity.queues
     for team in TEAMS:
         assert published_capacity(sim.kube, team) == capacity
     assert publish_capacity(publisher, "2026-11-26T12:00:30Z")[1] == namespaces  # and again: an update
+
+
+def test_a_team_namespace_that_refuses_the_publisher_keeps_no_other_from_its_answer(publisher: Kube, sim: Sim) -> None:
+    """A team label on a namespace the quotas granted the publisher nothing in (someone else's, or one still being
+    set up): that one is named, every other team namespace still gets its summary."""
+    stray = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "stray-team", "labels": {TEAM_LABEL: "x"}}}
+    sim.kube.apply(stray)
+    try:
+        capacity, namespaces, refused = publish_capacity(publisher, "2026-11-26T12:01:00Z")
+        assert set(refused) >= {"stray-team"} and "forbidden" in refused["stray-team"]
+        assert set(TEAMS) <= set(namespaces)
+        for team in TEAMS:
+            assert published_capacity(sim.kube, team) == capacity
+    finally:
+        sim.kube.delete("v1", "Namespace", "stray-team")
 
 
 def test_the_publisher_can_change_nothing_else(publisher: Kube) -> None:

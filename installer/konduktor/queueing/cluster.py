@@ -50,13 +50,24 @@ def read_capacity(kube: Kube, published_at: str = "") -> Capacity:
     return Capacity(tuple(node_capacity(nodes, pods, flavors)), tuple(team_usage(queues)), published_at)
 
 
-def publish_capacity(kube: Kube, published_at: str) -> tuple[Capacity, list[str]]:
-    """The capacity, written to every team namespace; returns it and the namespaces."""
+def publish_capacity(kube: Kube, published_at: str) -> tuple[Capacity, list[str], dict[str, str]]:
+    """The capacity, written to every team namespace; returns it, the namespaces written, and those that refused
+    the write with why. One namespace that refuses (a team label on a namespace the quotas did not grant the
+    publisher, or one still being set up) does not keep the others from their answers."""
     capacity = read_capacity(kube, published_at)
     namespaces = sorted(n["metadata"]["name"] for n in kube.list("v1", "Namespace", label_selector=TEAM_LABEL))
+    written: list[str] = []
+    refused: dict[str, str] = {}
     for namespace in namespaces:
-        kube.apply(configmap(capacity, namespace))
-    return capacity, namespaces
+        try:
+            kube.apply(configmap(capacity, namespace))
+        except ApiError as problem:
+            if problem.status not in (403, 404):
+                raise
+            refused[namespace] = problem.message
+            continue
+        written.append(namespace)
+    return capacity, written, refused
 
 
 def published_capacity(kube: Kube, namespace: str) -> Capacity | None:
