@@ -159,6 +159,16 @@ def controller_namespace(kube: Kube) -> None:
     )
 
 
+def health_events(kube: Kube, namespace: str, name: str | None = None) -> list[dict[str, Any]]:
+    """The health controller's Events in a namespace (on jobs and Workloads), of one object when `name` is given."""
+    return [
+        e
+        for e in kube.list("v1", "Event", namespace)
+        if e.get("source", {}).get("component") == "konduktor-health"
+        and (name is None or e["involvedObject"]["name"] == name)
+    ]
+
+
 def with_team_queues(sim: Sim) -> Iterator[Kube]:
     """For a module whose jobs Kueue admits: the controller's namespace and examples/config.yaml's team queues,
     active; the cluster left as found after."""

@@ -14,6 +14,7 @@ from conftest import Sim
 from test_health_cluster import (
     NODES,
     controller,
+    health_events,
     health_taints,
     node,
     reset_cluster,
@@ -51,7 +52,7 @@ def clean(kube: Kube) -> Iterator[None]:
         kube.delete("batch/v1", "Job", job, TEAM)
     wait_until("the jobs' pods to be gone", lambda: not any(pods(kube, job) for job in JOBS), timeout=60)
     reset_cluster(kube)
-    for event in told(kube):
+    for event in health_events(kube, TEAM):
         kube.delete("v1", "Event", event["metadata"]["name"], TEAM)
 
 
@@ -63,15 +64,6 @@ def workload(kube: Kube, job: str) -> dict[str, Any]:
     found = workload_of(kube, TEAM, job)
     assert found is not None
     return found
-
-
-def told(kube: Kube, name: str | None = None) -> list[dict[str, Any]]:
-    return [
-        e
-        for e in kube.list("v1", "Event", TEAM)
-        if e.get("source", {}).get("component") == "konduktor-health"
-        and (name is None or e["involvedObject"]["name"] == name)
-    ]
 
 
 def start_both_on_one_node(kube: Kube) -> dict[str, str]:
@@ -140,7 +132,7 @@ def test_dcgm_names_the_holder_of_the_lost_gpu_it_is_requeued_and_the_other_job_
     assert running_on(kube, TEAM, "bystander") == {started["bystander"]: FAULTY}  # the same pod, never stopped
     assert workload(kube, "bystander")["spec"].get("active", True)
 
-    (holder,) = told(kube, "holder")
+    (holder,) = health_events(kube, TEAM, "holder")
     assert (holder["type"], holder["reason"]) == ("Warning", "RequeuedForNodeHealth")
     assert f"GPU node {FAULTY} was quarantined" in holder["message"]
     assert (
@@ -148,7 +140,7 @@ def test_dcgm_names_the_holder_of_the_lost_gpu_it_is_requeued_and_the_other_job_
         in holder["message"]
     )
     assert "Next: requeued." in holder["message"]
-    (bystander,) = told(kube, "bystander")
+    (bystander,) = health_events(kube, TEAM, "bystander")
     assert (bystander["type"], bystander["reason"]) == ("Warning", "NodeQuarantined")
     assert f"DCGM names team-a/{started['holder']} as the holder of the lost GPU 3" in bystander["message"]
     assert "this workload's GPUs are not affected. Next: left to finish." in bystander["message"]
@@ -164,7 +156,7 @@ def test_without_attribution_both_jobs_on_the_node_are_requeued_and_told_why(kub
 
     for job in JOBS:
         requeued_and_running_elsewhere(health, kube, job)
-        (event,) = told(kube, job)
+        (event,) = health_events(kube, TEAM, job)
         assert (event["type"], event["reason"]) == ("Warning", "RequeuedForNodeHealth")
         assert "Which pod held the lost GPU is not known (no DCGM series to tell" in event["message"]
         assert "2 workloads hold GPUs on that node and any of them may have." in event["message"]

@@ -20,6 +20,7 @@ from test_health_cluster import (
     XID_48,
     XID_79,
     controller,
+    health_events,
     health_taints,
     node,
     our_events,
@@ -58,7 +59,7 @@ def clean(kube: Kube) -> Iterator[None]:
     kube.patch("v1", "Namespace", TEAM, {"metadata": {"labels": {HEALTH_OPT_OUT: None}}})
     wait_until("the job's pods to be gone", lambda: not job_pods(kube), timeout=60)
     reset_cluster(kube)
-    for event in ours(kube):
+    for event in health_events(kube, TEAM):
         kube.delete("v1", "Event", event["metadata"]["name"], TEAM)
 
 
@@ -83,15 +84,6 @@ def workload(kube: Kube) -> dict[str, Any]:
     found = workload_of(kube, TEAM, JOB)
     assert found is not None
     return found
-
-
-def ours(kube: Kube, name: str | None = None) -> list[dict[str, Any]]:
-    return [
-        e
-        for e in kube.list("v1", "Event", TEAM)
-        if e.get("source", {}).get("component") == "konduktor-health"
-        and (name is None or e["involvedObject"]["name"] == name)
-    ]
 
 
 def xid_on(api: LokiApi, name: str, line: str) -> None:
@@ -137,13 +129,13 @@ def test_a_fatal_fault_requeues_the_job_onto_healthy_nodes_and_tells_its_owner(k
     job = kube.get("batch/v1", "Job", JOB, TEAM)
     assert job is not None
     for name in (JOB, requeued["metadata"]["name"]):
-        (event,) = ours(kube, name)
+        (event,) = health_events(kube, TEAM, name)
         assert event["reason"] == "RequeuedForNodeHealth"
         assert f"GPU node {faulty} was quarantined" in event["message"]
         assert "Xid 79, GPU has fallen off the bus" in event["message"]
         pod_there = next(p for p, n in placed.items() if n == faulty)
         assert pod_there in event["message"] and "Next: requeued." in event["message"]
-    (on_job,) = ours(kube, JOB)
+    (on_job,) = health_events(kube, TEAM, JOB)
     assert on_job["involvedObject"]["uid"] == job["metadata"]["uid"]
 
 
@@ -155,7 +147,7 @@ def test_an_application_xid_changes_nothing(kube: Kube, loki: LokiApi) -> None:
     plan = controller(kube, settings(loki=api.settings())).reconcile_once()
     assert plan.work == () and not health_taints(node(kube, busy))
     assert running_on(kube, TEAM, JOB) == placed and workload(kube)["spec"].get("active", True)
-    assert ours(kube) == []
+    assert health_events(kube, TEAM) == []
 
 
 def test_drain_leaves_running_pods_alone_and_keeps_new_ones_away(kube: Kube, loki: LokiApi) -> None:
@@ -167,7 +159,7 @@ def test_drain_leaves_running_pods_alone_and_keeps_new_ones_away(kube: Kube, lok
     assert [type(a).__name__ for a in plan.work] == ["TellOwner"]
     assert running_on(kube, TEAM, JOB) == placed
     assert workload(kube)["spec"].get("active", True) and is_true(workload(kube), "Admitted")
-    (event,) = ours(kube, JOB)
+    (event,) = health_events(kube, TEAM, JOB)
     assert "Next: left to finish." in event["message"]
 
 
@@ -186,7 +178,7 @@ def test_dry_run_evicts_nothing_and_tells_the_owner_what_would_have_happened(kub
     job = kube.get("batch/v1", "Job", JOB, TEAM)
     assert job is not None
     for name, uid in ((JOB, job["metadata"]["uid"]), (unchanged["metadata"]["name"], unchanged["metadata"]["uid"])):
-        (event,) = ours(kube, name)
+        (event,) = health_events(kube, TEAM, name)
         assert (event["type"], event["reason"]) == ("Normal", "WouldRequeueForNodeHealth")
         assert event["involvedObject"]["uid"] == uid
         assert f"GPU node {faulty} would have been quarantined" in event["message"]
@@ -204,7 +196,7 @@ def test_dry_run_tells_an_owner_once_while_the_fault_stays(kube: Kube) -> None:
     health = controller(kube, settings(dry_run=True, dedup_window_seconds=0))
     first, second = health.reconcile_once(), health.reconcile_once()
     assert [type(a).__name__ for a in first.work] == [type(a).__name__ for a in second.work] == ["TellOwner"]
-    (event,) = ours(kube, JOB)
+    (event,) = health_events(kube, TEAM, JOB)
     assert (event["type"], event["reason"]) == ("Normal", "WouldRequeueForNodeHealth")
     assert "this is the only workload holding GPUs on that node" in event["message"]
     assert "the workload would have been requeued" in event["message"]
@@ -223,7 +215,7 @@ def test_an_opted_out_workload_is_never_evicted_only_told(kube: Kube, loki: Loki
     assert health_taints(node(kube, faulty))
     assert [type(a).__name__ for a in plan.work] == ["TellOwner"]
     assert running_on(kube, TEAM, JOB) == placed and workload(kube)["spec"].get("active", True)
-    (event,) = ours(kube, JOB)
+    (event,) = health_events(kube, TEAM, JOB)
     assert "not requeued because" in event["message"]
 
 
