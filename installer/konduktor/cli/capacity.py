@@ -24,8 +24,9 @@ def publish_capacity(
     context: ContextOption = None,
     sim: SimOption = None,
 ) -> None:
-    """Publish free GPUs per node, quarantines and team quota usage for team members (no job or pod names). A team
-    namespace that refuses the write is named and the others still get theirs (exit 1 when run once)."""
+    """Publish free GPUs per node, quarantines and team quota usage for team members (no job or pod names).
+
+    A team namespace that refuses the write is named and the others still get theirs (exit 1 when run once)."""
     kube = connect(kubeconfig, context, sim)
     stop = threading.Event()
     while True:
