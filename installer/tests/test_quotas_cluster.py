@@ -18,9 +18,10 @@ from konduktor.cli.main import main
 from konduktor.config.load import load_config, parse_config
 from konduktor.errors import ExitCode, PartialApply
 from konduktor.kube.client import Kube
+from konduktor.kube.conditions import condition
 from konduktor.quotas.render import render
 from konduktor.quotas.sync import DRAIN_MANAGER, confirm_removed, stop_policy, sync_quotas
-from konduktor.sim.workloads import admitted_gpus, condition, gpu_job, is_true, was_evicted, workload_of
+from konduktor.sim.workloads import admitted_gpus, gpu_job, is_true, was_evicted, workload_of
 from konduktor.vocabulary import KUEUE_API
 from konduktor.waiting import wait_until
 

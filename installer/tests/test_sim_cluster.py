@@ -16,9 +16,10 @@ from conftest import Sim
 
 from konduktor.config.quantity import parse_quantity
 from konduktor.kube.client import Kube
+from konduktor.kube.conditions import condition
 from konduktor.sim.cluster import SimCluster, SimSpec, alive
 from konduktor.sim.nodes import node_manifests, parse_nodes_spec, system_node
-from konduktor.sim.workloads import condition, gpu_job, is_true, job_state, workload_of
+from konduktor.sim.workloads import gpu_job, is_true, job_state, workload_of
 from konduktor.vocabulary import TEAM_LABEL
 from konduktor.waiting import wait_until
 

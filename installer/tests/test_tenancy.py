@@ -22,10 +22,11 @@ from konduktor.config.load import load_config
 from konduktor.config.model import SecurityProfile, Team
 from konduktor.errors import ExitCode
 from konduktor.kube.client import MERGE_PATCH, ApiError, Identity, Kube
+from konduktor.kube.conditions import condition
 from konduktor.paths import product_dir
 from konduktor.quotas.render import pod_security_labels
 from konduktor.quotas.sync import sync_quotas
-from konduktor.sim.workloads import RESTRICTED_CONTAINER, RESTRICTED_POD, condition, gpu_job, is_true, workload_of
+from konduktor.sim.workloads import RESTRICTED_CONTAINER, RESTRICTED_POD, gpu_job, is_true, workload_of
 from konduktor.vocabulary import KUEUE_API
 from konduktor.waiting import wait_until
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from konduktor.kube.conditions import condition, is_true
 from konduktor.kube.timestamps import parse_time
 
 # Refused creates since admission before the quota is given back: a Job controller retries a failed create within
@@ -92,21 +93,12 @@ def event_time(event: dict[str, Any]) -> float | None:
     return None
 
 
-def _condition(workload: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    return next((c for c in workload.get("status", {}).get("conditions", []) if c.get("type") == kind), None)
-
-
-def _true(workload: dict[str, Any], kind: str) -> bool:
-    found = _condition(workload, kind)
-    return bool(found and found.get("status") == "True")
-
-
 def holds_quota(workload: dict[str, Any]) -> bool:
     """Active, unfinished and holding a quota reservation: what giving back applies to."""
     return (
         workload.get("spec", {}).get("active", True) is not False
-        and _true(workload, "QuotaReserved")
-        and not _true(workload, "Finished")
+        and is_true(workload, "QuotaReserved")
+        and not is_true(workload, "Finished")
     )
 
 
@@ -122,7 +114,7 @@ def decide_give_back(
         if not holds_quota(workload):
             continue
         meta = workload["metadata"]
-        since = parse_time((_condition(workload, "QuotaReserved") or {}).get("lastTransitionTime"))
+        since = parse_time((condition(workload, "QuotaReserved") or {}).get("lastTransitionTime"))
         mine = [
             r
             for r in refused

@@ -14,6 +14,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from konduktor.gpu.pod import pod_gpus
+from konduktor.kube.conditions import condition, is_true
 from konduktor.queueing.capacity import Capacity, NodeCapacity
 from konduktor.quotas.usage import TeamUsage
 from konduktor.vocabulary import PODS_REFUSED_REASON
@@ -87,15 +88,6 @@ class Verdict:
     remedies: list[str] = field(default_factory=list)
     kueue_message: str = ""
     source: Source = "derived"
-
-
-def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    return next((c for c in obj.get("status", {}).get("conditions", []) if c.get("type") == kind), None)
-
-
-def is_true(obj: dict[str, Any], kind: str) -> bool:
-    found = condition(obj, kind)
-    return bool(found and found.get("status") == "True")
 
 
 def job_name(workload: dict[str, Any]) -> str:

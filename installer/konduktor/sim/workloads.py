@@ -7,6 +7,7 @@ from typing import Any
 
 from konduktor.gpu.pod import pod_gpus
 from konduktor.kube.client import Kube
+from konduktor.kube.conditions import is_true
 from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL, KUEUE_API
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -74,18 +75,6 @@ def workload_of(kube: Kube, namespace: str, job_name: str) -> dict[str, Any] | N
         if any(o.get("kind") == "Job" and o.get("name") == job_name for o in owners):
             return workload
     return None
-
-
-def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
-    for item in (obj or {}).get("status", {}).get("conditions", []):
-        if item.get("type") == kind:
-            return dict(item)
-    return None
-
-
-def is_true(obj: dict[str, Any] | None, kind: str) -> bool:
-    found = condition(obj, kind)
-    return bool(found and found.get("status") == "True")
 
 
 def running_on(kube: Kube, namespace: str, job: str) -> dict[str, str]:
