@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -202,3 +203,9 @@ def test_removing_a_team_prunes_its_queues_and_rolebindings_but_not_its_namespac
     namespace = sim.kube.get("v1", "Namespace", "gitops-b")
     assert namespace is not None and namespace.get("status", {}).get("phase") == "Active"
     assert sim.kube.get(CQ, "ClusterQueue", "gitops-a") is not None
+
+
+def test_the_application_health_check_admins_are_given_is_the_one_the_sim_runs() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "design" / "gitops.md").read_text()
+    documented = page.split("```lua\n", 1)[1].split("```", 1)[0]
+    assert documented == sim_argocd.APPLICATION_HEALTH

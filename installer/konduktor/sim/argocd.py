@@ -38,7 +38,10 @@ PLUGIN = "konduktor"
 APPLICATION = ("argoproj.io/v1alpha1", "Application")
 REFRESH = "argocd.argoproj.io/refresh"
 HELPER_SCRIPTS = ("git-verify-wrapper.sh", "gpg-wrapper.sh")
-# Argo CD's documented health check for Applications ("App of Apps"); Argo CD no longer has it built in.
+# Argo CD's documented health check for Applications ("App of Apps"), which Argo CD no longer has built in, with
+# one guard: a child is Healthy only once it is also Synced. Argo CD leaves resources that do not exist yet out of
+# an application's health (argoproj/argo-cd#27917), so a child application that has not applied its Deployments
+# reads Healthy, and without the guard the next wave starts before the platform runs (docs/design/gitops.md).
 APPLICATION_HEALTH = """hs = {}
 hs.status = "Progressing"
 hs.message = ""
@@ -46,6 +49,10 @@ if obj.status ~= nil and obj.status.health ~= nil then
   hs.status = obj.status.health.status
   if obj.status.health.message ~= nil then
     hs.message = obj.status.health.message
+  end
+  if hs.status == "Healthy" and (obj.status.sync == nil or obj.status.sync.status ~= "Synced") then
+    hs.status = "Progressing"
+    hs.message = "waiting for the application to be Synced"
   end
 end
 return hs
