@@ -41,7 +41,8 @@ HELPER_SCRIPTS = ("git-verify-wrapper.sh", "gpg-wrapper.sh")
 # Argo CD's documented health check for Applications ("App of Apps"), which Argo CD no longer has built in, with
 # one guard: a child is Healthy only once it is also Synced. Argo CD leaves resources that do not exist yet out of
 # an application's health (argoproj/argo-cd#27917), so a child application that has not applied its Deployments
-# reads Healthy, and without the guard the next wave starts before the platform runs (docs/design/gitops.md).
+# reads Healthy, and without the guard the next wave starts before the platform runs. The app of apps' own object
+# is exempt, as it cannot wait for its own sync (docs/design/gitops.md).
 APPLICATION_HEALTH = """hs = {}
 hs.status = "Progressing"
 hs.message = ""
@@ -50,7 +51,15 @@ if obj.status ~= nil and obj.status.health ~= nil then
   if obj.status.health.message ~= nil then
     hs.message = obj.status.health.message
   end
-  if hs.status == "Healthy" and (obj.status.sync == nil or obj.status.sync.status ~= "Synced") then
+  -- An app of apps that manages itself cannot wait for its own sync: it is the application of its tracking id.
+  local tracking = nil
+  if obj.metadata.annotations ~= nil then
+    tracking = obj.metadata.annotations["argocd.argoproj.io/tracking-id"]
+  end
+  local name = obj.metadata.name
+  local itself = tracking == name .. ":argoproj.io/Application:" .. obj.metadata.namespace .. "/" .. name
+  local synced = obj.status.sync ~= nil and obj.status.sync.status == "Synced"
+  if hs.status == "Healthy" and not synced and not itself then
     hs.status = "Progressing"
     hs.message = "waiting for the application to be Synced"
   end
