@@ -1,4 +1,4 @@
-"""One exit-code table for every command (konduktor.errors.ExitCode, the README's table), pinned per command:
+"""One exit-code table for every command (konduktor.errors.ExitCode, docs/reference/cli.md's table), pinned per command:
 an unreachable API server or an identity without rights is 5, never the 1 of "changes pending", "not
 installed" or "a node FAILed"; a kubeconfig that does not load is 2."""
 
@@ -15,7 +15,7 @@ from konduktor.cli.health import main as health_main
 from konduktor.cli.main import main
 from konduktor.errors import ExitCode
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CLI_REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md"
 
 # Every command that talks to a cluster, with the arguments it needs besides --kubeconfig.
 CLUSTER_COMMANDS = [
@@ -35,8 +35,8 @@ CLUSTER_COMMANDS = [
 NEEDS_RIGHTS = [c for c in CLUSTER_COMMANDS if c[0] not in ("preflight", "up")]
 
 
-def test_the_readme_has_the_one_table() -> None:
-    rows = re.findall(r"^\| (\d+) \| ", README.read_text(), flags=re.MULTILINE)
+def test_the_cli_reference_has_the_one_table() -> None:
+    rows = re.findall(r"^\| (\d+) \| ", CLI_REFERENCE.read_text(), flags=re.MULTILINE)
     assert [int(r) for r in rows] == [int(code) for code in ExitCode]
 
 
