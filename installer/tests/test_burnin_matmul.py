@@ -15,7 +15,7 @@ import torch
 
 from konduktor.burnin import matmul
 from konduktor.burnin.matmul import MatmulConfig
-from konduktor.burnin.parsers import parse_matmul
+from konduktor.burnin.parsers.matmul import parse_matmul
 from konduktor.burnin.verdict import judge_matmul
 
 SCRIPT = Path(matmul.__file__)

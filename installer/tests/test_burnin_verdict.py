@@ -11,20 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from konduktor.burnin.isolation import plan_pair_tests
-from konduktor.burnin.parsers import (
-    CollectiveResult,
-    CollectiveRow,
-    MatmulRun,
-    OutputError,
-    Placement,
-    parse_dcgm_diag,
-    parse_gpu_burn,
-    parse_matmul,
-    parse_nccl_tests,
-    parse_nccl_tests_text,
-    parse_passive_snapshot,
-    split_step_log,
-)
+from konduktor.burnin.parsers.collective import CollectiveResult, CollectiveRow, Placement
+from konduktor.burnin.parsers.common import OutputError
+from konduktor.burnin.parsers.dcgm import parse_dcgm_diag
+from konduktor.burnin.parsers.gpu_burn import parse_gpu_burn
+from konduktor.burnin.parsers.matmul import MatmulRun, parse_matmul
+from konduktor.burnin.parsers.nccl_tests import parse_nccl_tests, parse_nccl_tests_text
+from konduktor.burnin.parsers.passive import parse_passive_snapshot
+from konduktor.burnin.parsers.step import split_step_log
 from konduktor.burnin.results import CheckResult, Verdict, worst
 from konduktor.burnin.thresholds import DEFAULT_THRESHOLDS, GpuModel, NcclAlgorithm, gpu_model_for
 from konduktor.burnin.tiers import Step, Tier, options_for_tier

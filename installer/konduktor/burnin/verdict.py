@@ -14,23 +14,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from konduktor.burnin.isolation import IsolationPlan, PairOutcome
-from konduktor.burnin.parsers import (
-    CollectiveResult,
-    DcgmDiag,
-    DcgmWarning,
-    GpuBurnResult,
-    MatmulRun,
-    OutputError,
-    PassiveSnapshot,
-    StepLog,
-    parse_allreduce_bench,
-    parse_dcgm_diag,
-    parse_gpu_burn,
-    parse_matmul,
-    parse_nccl_tests,
-    parse_passive_snapshot,
-    split_step_log,
-)
+from konduktor.burnin.parsers.allreduce import parse_allreduce_bench
+from konduktor.burnin.parsers.collective import CollectiveResult
+from konduktor.burnin.parsers.common import OutputError
+from konduktor.burnin.parsers.dcgm import DcgmDiag, DcgmWarning, parse_dcgm_diag
+from konduktor.burnin.parsers.gpu_burn import GpuBurnResult, parse_gpu_burn
+from konduktor.burnin.parsers.matmul import MatmulRun, parse_matmul
+from konduktor.burnin.parsers.nccl_tests import parse_nccl_tests
+from konduktor.burnin.parsers.passive import PassiveSnapshot, parse_passive_snapshot
+from konduktor.burnin.parsers.step import StepLog, split_step_log
 from konduktor.burnin.results import CheckResult, Evidence, NodeVerdict, PairVerdict, Verdict, worst
 from konduktor.burnin.thresholds import (
     DEFAULT_THRESHOLDS,

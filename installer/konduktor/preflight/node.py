@@ -17,13 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from konduktor.burnin.parsers import (
-    OutputError,
-    PassiveSnapshot,
-    parse_gpu_query,
-    parse_nvidia_smi_csv,
-    parse_remapped_rows,
-)
+from konduktor.burnin.parsers.common import OutputError
+from konduktor.burnin.parsers.nvidia_smi import parse_gpu_query, parse_nvidia_smi_csv, parse_remapped_rows
+from konduktor.burnin.parsers.passive import PassiveSnapshot
 from konduktor.burnin.results import CheckResult, Verdict
 from konduktor.burnin.thresholds import DEFAULT_THRESHOLDS
 from konduktor.burnin.verdict import ECC, INVENTORY, RETIRED_PAGES, ROW_REMAP, judge_passive
