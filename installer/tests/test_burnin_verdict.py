@@ -22,22 +22,13 @@ from konduktor.burnin.parsers.step import split_step_log
 from konduktor.burnin.results import CheckResult, Verdict, worst
 from konduktor.burnin.thresholds import DEFAULT_THRESHOLDS, GpuModel, NcclAlgorithm, gpu_model_for
 from konduktor.burnin.tiers import Step, Tier, options_for_tier
-from konduktor.burnin.verdict import (
-    NodeEvidence,
-    apply_isolation,
-    fleet_reference_digests,
-    judge_collective,
-    judge_dcgm,
-    judge_gpu_burn,
-    judge_matmul,
-    judge_nccl_one_node,
-    judge_node,
-    judge_pair,
-    judge_passive,
-    judge_per_gpu_metric,
-    judge_run,
-    pair_outcomes,
-)
+from konduktor.burnin.verdict import NodeEvidence, apply_isolation, judge_node, judge_pair, judge_run, pair_outcomes
+from konduktor.burnin.verdict.collective import judge_collective, judge_nccl_one_node
+from konduktor.burnin.verdict.common import judge_per_gpu_metric
+from konduktor.burnin.verdict.dcgm import judge_dcgm
+from konduktor.burnin.verdict.gpu_burn import judge_gpu_burn
+from konduktor.burnin.verdict.matmul import fleet_reference_digests, judge_matmul
+from konduktor.burnin.verdict.passive import judge_passive
 
 DATA = Path(__file__).parent / "data" / "burnin"
 
