@@ -31,7 +31,8 @@ from konduktor.sim.nodes import DEFAULT_TOPOLOGY, NodePool, node_manifests, syst
 from konduktor.sim.pki import write_serving_pki
 from konduktor.sim.platform import SimPlatform
 from konduktor.sim.processes import alive, free_port, gone, stop_process, tail
-from konduktor.tools.pinned import Toolbox, module_dir
+from konduktor.tools.gobuild import module_dir
+from konduktor.tools.toolbox import Toolbox
 from konduktor.vocabulary import GPU_RESOURCE
 from konduktor.waiting import wait_until
 
