@@ -27,7 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from konduktor.tools.pinned import installed, load_tools
+from konduktor.tools.catalog import load_tools
+from konduktor.tools.gobuild import installed
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -22,7 +22,7 @@ from konduktor.sim import argocd as sim_argocd
 from konduktor.sim.argocd import ArgoCD, GitRepo
 from konduktor.sim.cluster import SimCluster
 from konduktor.sim.pools import spec_from
-from konduktor.tools.pinned import Toolbox
+from konduktor.tools.toolbox import Toolbox
 from konduktor.vocabulary import KUEUE_API
 from konduktor.waiting import wait_until
 

@@ -20,7 +20,8 @@ os.environ["KONDUKTOR_STATE"] = tempfile.mkdtemp(prefix="konduktor-bench-")
 from konduktor.kube.client import Kube
 from konduktor.sim.cluster import SimCluster, SimSpec
 from konduktor.sim.nodes import parse_nodes_spec
-from konduktor.tools.pinned import installed, load_tools
+from konduktor.tools.catalog import load_tools
+from konduktor.tools.gobuild import installed
 
 
 def timed(action: Callable[[], object]) -> float:

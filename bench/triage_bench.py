@@ -25,7 +25,7 @@ from konduktor.controller.prometheus import HEALTH_FIELDS, PrometheusSource, mov
 from konduktor.controller.settings import PrometheusSettings
 from konduktor.controller.telemetry import HealthMetrics
 from konduktor.sim.cluster import free_port
-from konduktor.tools.pinned import Toolbox
+from konduktor.tools.toolbox import Toolbox
 from konduktor.waiting import wait_until
 
 GPUS = 8

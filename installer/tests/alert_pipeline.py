@@ -29,7 +29,7 @@ import yaml
 from konduktor.alerts.render import alertmanager_config
 from konduktor.config.model import Config, SecretKey
 from konduktor.sim.cluster import free_port
-from konduktor.tools.pinned import Toolbox
+from konduktor.tools.toolbox import Toolbox
 from konduktor.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]

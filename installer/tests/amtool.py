@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from konduktor.tools.pinned import Toolbox
+from konduktor.tools.toolbox import Toolbox
 
 
 def amtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -28,7 +28,7 @@ import yaml
 from konduktor.controller.settings import LokiSettings
 from konduktor.errors import KonduktorError
 from konduktor.sim.cluster import free_port, stop_process, tail
-from konduktor.tools.pinned import Toolbox
+from konduktor.tools.toolbox import Toolbox
 from konduktor.waiting import wait_until
 
 UMBRELLA_VALUES = Path(__file__).resolve().parents[2] / "charts" / "konduktor" / "values.yaml"

@@ -21,7 +21,7 @@ import requests
 import yaml
 
 from konduktor.paths import cache_dir
-from konduktor.tools.pinned import Toolbox
+from konduktor.tools.toolbox import Toolbox
 
 MANIFEST = Path(__file__).parent / "data" / "otelcol" / "manifest.yaml"
 UMBRELLA_VALUES = Path(__file__).resolve().parents[2] / "charts" / "konduktor" / "values.yaml"

@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from konduktor.sim.cluster import free_port
-from konduktor.tools.pinned import Toolbox
+from konduktor.tools.toolbox import Toolbox
 from konduktor.waiting import wait_until
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from konduktor.tools.pinned import Toolbox
+from konduktor.tools.toolbox import Toolbox
 
 REPO = Path(__file__).resolve().parents[2]
 

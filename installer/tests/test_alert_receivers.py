@@ -19,7 +19,8 @@ from konduktor.config.findings import ConfigError
 from konduktor.config.load import parse_config
 from konduktor.helm.values import umbrella_values
 from konduktor.quotas.manifests import to_yaml
-from konduktor.tools.pinned import Toolbox, load_tools
+from konduktor.tools.catalog import load_tools
+from konduktor.tools.toolbox import Toolbox
 
 EVERY_KIND: dict[str, Any] = {
     "receivers": {

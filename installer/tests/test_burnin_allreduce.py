@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from konduktor.burnin import allreduce
-from konduktor.burnin.parsers import parse_allreduce_bench
+from konduktor.burnin.parsers.allreduce import parse_allreduce_bench
 from konduktor.burnin.results import Verdict
-from konduktor.burnin.verdict import judge_collective
+from konduktor.burnin.verdict.collective import judge_collective
 
 SCRIPT = Path(allreduce.__file__)
 

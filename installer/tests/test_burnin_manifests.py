@@ -16,7 +16,8 @@ import pytest
 
 from konduktor.burnin import manifests
 from konduktor.burnin.manifests import node_job, pair_objects, scripts_configmap, step_body, wrap_step
-from konduktor.burnin.parsers import parse_passive_snapshot, split_step_log
+from konduktor.burnin.parsers.passive import parse_passive_snapshot
+from konduktor.burnin.parsers.step import split_step_log
 from konduktor.burnin.tiers import BurnInImages, Step, Tier, options_for_tier
 from konduktor.errors import UsageError
 

@@ -15,8 +15,8 @@ import torch
 
 from konduktor.burnin import matmul
 from konduktor.burnin.matmul import MatmulConfig
-from konduktor.burnin.parsers import parse_matmul
-from konduktor.burnin.verdict import judge_matmul
+from konduktor.burnin.parsers.matmul import parse_matmul
+from konduktor.burnin.verdict.matmul import judge_matmul
 
 SCRIPT = Path(matmul.__file__)
 SMALL = MatmulConfig(m=64, n=48, k=32, dtype="bfloat16", warmup_iters=2, window_s=0.01, duration_s=0.0, min_windows=3)

@@ -9,19 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from konduktor.burnin.parsers import (
-    OutputError,
-    StepLog,
-    parse_allreduce_bench,
-    parse_dcgm_diag,
-    parse_gpu_burn,
-    parse_gpu_query,
-    parse_matmul,
-    parse_nccl_tests,
-    parse_nvidia_smi_csv,
-    parse_passive_snapshot,
-    split_step_log,
-)
+from konduktor.burnin.parsers.allreduce import parse_allreduce_bench
+from konduktor.burnin.parsers.common import OutputError
+from konduktor.burnin.parsers.dcgm import parse_dcgm_diag
+from konduktor.burnin.parsers.gpu_burn import parse_gpu_burn
+from konduktor.burnin.parsers.matmul import parse_matmul
+from konduktor.burnin.parsers.nccl_tests import parse_nccl_tests
+from konduktor.burnin.parsers.nvidia_smi import parse_gpu_query, parse_nvidia_smi_csv
+from konduktor.burnin.parsers.passive import parse_passive_snapshot
+from konduktor.burnin.parsers.step import StepLog, split_step_log
 
 DATA = Path(__file__).parent / "data" / "burnin"
 

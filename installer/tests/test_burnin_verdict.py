@@ -11,39 +11,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from konduktor.burnin.isolation import plan_pair_tests
-from konduktor.burnin.parsers import (
-    CollectiveResult,
-    CollectiveRow,
-    MatmulRun,
-    OutputError,
-    Placement,
-    parse_dcgm_diag,
-    parse_gpu_burn,
-    parse_matmul,
-    parse_nccl_tests,
-    parse_nccl_tests_text,
-    parse_passive_snapshot,
-    split_step_log,
-)
+from konduktor.burnin.parsers.collective import CollectiveResult, CollectiveRow, Placement
+from konduktor.burnin.parsers.common import OutputError
+from konduktor.burnin.parsers.dcgm import parse_dcgm_diag
+from konduktor.burnin.parsers.gpu_burn import parse_gpu_burn
+from konduktor.burnin.parsers.matmul import MatmulRun, parse_matmul
+from konduktor.burnin.parsers.nccl_tests import parse_nccl_tests, parse_nccl_tests_text
+from konduktor.burnin.parsers.passive import parse_passive_snapshot
+from konduktor.burnin.parsers.step import split_step_log
 from konduktor.burnin.results import CheckResult, Verdict, worst
 from konduktor.burnin.thresholds import DEFAULT_THRESHOLDS, GpuModel, NcclAlgorithm, gpu_model_for
 from konduktor.burnin.tiers import Step, Tier, options_for_tier
-from konduktor.burnin.verdict import (
-    NodeEvidence,
-    apply_isolation,
-    fleet_reference_digests,
-    judge_collective,
-    judge_dcgm,
-    judge_gpu_burn,
-    judge_matmul,
-    judge_nccl_one_node,
-    judge_node,
-    judge_pair,
-    judge_passive,
-    judge_per_gpu_metric,
-    judge_run,
-    pair_outcomes,
-)
+from konduktor.burnin.verdict import NodeEvidence, apply_isolation, judge_node, judge_pair, judge_run, pair_outcomes
+from konduktor.burnin.verdict.collective import judge_collective, judge_nccl_one_node
+from konduktor.burnin.verdict.common import judge_per_gpu_metric
+from konduktor.burnin.verdict.dcgm import judge_dcgm
+from konduktor.burnin.verdict.gpu_burn import judge_gpu_burn
+from konduktor.burnin.verdict.matmul import fleet_reference_digests, judge_matmul
+from konduktor.burnin.verdict.passive import judge_passive
 
 DATA = Path(__file__).parent / "data" / "burnin"
 

@@ -17,7 +17,8 @@ from konduktor.config.model import KONDUKTOR_IMAGE
 from konduktor.helm.release import CHARTS, install_or_upgrade, uninstall
 from konduktor.kube.client import Kube
 from konduktor.kube.documents import load_documents
-from konduktor.tools.pinned import Toolbox, module_dir
+from konduktor.tools.gobuild import module_dir
+from konduktor.tools.toolbox import Toolbox
 from konduktor.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

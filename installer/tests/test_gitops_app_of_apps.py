@@ -22,7 +22,7 @@ from konduktor.kube.documents import load_documents
 from konduktor.sim.argocd import APPLICATION, ArgoCD, GitRepo, application_status, synced_healthy
 from konduktor.sim.cluster import SimCluster
 from konduktor.sim.pools import spec_from
-from konduktor.tools.pinned import Toolbox
+from konduktor.tools.toolbox import Toolbox
 from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim

@@ -21,7 +21,7 @@ from konduktor.kube.client import Kube
 from konduktor.quotas.render import CONFIG_LABEL, QUOTA_KINDS
 from konduktor.sim import argocd as sim_argocd
 from konduktor.sim.argocd import ArgoCD, GitRepo, application_status, quotas_application, refresh, synced_healthy
-from konduktor.tools.pinned import Toolbox
+from konduktor.tools.toolbox import Toolbox
 from konduktor.vocabulary import TEAM_LABEL
 from konduktor.waiting import wait_until
 

@@ -149,4 +149,4 @@ def test_the_checker_sees_an_upward_import() -> None:
     assert is_allowed("konduktor.waiting", "konduktor.errors")
     assert is_allowed("konduktor.cli.up", "konduktor.sim.cluster")
     assert ("konduktor.cli.health", "konduktor.cli.app") in import_edges()
-    assert ("konduktor.cli.tools", "konduktor.tools.pinned") in import_edges()
+    assert ("konduktor.cli.tools", "konduktor.tools.toolbox") in import_edges()

@@ -13,7 +13,9 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from konduktor.errors import KonduktorError
-from konduktor.tools.pinned import CHECKSUM_EXEMPTIONS, go_environment, load_tools, lock_problems
+from konduktor.tools.catalog import load_tools
+from konduktor.tools.gobuild import CHECKSUM_EXEMPTIONS, go_environment
+from konduktor.tools.gomod import lock_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())

@@ -16,7 +16,8 @@ from konduktor.config.load import load_config
 from konduktor.helm.release import CHARTS
 from konduktor.kube.documents import load_documents
 from konduktor.quotas.render import render
-from konduktor.tools.pinned import Toolbox, module_dir
+from konduktor.tools.gobuild import module_dir
+from konduktor.tools.toolbox import Toolbox
 from konduktor.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,8 @@ from conftest import Sim
 
 from konduktor.kube.client import Kube
 from konduktor.kube.documents import load_documents
-from konduktor.tools.pinned import Toolbox, module_dir
+from konduktor.tools.gobuild import module_dir
+from konduktor.tools.toolbox import Toolbox
 from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim

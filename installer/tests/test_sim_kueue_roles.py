@@ -13,7 +13,8 @@ from konduktor.kube.client import Kube
 from konduktor.quotas.render import BATCH_USER_ROLE, RBAC_API, role_bindings
 from konduktor.quotas.sync import sync_quotas
 from konduktor.sim.kueue import user_roles
-from konduktor.tools.pinned import Toolbox, module_dir
+from konduktor.tools.gobuild import module_dir
+from konduktor.tools.toolbox import Toolbox
 from konduktor.waiting import wait_until
 
 MEMBER = "ada@example.org"  # a person in team-a's group, as the team's RoleBinding subjects say

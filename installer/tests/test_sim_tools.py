@@ -14,23 +14,11 @@ import pytest
 from konduktor.cli.console import DETAIL, progress
 from konduktor.cli.main import main
 from konduktor.errors import KonduktorError, UsageError
+from konduktor.tools.catalog import Tool, load_tools, parse_overrides, with_versions
+from konduktor.tools.gobuild import GoBuild, build, escape_module_path, installed, module_dir
+from konduktor.tools.gomod import LOCKED_MODULES, staging_replaces, wrapper_directives, wrapper_gomod
 from konduktor.tools.host_tools import ENV_VARS, reported_version, unfit
-from konduktor.tools.pinned import (
-    LOCKED_MODULES,
-    GoBuild,
-    Tool,
-    Toolbox,
-    build,
-    escape_module_path,
-    installed,
-    load_tools,
-    module_dir,
-    parse_overrides,
-    staging_replaces,
-    with_versions,
-    wrapper_directives,
-    wrapper_gomod,
-)
+from konduktor.tools.toolbox import Toolbox
 
 KUBERNETES_GOMOD = """module k8s.io/kubernetes
 

@@ -29,7 +29,8 @@ from konduktor.helm.values import merge_values, umbrella_values
 from konduktor.kube.documents import load_documents
 from konduktor.observability.metrics import DCGM_METRICS, KSM_LABELS_ALLOWLIST, KUBE_STATE_METRICS
 from konduktor.quotas.render import KUEUE_CONFIG_API, kueue_manager_settings, render
-from konduktor.tools.pinned import Toolbox, module_dir
+from konduktor.tools.gobuild import module_dir
+from konduktor.tools.toolbox import Toolbox
 from konduktor.vocabulary import TEAM_LABEL
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -26,7 +26,7 @@ from konduktor.config.load import load_config
 from konduktor.helm.release import CHARTS, install_or_upgrade, release_namespace
 from konduktor.helm.values import merge_values, umbrella_values
 from konduktor.kube.documents import load_documents
-from konduktor.tools.pinned import Toolbox
+from konduktor.tools.toolbox import Toolbox
 from konduktor.waiting import wait_until
 
 STAND_INS = Path(__file__).parent / "data" / "umbrella"

@@ -23,7 +23,8 @@ from datetime import datetime
 from importlib import resources
 from typing import Any
 
-from konduktor.burnin.parsers import SECTION_MARKER, STEP_END_MARKER
+from konduktor.burnin.parsers.passive import SECTION_MARKER
+from konduktor.burnin.parsers.step import STEP_END_MARKER
 from konduktor.burnin.thresholds import NcclAlgorithm
 from konduktor.burnin.tiers import PAIR_STEP, BurnInOptions, Step
 from konduktor.errors import UsageError

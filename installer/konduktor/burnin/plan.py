@@ -16,7 +16,8 @@ from konduktor.burnin.isolation import IsolationPlan
 from konduktor.burnin.manifests import Manifest, node_job, taint_tolerations
 from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, PairVerdict, Verdict, worst
 from konduktor.burnin.tiers import PAIR_STEP, BurnInOptions
-from konduktor.burnin.verdict import NCCL_PAIR, apply_isolation
+from konduktor.burnin.verdict import apply_isolation
+from konduktor.burnin.verdict.common import NCCL_PAIR
 from konduktor.config.findings import did_you_mean
 from konduktor.config.model import Config, selects
 from konduktor.errors import ExitCode, UsageError

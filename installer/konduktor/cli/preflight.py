@@ -50,7 +50,7 @@ from konduktor.preflight.results import (
     summary_line,
 )
 from konduktor.preflight.ssh import ssh_host
-from konduktor.tools.pinned import load_tools
+from konduktor.tools.catalog import load_tools
 from konduktor.vocabulary import HOSTNAME_LABEL
 
 ReportFormat = Literal["table", "json", "yaml"]

@@ -23,7 +23,7 @@ import typer
 from konduktor.errors import UsageError
 from konduktor.kube.client import Kube, in_cluster_only
 from konduktor.sim.cluster import DEFAULT_NAME, Progress, SimCluster
-from konduktor.tools.pinned import Toolbox
+from konduktor.tools.toolbox import Toolbox
 
 KubeconfigOption = Annotated[
     Path | None,

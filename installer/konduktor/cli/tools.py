@@ -9,17 +9,10 @@ import typer
 from konduktor.cli.console import OutputFormat, err, print_rows, progress
 from konduktor.errors import UsageError
 from konduktor.tools import host_tools
-from konduktor.tools.pinned import (
-    Installed,
-    Toolbox,
-    duration,
-    installed,
-    load_tools,
-    lock,
-    lock_problems,
-    parse_overrides,
-    with_versions,
-)
+from konduktor.tools.catalog import load_tools, parse_overrides, with_versions
+from konduktor.tools.gobuild import Installed, duration, installed, lock
+from konduktor.tools.gomod import lock_problems
+from konduktor.tools.toolbox import Toolbox
 
 app = typer.Typer(help="Build, lock and list the pinned tools (helm, kubectl, kwok, etcd, Kubernetes, Kueue).")
 

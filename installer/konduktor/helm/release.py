@@ -23,7 +23,7 @@ from pyhelm3.errors import ReleaseNotFoundError
 
 from konduktor.errors import ClusterUnreachable, KonduktorError, PartialApply
 from konduktor.paths import product_dir
-from konduktor.tools.pinned import Toolbox
+from konduktor.tools.toolbox import Toolbox
 from konduktor.vocabulary import SYSTEM_NAMESPACE
 
 CHARTS = product_dir("charts")

@@ -14,7 +14,7 @@ from konduktor.errors import UsageError
 from konduktor.helm.release import command, helm_problem
 from konduktor.helm.schema import ValuesFile, refusal, schema_problems
 from konduktor.kube.documents import load_documents
-from konduktor.tools.pinned import Toolbox
+from konduktor.tools.toolbox import Toolbox
 
 
 def read_values_files(paths: Sequence[Path]) -> list[ValuesFile]:

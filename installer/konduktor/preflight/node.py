@@ -5,8 +5,8 @@ namespaces (`konduktor.preflight.host_namespaces`).
 A check runs a few read-only commands through `host.run` and judges their output with pure functions; nothing
 on the host is changed. A host without GPUs, drivers or tools gets FAIL or SKIPPED with the reason, never an
 exception: a missing command is a finding. The GPU-state rules (GPU count, ECC, row remapping, retired pages)
-are the burn-in's quick-tier rules (`konduktor.burnin.verdict.judge_passive`), so a node that passes here does
-not fail the first burn-in step on the same facts.
+are the burn-in's quick-tier rules (`konduktor.burnin.verdict.passive.judge_passive`), so a node that passes
+here does not fail the first burn-in step on the same facts.
 """
 
 from __future__ import annotations
@@ -17,16 +17,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from konduktor.burnin.parsers import (
-    OutputError,
-    PassiveSnapshot,
-    parse_gpu_query,
-    parse_nvidia_smi_csv,
-    parse_remapped_rows,
-)
+from konduktor.burnin.parsers.common import OutputError
+from konduktor.burnin.parsers.nvidia_smi import parse_gpu_query, parse_nvidia_smi_csv, parse_remapped_rows
+from konduktor.burnin.parsers.passive import PassiveSnapshot
 from konduktor.burnin.results import CheckResult, Verdict
 from konduktor.burnin.thresholds import DEFAULT_THRESHOLDS
-from konduktor.burnin.verdict import ECC, INVENTORY, RETIRED_PAGES, ROW_REMAP, judge_passive
+from konduktor.burnin.verdict.common import ECC, INVENTORY, RETIRED_PAGES, ROW_REMAP
+from konduktor.burnin.verdict.passive import judge_passive
 from konduktor.preflight.results import Check, Status, check
 
 # Fields of the one nvidia-smi query the GPU checks share; parse_gpu_query reads the ones it knows.

@@ -26,7 +26,8 @@ from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
 from konduktor.kube.documents import load_documents
 from konduktor.sim.cluster import free_port, stop_process, tail
-from konduktor.tools.pinned import Toolbox, module_dir
+from konduktor.tools.gobuild import module_dir
+from konduktor.tools.toolbox import Toolbox
 from konduktor.waiting import wait_until
 
 NAMESPACE = "argocd"

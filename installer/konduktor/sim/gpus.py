@@ -23,7 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, cast, get_args
 
-from konduktor.burnin.parsers import MATMUL_SCHEMA, SECTION_MARKER, STEP_END_MARKER
+from konduktor.burnin.parsers.matmul import MATMUL_SCHEMA
+from konduktor.burnin.parsers.passive import SECTION_MARKER
+from konduktor.burnin.parsers.step import STEP_END_MARKER
 from konduktor.burnin.thresholds import GpuModel, NcclAlgorithm, gpu_model_for
 from konduktor.burnin.tiers import Step
 

@@ -1,4 +1,4 @@
-"""Local processes of the simulated cluster: free ports, liveness, stopping, and their logs' last lines."""
+"""Local processes of the simulated cluster: free ports, liveness, stopping, pid files, and their logs' last lines."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -58,3 +60,36 @@ def gone(pid: int, timeout: float) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+@dataclass(frozen=True)
+class PidFile:
+    """A long-running process of the sim, started in a session of its own and named by the file its pid is in."""
+
+    path: Path
+
+    def pid(self) -> int | None:
+        """The process, while it is alive."""
+        try:
+            pid = int(self.path.read_text())
+        except (OSError, ValueError):
+            return None
+        return pid if alive(pid) else None
+
+    def start(self, command: list[str], log_path: Path) -> None:
+        """Starts `command` with its output appended to `log_path`, and records its pid."""
+        with log_path.open("ab") as log:
+            process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.path.write_text(str(process.pid))
+
+    def stop(self) -> None:
+        pid = self.pid()
+        if pid is not None:
+            stop_process(pid)
+        self.path.unlink(missing_ok=True)

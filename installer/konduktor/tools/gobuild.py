@@ -19,220 +19,30 @@ import shutil
 import subprocess
 import tempfile
 import time
-import tomllib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from konduktor.errors import KonduktorError, UsageError
+from konduktor.errors import KonduktorError
 from konduktor.paths import cache_dir
-from konduktor.tools import host_tools
+from konduktor.tools.catalog import Tool
+from konduktor.tools.gomod import (
+    LOCKED_MODULES,
+    MIN_GO,
+    locked_module,
+    staging_replaces,
+    wrapper_directives,
+    wrapper_gomod,
+)
 
-VERSIONS_FILE = Path(__file__).with_name("versions.toml")
-LOCKED_MODULES = Path(__file__).with_name("modules")
 MANIFEST = "manifest.json"
-MIN_GO = (1, 26)
+
+
 # Settings that would let the go command skip the checksum database for some modules (`go env -w` can set
 # them too; an empty value in the environment overrides that).
 CHECKSUM_EXEMPTIONS = ("GONOSUMDB", "GOPRIVATE", "GOINSECURE")
 IMPORT_PATH = re.compile(r"[A-Za-z0-9_.~+/-]+")  # a package line of `go build -v`, not a message or an error
-
-
-@dataclass(frozen=True)
-class Tool:
-    """One Go module at one tag and the binaries built from it."""
-
-    name: str
-    module: str
-    version: str
-    packages: tuple[str, ...]
-    binary: str | None = None
-    ldflags: tuple[str, ...] = field(default=())
-    tags: tuple[str, ...] = field(default=())
-    needed_by: tuple[str, ...] = field(default=())
-    # Directories a package embeds that the module zip lacks (generated, git-ignored web UIs): the build uses a
-    # writable copy of the module with a placeholder page in each.
-    placeholder_embeds: tuple[str, ...] = field(default=())
-    # Go toolchain the tool needs when newer than the machine's (fetched from the module proxy like a module).
-    toolchain: str | None = None
-    # Names under which the binary is linked as well (a multi-call binary picks its role from argv[0]).
-    aliases: tuple[str, ...] = field(default=())
-    # The k8s.io/* version the tool's own go.mod replaces the libraries with, when it needs newer ones than
-    # the cluster's Kubernetes.
-    kubernetes_libraries: str | None = None
-
-    def package_paths(self) -> list[str]:
-        return [self.module if p == "." else f"{self.module}/{p}" for p in self.packages]
-
-    def binaries(self) -> list[str]:
-        """The binaries built, one per package, then the aliases."""
-        return [*self.built_binaries(), *self.aliases]
-
-    def built_binaries(self) -> list[str]:
-        names = []
-        for package in self.packages:
-            if package == "." or (self.binary and len(self.packages) == 1):
-                names.append(self.binary or self.module.rstrip("/").split("/")[-1])
-            else:
-                names.append(package.rstrip("/").split("/")[-1])
-        return names
-
-    def linker_flags(self) -> str:
-        semver = self.version.removeprefix("v")
-        settings = [f"-X '{flag.format(version=self.version, semver=semver)}'" for flag in self.ldflags]
-        return " ".join(["-s", "-w", *settings])
-
-    def build_flags(self) -> list[str]:
-        flags = ["-trimpath", "-ldflags", self.linker_flags()]
-        return [*flags, *self.tag_flags()]
-
-    def tag_flags(self) -> list[str]:
-        return ["-tags", ",".join(self.tags)] if self.tags else []
-
-    def install_dir(self, root: Path) -> Path:
-        return root / "tools" / f"{self.name}-{self.version}"
-
-
-def load_tools(path: Path = VERSIONS_FILE) -> dict[str, Tool]:
-    with path.open("rb") as handle:
-        table = tomllib.load(handle)
-    return {
-        name: Tool(
-            name=name,
-            module=entry["module"],
-            version=entry["version"],
-            packages=tuple(entry["packages"]),
-            binary=entry.get("binary"),
-            ldflags=tuple(entry.get("ldflags", ())),
-            tags=tuple(entry.get("tags", ())),
-            needed_by=tuple(entry.get("needed-by", ())),
-            placeholder_embeds=tuple(entry.get("placeholder-embeds", ())),
-            toolchain=entry.get("toolchain"),
-            aliases=tuple(entry.get("aliases", ())),
-            kubernetes_libraries=entry.get("kubernetes-libraries"),
-        )
-        for name, entry in table.items()
-    }
-
-
-def with_versions(tools: Mapping[str, Tool], overrides: Mapping[str, str]) -> dict[str, Tool]:
-    """The pinned set with some versions replaced (`--version kueue=v0.19.3`)."""
-    unknown = sorted(set(overrides) - set(tools))
-    if unknown:
-        raise UsageError(
-            f"unknown tool {', '.join(unknown)}",
-            hint=f"tools are: {', '.join(sorted(tools))}",
-        )
-    result = dict(tools)
-    for name, version in overrides.items():
-        if not re.fullmatch(r"v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?", version):
-            raise UsageError(f"--version {name}={version}: not a module tag", hint="write it like v1.2.3")
-        result[name] = replace(tools[name], version=version)
-    return result
-
-
-def parse_overrides(values: list[str]) -> dict[str, str]:
-    overrides = {}
-    for value in values:
-        name, sep, version = value.partition("=")
-        if not sep or not name or not version:
-            raise UsageError(f"--version {value}: expected TOOL=VERSION", hint="e.g. --version kueue=v0.19.2")
-        overrides[name] = version
-    return overrides
-
-
-def directives(gomod: str, keyword: str) -> list[str]:
-    """The bodies of `replace` or `exclude` directives of a go.mod, single-line and block forms."""
-    found = []
-    block = False
-    for raw in gomod.splitlines():
-        line = raw.split("//", 1)[0].strip()
-        if block:
-            if line == ")":
-                block = False
-            elif line:
-                found.append(line)
-        elif line == f"{keyword} (":
-            block = True
-        elif line.startswith(f"{keyword} "):
-            found.append(line.removeprefix(f"{keyword} ").strip())
-    return found
-
-
-def staging_replaces(kubernetes_gomod: str, version: str) -> list[str]:
-    """Replace lines that point each ./staging module of k8s.io/kubernetes at its published v0.X.Y tag."""
-    published = "v0." + version.removeprefix("v").split(".", 1)[1]
-    modules = [r.split()[0] for r in directives(kubernetes_gomod, "replace") if "=> ./staging/" in r]
-    return [f"{module} => {module} {published}" for module in sorted(set(modules))]
-
-
-def wrapper_directives(tool_gomod: str, kubernetes_replaces: list[str]) -> tuple[list[str], list[str]]:
-    """Replaces and excludes for a module that requires the tool.
-
-    A dependency's replace and exclude directives are ignored, so the wrapper repeats the tool's own (all but
-    local paths, which only exist in the tool's repository). Where the tool replaces a module itself, its
-    choice wins over the shared Kubernetes libraries.
-    """
-    own = [r for r in directives(tool_gomod, "replace") if "=> ./" not in r and "=> ../" not in r]
-    replaced = {r.split("=>")[0].split()[0] for r in own}
-    shared = [r for r in kubernetes_replaces if r.split()[0] not in replaced]
-    return own + shared, directives(tool_gomod, "exclude")
-
-
-def wrapper_gomod(tool: Tool, replaces: Sequence[str], excludes: Sequence[str] = ()) -> str:
-    lines = [f"module konduktor.build/{tool.name}", "", f"go {MIN_GO[0]}.{MIN_GO[1]}", ""]
-    lines.append(f"require {tool.module} {tool.version}")
-    for keyword, entries in (("replace", replaces), ("exclude", excludes)):
-        if entries:
-            lines += ["", f"{keyword} (", *[f"\t{e}" for e in entries], ")"]
-    return "\n".join(lines) + "\n"
-
-
-def required_version(gomod: str, module: str) -> str | None:
-    """The version a go.mod requires of a module."""
-    for entry in directives(gomod, "require"):
-        parts = entry.split()
-        if len(parts) >= 2 and parts[0] == module:
-            return parts[1]
-    return None
-
-
-def locked_module(tool: Tool, directory: Path = LOCKED_MODULES) -> tuple[str, str] | None:
-    """The committed go.mod and go.sum of the tool's build module, when they are for this version of the tool."""
-    try:
-        gomod = (directory / tool.name / "go.mod").read_text()
-        gosum = (directory / tool.name / "go.sum").read_text()
-    except OSError:
-        return None
-    return (gomod, gosum) if required_version(gomod, tool.module) == tool.version else None
-
-
-def lock_problems(tools: Mapping[str, Tool], directory: Path = LOCKED_MODULES) -> list[str]:
-    """How the committed build modules disagree with versions.toml (empty: they agree)."""
-    problems = []
-    published = "v0." + tools["kubernetes"].version.removeprefix("v").split(".", 1)[1]
-    for tool in tools.values():
-        if not tool.packages:
-            continue
-        folder = directory / tool.name
-        if not (folder / "go.mod").is_file() or not (folder / "go.sum").is_file():
-            problems.append(f"{tool.name}: no go.mod and go.sum in {folder}")
-            continue
-        gomod, gosum = (folder / "go.mod").read_text(), (folder / "go.sum").read_text()
-        if f"module konduktor.build/{tool.name}\n" not in gomod:
-            problems.append(f"{tool.name}: go.mod is not the module konduktor.build/{tool.name}")
-        if (version := required_version(gomod, tool.module)) != tool.version:
-            problems.append(f"{tool.name}: go.mod requires {tool.module} {version}, versions.toml pins {tool.version}")
-        if sorted(directives(gomod, "tool")) != sorted(tool.package_paths()):
-            problems.append(f"{tool.name}: go.mod's tool directives are not {', '.join(tool.package_paths())}")
-        libraries = tool.kubernetes_libraries or published
-        if f"k8s.io/api => k8s.io/api {libraries}" not in gomod and tool.name != "kubernetes":
-            problems.append(f"{tool.name}: go.mod does not pin the Kubernetes libraries at {libraries}")
-        for line in (f"{tool.module} {tool.version} h1:", f"{tool.module} {tool.version}/go.mod h1:"):
-            if line not in gosum:
-                problems.append(f"{tool.name}: go.sum has no `{line}` line")
-    return problems
 
 
 @dataclass(frozen=True)
@@ -569,63 +379,6 @@ def lock(tool: Tool, kubernetes: Tool, progress: Progress, directory: Path = LOC
         for name in ("go.mod", "go.sum"):
             shutil.copyfile(Path(scratch) / name, target / name)
     return target
-
-
-class Toolbox:
-    """The binaries of the pinned tool set, built on first use.
-
-    With `host`, for commands against a real cluster, a fitting helm or kubectl already on this machine (named
-    by KONDUKTOR_HELM / KONDUKTOR_KUBECTL, else on PATH) is used instead of the pinned build.
-    """
-
-    def __init__(
-        self,
-        tools: Mapping[str, Tool] | None = None,
-        progress: Progress | None = None,
-        root: Path | None = None,
-        *,
-        host: bool = False,
-    ) -> None:
-        self.tools = dict(tools or load_tools())
-        self.progress = progress or (lambda _message: None)
-        self.root = root or cache_dir()
-        self.host = host
-
-    def provider(self, binary: str) -> Tool:
-        for tool in self.tools.values():
-            if binary in tool.binaries():
-                return tool
-        raise KeyError(binary)
-
-    def path(self, binary: str) -> Path:
-        tool = self.provider(binary)
-        if self.host and (found := host_tools.find(binary, tool.version)):
-            if found.problem is None:
-                return found.path
-            if found.explicit:
-                raise UsageError(
-                    f"{found.source.removeprefix('$')}={found.path}: {found.problem}",
-                    hint=f"name a {binary} that fits, or unset {found.source.removeprefix('$')} to use the "
-                    f"pinned {binary} {tool.version}",
-                )
-            self.progress(f"{binary} on PATH ({found.path}): {found.problem}; using the pinned {binary} {tool.version}")
-        return build(tool, self.tools["kubernetes"], self.progress, self.root).paths[binary]
-
-    def needed_by(self, purpose: str) -> list[str]:
-        return [name for name, tool in self.tools.items() if purpose in tool.needed_by]
-
-    def install(self, names: list[str] | None = None) -> list[Installed]:
-        # Tools without packages are manifest sources (CRDs); module_dir() fetches them when needed.
-        selected = names or [name for name, tool in self.tools.items() if tool.packages]
-        unknown = [n for n in selected if n not in self.tools]
-        if unknown:
-            raise UsageError(f"unknown tool {', '.join(unknown)}", hint=f"tools are: {', '.join(self.tools)}")
-        pending = [n for n in selected if installed(self.tools[n], self.root) is None]
-        done = []
-        for name in selected:
-            then = pending[pending.index(name) + 1 :] if name in pending else []
-            done.append(build(self.tools[name], self.tools["kubernetes"], self.progress, self.root, then))
-        return done
 
 
 def module_dir(tool: Tool) -> Path:

@@ -1,0 +1,169 @@
+"""The simulated cluster's control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok,
+run by kwokctl's binary runtime from the pinned builds."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+
+from konduktor.errors import KonduktorError
+from konduktor.kube.client import Kube
+from konduktor.sim import kueue
+from konduktor.sim.processes import alive, tail
+from konduktor.sim.spec import SimSpec
+from konduktor.tools.gobuild import Progress, module_dir
+from konduktor.tools.toolbox import Toolbox
+
+
+class ControlPlane:
+    """kwokctl's cluster `name`, its work dir under `root` and the admin `kubeconfig` it writes."""
+
+    def __init__(self, name: str, root: Path, kubeconfig: Path, toolbox: Toolbox, progress: Progress) -> None:
+        self.name = name
+        self.root = root
+        self.kubeconfig = kubeconfig
+        self.toolbox = toolbox
+        self.progress = progress
+
+    @property
+    def workdir(self) -> Path:
+        return self.root / "kwok"
+
+    @property
+    def cluster_dir(self) -> Path:
+        return self.workdir / "clusters" / self.name
+
+    def kwokctl(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        kubectl = self.toolbox.path("kubectl")
+        env = dict(os.environ)
+        env["KWOK_WORKDIR"] = str(self.workdir)
+        # kwokctl looks for kubectl on PATH before it would try to download one.
+        env["PATH"] = f"{kubectl.parent}{os.pathsep}{env.get('PATH', '')}"
+        return subprocess.run(
+            [str(self.toolbox.path("kwokctl")), *args, "--name", self.name],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def component_logs(self) -> str:
+        logs = sorted((self.cluster_dir / "logs").glob("*.log"))
+        return "\n".join(f"--- {log.name} (last lines)\n{tail(log, 8)}" for log in logs) or "(no component logs)"
+
+    def created(self) -> bool:
+        return (self.cluster_dir / "kwok.yaml").exists()
+
+    def api_ready(self) -> bool:
+        if not self.kubeconfig.exists():
+            return False
+        try:
+            kube = Kube(self.kubeconfig, timeout=5)
+        except KonduktorError:
+            return False
+        with kube:
+            return kube.ready()
+
+    def owns(self, args: list[str]) -> bool:
+        """Whether a command line is one of kwokctl's components (they run from the cluster's own bin/)."""
+        return args[0].startswith(f"{self.root}{os.sep}")
+
+    def component_states(self) -> dict[str, str]:
+        """Each component kwokctl keeps a pid file for: running or stopped."""
+        states = {}
+        for pidfile in sorted((self.cluster_dir / "pids").glob("*.pid")):
+            with contextlib.suppress(OSError, ValueError):
+                states[pidfile.stem] = "running" if alive(int(pidfile.read_text())) else "stopped"
+        return states
+
+    def config(self, spec: SimSpec) -> str:
+        binary = self.toolbox.path
+        options = {
+            "runtime": "binary",
+            "bindAddress": "127.0.0.1",
+            "kubeApiserverBinary": str(binary("kube-apiserver")),
+            "kubeControllerManagerBinary": str(binary("kube-controller-manager")),
+            "kubeSchedulerBinary": str(binary("kube-scheduler")),
+            "kubectlBinary": str(binary("kubectl")),
+            "kwokControllerBinary": str(binary("kwok")),
+            "etcdBinary": str(binary("etcd")),
+            "kubeVersion": self.toolbox.tools["kubernetes"].version,
+            "etcdVersion": self.toolbox.tools["etcd"].version,
+            "kwokVersion": self.toolbox.tools["kwok"].version,
+            # Pod logs come from Logs objects in the API (one per pod, naming a file on this machine), so a test
+            # or a burn-in on the sim reads step output through the real pods/log endpoint.
+            "enableCRDs": ["Logs"],
+        }
+        documents: list[dict[str, Any]] = [
+            {
+                "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+                "kind": "KwokctlConfiguration",
+                "options": options,
+                "componentsPatches": [
+                    # Without a default route kube-apiserver cannot pick an address to advertise.
+                    {"name": "kube-apiserver", "extraArgs": [{"key": "advertise-address", "value": "127.0.0.1"}]},
+                    # Each controller calls the API as its own service account, as kubeadm and managed clusters
+                    # run it: the admission policies tell the Job controller's pods from a person's by that name
+                    # (system:serviceaccount:kube-system:job-controller), not by the admin's one identity.
+                    {
+                        "name": "kube-controller-manager",
+                        "extraArgs": [{"key": "use-service-account-credentials", "value": "true"}],
+                    },
+                ],
+            },
+            *kueue.stages(module_dir(self.toolbox.tools["kwok"]), spec.job_seconds),
+        ]
+        path = self.root / "kwokctl.yaml"
+        with path.open("w") as handle:
+            YAML(typ="safe").dump_all(documents, handle)
+        return str(path)
+
+    def start(self, spec: SimSpec) -> None:
+        if self.created() and self.api_ready():
+            self.progress("control plane: already running")
+            return
+        for attempt in range(2):
+            result = self.launch(spec)
+            if result.returncode == 0 and self.api_ready():
+                return
+            # kwokctl picks free ports a moment before the components bind them; another process starting at
+            # the same time can take one. A new cluster gets new ports, so that race is worth one retry.
+            if attempt == 0 and "address already in use" in self.component_logs():
+                self.progress("control plane: a port was taken meanwhile; starting again on new ports")
+                self.kwokctl("delete", "cluster")
+                continue
+            break
+        raise KonduktorError(
+            f"the control plane of sim cluster {self.name!r} did not start (kwokctl exited {result.returncode})",
+            detail=(result.stderr or result.stdout)[-2000:] + "\n" + self.component_logs(),
+            hint="a port may be in use or a component crashed: read the logs above; "
+            "`konduktor-install sim down` then `sim up` starts clean",
+        )
+
+    def launch(self, spec: SimSpec) -> subprocess.CompletedProcess[str]:
+        # A healthy start takes well under a minute on 2 cores; waiting longer only delays the error.
+        if self.created():
+            self.progress("control plane: starting the existing cluster")
+            return self.kwokctl("start", "cluster", "--wait", "2m")
+        config = self.config(spec)
+        self.progress("control plane: starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok")
+        return self.kwokctl(
+            "create", "cluster", "--config", config, "--kubeconfig", str(self.kubeconfig), "--wait", "2m"
+        )
+
+    def stop(self, keep: bool) -> None:
+        """kwokctl stops the components (`keep`) or deletes the cluster; it does not wait for them to exit."""
+        if not self.created():
+            return
+        result = self.kwokctl("stop" if keep else "delete", "cluster")
+        if result.returncode != 0:
+            raise KonduktorError(
+                f"kwokctl could not {'stop' if keep else 'delete'} sim cluster {self.name!r}",
+                detail=(result.stderr or result.stdout)[-2000:],
+            )
