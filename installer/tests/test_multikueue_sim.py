@@ -66,6 +66,7 @@ class Fleet:
     manager: Kube
     worker: Kube
     second: Kube
+    sims: dict[str, SimCluster]
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +86,7 @@ def fleet_up() -> Iterator[Fleet]:
             apply_all(kubes[worker.name], sets[worker.name].objects)
             connect_worker(config, worker.name, kubes[worker.name], endpoint_of(sims[worker.name].kubeconfig), manager)
         apply_all(manager, sets[MANAGER].objects)
-        yield Fleet(config, manager, kubes[WORKER], kubes[SECOND])
+        yield Fleet(config, manager, kubes[WORKER], kubes[SECOND], sims)
         for kube in kubes.values():
             kube.close()
     finally:
@@ -190,3 +191,28 @@ def test_the_team_quota_holds_on_the_manager(fleet_up: Fleet) -> None:
     assert found is not None
     assert "clusterName" not in found["status"] and not found["status"].get("nominatedClusterNames")
     assert copy_on(worker, manager, "over") is None and copy_on(second, manager, "over") is None
+
+
+def test_a_stopped_worker_turns_inactive_and_new_jobs_go_to_the_other(fleet_up: Fleet) -> None:
+    manager, second = fleet_up.manager, fleet_up.second
+    # Room for one more job: the second worker's job and the waiting one go.
+    for job in ("over", "spill"):
+        manager.delete("batch/v1", "Job", job, TEAM, propagation="Background")
+    wait_until("the second worker to be free", lambda: not running_on(second, TEAM, "spill"), timeout=120)
+
+    fleet_up.sims[WORKER].down(keep=True)  # its API server, and everything else of it, stops
+    wait_until(
+        "the first worker's MultiKueueCluster to be inactive",
+        lambda: not is_true(manager.get(KUEUE_API, "MultiKueueCluster", WORKER), "Active"),
+        timeout=180,
+    )
+    manager.create(gpu_job("after-loss", TEAM, gpus=8, pods=1, run_for="3600s"))
+
+    def on_second() -> bool:
+        found = workload_of(manager, TEAM, "after-loss")
+        return found is not None and found.get("status", {}).get("clusterName") == SECOND
+
+    # Kueue's incremental dispatcher nominates the first worker in order even while it is away, so the job reaches
+    # the second one after a round (docs/design/multikueue.md#a-worker-that-goes-away).
+    wait_until("the new job to be admitted on the second worker", on_second, timeout=ROUND + 180)
+    wait_until("its pod to run there", lambda: len(running_on(second, TEAM, "after-loss")) == 1, timeout=120)

@@ -196,7 +196,7 @@ def worker_config(config: Config, worker: WorkerCluster, quotas: WorkerQuotas | 
     quotas = worker_quotas(config) if quotas is None else quotas
     teams = {}
     for team_name, team in config.teams.items():
-        if worker not in dispatch_workers(config, team_name, quotas):
+        if worker.name not in {one.name for one in dispatch_workers(config, team_name, quotas)}:
             continue
         here = quotas[worker.name][team_name]
         gpus = {}
