@@ -16,6 +16,11 @@ JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 # a Kueue before 0.15 does not serve v1beta2, which preflight reports).
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 
+# Where Kueue runs, on every cluster; on a MultiKueue manager it holds the Secrets with the workers' kubeconfigs.
+KUEUE_NAMESPACE = "kueue-system"
+# On each MultiKueue worker, the service account (in KUEUE_NAMESPACE) the manager's Kueue acts as.
+MULTIKUEUE_SERVICE_ACCOUNT = "konduktor-multikueue"
+
 # Where the platform runs: the Helm release, the operators and the health controller.
 SYSTEM_NAMESPACE = "konduktor-system"
 # Where burn-in, requalification and preflight pods run (charts/konduktor-core burnin.namespace): a namespace of

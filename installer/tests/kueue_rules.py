@@ -15,7 +15,17 @@ from konduktor.config.quantity import parse_quantity
 SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-KUEUE_KINDS = {"ResourceFlavor", "Topology", "Cohort", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass"}
+KUEUE_KINDS = {
+    "ResourceFlavor",
+    "Topology",
+    "Cohort",
+    "ClusterQueue",
+    "LocalQueue",
+    "WorkloadPriorityClass",
+    "AdmissionCheck",
+    "MultiKueueConfig",
+    "MultiKueueCluster",
+}
 OWNERSHIP = {"app.kubernetes.io/managed-by": "konduktor"}
 
 
@@ -74,9 +84,41 @@ def violations(objects: Sequence[dict[str, Any]]) -> list[str]:
             problems.append(f"LocalQueue {key}: ClusterQueue {queue['spec']['clusterQueue']} not rendered")
         if queue["metadata"]["namespace"] not in names("Namespace"):
             problems.append(f"LocalQueue {key}: namespace not rendered")
+    problems.extend(_multikueue(by_kind, names))
     for key, priority in by_kind.get("WorkloadPriorityClass", {}).items():
         if not isinstance(priority["value"], int) or not -(2**31) <= priority["value"] < 2**31:
             problems.append(f"WorkloadPriorityClass {key}: value must be an int32")
+    return problems
+
+
+def _multikueue(by_kind: dict[str, dict[str, dict[str, Any]]], names: Any) -> list[str]:
+    """A ClusterQueue's admission checks, their MultiKueueConfigs and the MultiKueueClusters those list exist."""
+    problems: list[str] = []
+    for key, queue in by_kind.get("ClusterQueue", {}).items():
+        for check in queue["spec"].get("admissionChecksStrategy", {}).get("admissionChecks", []):
+            if check["name"] not in names("AdmissionCheck"):
+                problems.append(f"ClusterQueue {key}: AdmissionCheck {check['name']} not rendered")
+    for key, check in by_kind.get("AdmissionCheck", {}).items():
+        parameters = check["spec"].get("parameters")
+        if check["spec"]["controllerName"] == "kueue.x-k8s.io/multikueue":
+            # The MultiKueue controller reads its parameters from a MultiKueueConfig (admissioncheck.go).
+            if parameters is None or (parameters["apiGroup"], parameters["kind"]) != (
+                "kueue.x-k8s.io",
+                "MultiKueueConfig",
+            ):
+                problems.append(f"AdmissionCheck {key}: MultiKueue needs a MultiKueueConfig as parameters")
+            elif parameters["name"] not in names("MultiKueueConfig"):
+                problems.append(f"AdmissionCheck {key}: MultiKueueConfig {parameters['name']} not rendered")
+    for key, config in by_kind.get("MultiKueueConfig", {}).items():
+        clusters = config["spec"]["clusters"]
+        # CRD: 1-20 items, unique (a CEL rule).
+        if not 1 <= len(clusters) <= 20 or len(set(clusters)) != len(clusters):
+            problems.append(f"MultiKueueConfig {key}: 1-20 unique clusters")
+        problems.extend(
+            f"MultiKueueConfig {key}: MultiKueueCluster {name} not rendered"
+            for name in clusters
+            if name not in names("MultiKueueCluster")
+        )
     return problems
 
 

@@ -130,7 +130,7 @@ def test_config_single_error_is_the_message_and_its_hint_the_hint() -> None:
         (
             "components",
             "valid keys here: version, cluster, kueue, capacityReserve, topology, gpuTypes, priorities, teams, "
-            "image, preflight, burnin, alerts, health",
+            "image, preflight, burnin, alerts, health, clusters",
         ),
     ],
 )
@@ -413,8 +413,12 @@ FULL: dict[str, Any] = {
             "namespaces": ["team-a"],
             "fairShareWeight": 1.5,
             "gpus": {"h100": {"quota": 16, "borrowLimit": 8, "lendLimit": 8}},
+            "clusters": {"west": {"h100": 8}, "east": {"h100": 8}},
         },
         "team-b": {"namespaces": ["team-b"], "gpus": {"h100": {"quota": 16}}},
+    },
+    "clusters": {
+        "workers": [{"name": "west", "gpuTypes": {"h100": 2}}, {"name": "east", "gpuTypes": {"h100": 2}}],
     },
     "preflight": {"nodes": {"ssh": {"port": 22}}},
     "burnin": {"level": "quick", "unschedulableSeconds": 60},

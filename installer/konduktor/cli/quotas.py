@@ -19,6 +19,7 @@ from konduktor.config.schema import config_schema_text
 from konduktor.errors import ExitCode, UsageError
 from konduktor.paths import product_dir
 from konduktor.quotas.manifests import ManifestFormat, serialize, write_directory
+from konduktor.quotas.multikueue import render_clusters
 from konduktor.quotas.render import render
 
 ConfigArgument = Annotated[Path, typer.Argument(help="The cluster's config.yaml.", show_default=False)]
@@ -45,7 +46,7 @@ def validate(
         report, code = validation_report(config)
         print_document(report, "json" if output == "json" else "yaml")
         raise typer.Exit(code)
-    loaded = load_checked(config)
+    loaded = load_checked(config, several_clusters=True)
     err.print(f"{loaded.filename}: valid ({_summary(loaded)})", markup=False)
 
 
@@ -103,6 +104,14 @@ def render_manifests(
             "`amtool config routes test`).",
         ),
     ] = False,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            help="With `clusters:` in the config: print this cluster's objects (the manager's by cluster.name, or a "
+            "worker's); --output-dir writes every cluster's, one directory each.",
+        ),
+    ] = None,
     chart_values: Annotated[
         bool,
         typer.Option(
@@ -126,7 +135,12 @@ def render_manifests(
             hint="-o yaml or -o json; to write one file per object: --output-dir DIR",
         )
     output_format = cast(ManifestFormat, output)
-    loaded = load_checked(config)
+    loaded = load_checked(config, several_clusters=True)
+    if loaded.config.clusters is not None:
+        _render_clusters(loaded, output_format, output_dir, cluster)
+        return
+    if cluster is not None:
+        raise UsageError(f"--cluster {cluster}: the config names no clusters", hint="leave out --cluster")
     objects = render(loaded.config)
     if output_dir is None:
         sys.stdout.write(serialize(objects, output_format))
@@ -138,6 +152,42 @@ def render_manifests(
     done = write_directory(objects, output_format, output_dir, loaded.config.cluster.name)
     removed = f", removed {done.removed} stale" if done.removed else ""
     err.print(f"wrote {done.written} files to {output_dir}{removed}", markup=False)
+
+
+def _render_clusters(
+    loaded: LoadedConfig, output_format: ManifestFormat, output_dir: Path | None, cluster: str | None
+) -> None:
+    """`render` of a multi-cluster config: one cluster's objects on stdout, or a directory per cluster."""
+    sets = render_clusters(loaded.config, kueue_frameworks())
+    names = [one.name for one in sets]
+    if output_dir is None:
+        if cluster is None:
+            raise UsageError(
+                "the config names several clusters: say which one to print",
+                hint=f"--cluster NAME (one of {', '.join(names)}), or --output-dir DIR for a directory per cluster",
+            )
+        chosen = [one for one in sets if one.name == cluster]
+        if not chosen:
+            raise UsageError(f"--cluster {cluster}: no such cluster", hint=f"clusters: {', '.join(names)}")
+        sys.stdout.write(serialize(chosen[0].objects, output_format))
+        return
+    if output_dir.exists() and not output_dir.is_dir():
+        raise UsageError(f"{output_dir}: not a directory", hint="give a directory; each cluster gets a directory in it")
+    for one in sets:
+        if cluster is not None and one.name != cluster:
+            continue
+        done = write_directory(one.objects, output_format, output_dir / one.name, one.name)
+        removed = f", removed {done.removed} stale" if done.removed else ""
+        err.print(
+            f"{one.name} ({one.role}): wrote {done.written} files to {output_dir / one.name}{removed}", markup=False
+        )
+
+
+def kueue_frameworks() -> list[str]:
+    """The Kueue integrations the umbrella chart runs (its Kueue Configuration's integrations.frameworks)."""
+    values = yaml.safe_load((product_dir("charts") / "konduktor" / "values.yaml").read_text(encoding="utf-8"))
+    configuration = yaml.safe_load(values["kueue"]["managerConfig"]["controllerManagerConfigYaml"])
+    return list(configuration["integrations"]["frameworks"])
 
 
 def umbrella_values_of(config: Config) -> dict[str, Any]:
@@ -154,9 +204,18 @@ def schema() -> None:
     sys.stdout.write(config_schema_text())
 
 
-def load_checked(path: Path) -> LoadedConfig:
-    """The config at `path` with its warnings printed to stderr; ConfigError (exit 2) on any error."""
+def load_checked(path: Path, *, several_clusters: bool = False) -> LoadedConfig:
+    """The config at `path` with its warnings printed to stderr; ConfigError (exit 2) on any error. A config with
+    `clusters:` is refused (exit 2) unless the command handles several clusters (`several_clusters`)."""
     loaded = load_config(path)
+    if loaded.config.clusters is not None and not several_clusters:
+        line = loaded.lines.get(("clusters",))
+        where = f"{loaded.filename}:{line}" if line is not None else loaded.filename
+        raise UsageError(
+            f"{where}: clusters: this command works on one cluster, and the config names several",
+            hint="`validate` and `render --output-dir DIR` handle several clusters (docs/multicluster.md); "
+            "apply each cluster's directory to it",
+        )
     for finding in loaded.warnings:
         _report_warning(finding, loaded.filename)
     return loaded

@@ -1,7 +1,7 @@
 """Lint rules over a parsed config: what Kueue accepts but gets wrong, and what Kueue would reject.
 
 Rule ids are those of docs/design/kueue.md#lint-rules (L1-L15 Kueue facts; L16 guards tenancy, L17 the alert routes,
-L18 the health settings). Every rule is a pure function of the
+L18 the health settings, L19 the clusters of a multi-cluster config). Every rule is a pure function of the
 config (L14 also of a list of nodes) returning findings with a YAML path; the loader adds the line numbers.
 """
 
@@ -13,10 +13,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from konduktor.config.capacity import share_for, usable_per_node
+from konduktor.config.clusters import worker_capacity, worker_quotas
 from konduktor.config.findings import Finding, YamlPath, did_you_mean, error, warning
-from konduktor.config.model import Config, GpuQuota, HealthRequalification, selects
+from konduktor.config.model import Config, GpuQuota, HealthRequalification, Team, selects
 from konduktor.config.quantity import cpu_millicores, parse_quantity
-from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL, PRODUCT_LABEL
+from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL, KUEUE_NAMESPACE, PRODUCT_LABEL
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -25,7 +26,7 @@ LABEL_VALUE_MAX = 63
 SUBDOMAIN_MAX = 253
 TOPOLOGY_LABEL_MAX = 316  # Kueue Topology CRD limit on a level's nodeLabel
 # Kueue's pod webhook must not manage these, and a team's default LocalQueue there would capture system pods.
-RESERVED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "kueue-system")
+RESERVED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", KUEUE_NAMESPACE)
 # Kueue limits from the ClusterQueue / ResourceFlavor / Topology CRDs and webhooks.
 MAX_FLAVORS_PER_GROUP = 64
 MAX_FLAVORS_TOTAL = 256
@@ -41,7 +42,7 @@ QUOTA_RESOURCES = ("cpu", "memory", GPU_RESOURCE)
 
 
 def lint(config: Config) -> list[Finding]:
-    """Every finding of rules L1-L13 and L15-L18 that needs only the config."""
+    """Every finding of rules L1-L13 and L15-L19 that needs only the config."""
     return [finding for rule in RULES for finding in rule(config)]
 
 
@@ -562,6 +563,133 @@ def health_settings(config: Config) -> Iterator[Finding]:
         )
 
 
+def cluster_rules(config: Config) -> Iterator[Finding]:
+    """L19: the clusters are named once each, hold defined GPU types adding up to the fleet's nodes, and every
+    team's GPUs per cluster are on clusters that have the type, add up to its quota and fit the cluster."""
+    clusters = config.clusters
+    if clusters is None:
+        for team_name, team in config.teams.items():
+            if team.clusters is not None:
+                yield error(
+                    "L19",
+                    ("teams", team_name, "clusters"),
+                    "quotas per cluster need a `clusters:` section naming the workers",
+                    hint="add `clusters:` (docs/multicluster.md), or remove this key",
+                )
+        return
+    yield from _cluster_names(config)
+    # The capacity of each worker is judged once its GPU types and every team's quotas per cluster are right:
+    # otherwise it would repeat the same mistake in other words.
+    earlier = list(_worker_types(config))
+    for team_name, team in config.teams.items():
+        if team.clusters is not None:
+            earlier.extend(_team_clusters(config, team_name, team))
+    yield from earlier
+    if not any(finding.is_error for finding in earlier):
+        yield from _worker_capacity(config)
+
+
+def _cluster_names(config: Config) -> Iterator[Finding]:
+    assert config.clusters is not None
+    seen: dict[str, YamlPath] = {config.cluster.name: ("cluster", "name")}
+    for index, worker in enumerate(config.clusters.workers):
+        path = ("clusters", "workers", index, "name")
+        if worker.name in seen:
+            where = "the manager (cluster.name)" if seen[worker.name] == ("cluster", "name") else "an earlier worker"
+            yield error("L19", path, f"cluster {worker.name!r} is named twice: {where} has this name too")
+        elif not is_dns_label(worker.name):
+            yield error(
+                "L19",
+                path,
+                f"worker {worker.name!r} is not a valid name: lowercase letters, digits and '-', starting and ending "
+                "with a letter or digit, at most 63 characters",
+            )
+        seen.setdefault(worker.name, path)
+
+
+def _worker_types(config: Config) -> Iterator[Finding]:
+    assert config.clusters is not None
+    for index, worker in enumerate(config.clusters.workers):
+        for type_name in worker.gpu_types:
+            if type_name not in config.gpu_types:
+                hint = did_you_mean(type_name, config.gpu_types) or f"defined: {', '.join(config.gpu_types)}"
+                yield error(
+                    "L19",
+                    ("clusters", "workers", index, "gpuTypes", type_name),
+                    f"unknown GPU type {type_name!r}",
+                    hint=hint,
+                )
+    for type_name, gpu_type in config.gpu_types.items():
+        counts = [(w.name, w.gpu_types[type_name]) for w in config.clusters.workers if type_name in w.gpu_types]
+        total = sum(nodes for _, nodes in counts)
+        if total != gpu_type.nodes:
+            listing = ", ".join(f"{name} {nodes}" for name, nodes in counts) or "no worker"
+            yield error(
+                "L19",
+                ("gpuTypes", type_name, "nodes"),
+                f"{gpu_type.nodes} {type_name} nodes, but the workers have {total} ({listing})",
+                hint="with `clusters:`, gpuTypes.<type>.nodes is the whole fleet: the sum over the workers",
+            )
+
+
+def _team_clusters(config: Config, team_name: str, team: Team) -> Iterator[Finding]:
+    assert config.clusters is not None and team.clusters is not None
+    workers = {worker.name: worker for worker in config.clusters.workers}
+    for cluster_name, gpus in team.clusters.items():
+        path = ("teams", team_name, "clusters", cluster_name)
+        worker = workers.get(cluster_name)
+        if worker is None:
+            if cluster_name == config.cluster.name:
+                yield error("L19", path, f"{cluster_name!r} is the manager, which runs no jobs: quotas go on workers")
+            else:
+                hint = did_you_mean(cluster_name, workers) or f"workers: {', '.join(workers)}"
+                yield error("L19", path, f"unknown cluster {cluster_name!r}", hint=hint)
+            continue
+        for type_name in gpus:
+            if type_name not in team.gpus:
+                yield error(
+                    "L19",
+                    (*path, type_name),
+                    f"the team has no {type_name!r} quota",
+                    hint=f"add it under teams.{team_name}.gpus, or remove it here",
+                )
+            elif type_name not in worker.gpu_types:
+                has = ", ".join(worker.gpu_types)
+                yield error(
+                    "L19",
+                    (*path, type_name),
+                    f"cluster {cluster_name!r} has no {type_name} GPUs (it has {has})",
+                )
+    for type_name, limits in team.gpus.items():
+        given = {name: gpus[type_name] for name, gpus in team.clusters.items() if type_name in gpus and name in workers}
+        if sum(given.values()) != limits.quota:
+            listing = ", ".join(f"{name} {gpus}" for name, gpus in given.items()) or "none"
+            yield error(
+                "L19",
+                ("teams", team_name, "gpus", type_name, "quota"),
+                f"quota {limits.quota} {type_name}, but the team's clusters add up to {sum(given.values())} "
+                f"({listing})",
+                hint=f"the quota is the sum of teams.{team_name}.clusters.<worker>.{type_name}",
+            )
+
+
+def _worker_capacity(config: Config) -> Iterator[Finding]:
+    assert config.clusters is not None
+    quotas = worker_quotas(config)
+    for index, worker in enumerate(config.clusters.workers):
+        for type_name in worker.gpu_types:
+            held = {team: gpus[type_name] for team, gpus in quotas[worker.name].items() if gpus.get(type_name)}
+            capacity = worker_capacity(config, worker, type_name)
+            if sum(held.values()) > capacity:
+                listing = ", ".join(f"{team} {gpus}" for team, gpus in held.items())
+                yield error(
+                    "L19",
+                    ("clusters", "workers", index, "gpuTypes", type_name),
+                    f"the teams hold {sum(held.values())} {type_name} GPUs on {worker.name!r}, which has {capacity}",
+                    hint=f"{listing}; give the teams `clusters:` quotas that fit each worker",
+                )
+
+
 RULES: tuple[Callable[[Config], Iterable[Finding]], ...] = (
     names,
     known_gpu_types,
@@ -579,6 +707,7 @@ RULES: tuple[Callable[[Config], Iterable[Finding]], ...] = (
     pod_security_exceptions,
     alert_receivers,
     health_settings,
+    cluster_rules,
 )
 
 

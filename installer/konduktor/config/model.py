@@ -203,6 +203,10 @@ class GpuQuota(Model):
     lend_limit: int | None = Field(default=None, ge=0, description="GPUs it may lend; unset = all idle ones")
 
 
+NodeCount = Annotated[int, Field(ge=1)]
+GpuCount = Annotated[int, Field(ge=0)]
+
+
 class Team(Model):
     namespaces: list[str] = Field(min_length=1)
     groups: list[str] = Field(default_factory=list, description="IdP groups bound to the team namespaces")
@@ -215,6 +219,11 @@ class Team(Model):
     fair_share_weight: float = Field(default=1.0, ge=0)
     department: str | None = Field(default=None, description="Parent cohort shared with other teams")
     gpus: dict[str, GpuQuota] = Field(min_length=1)
+    clusters: dict[str, dict[str, GpuCount]] | None = Field(
+        default=None,
+        description="With `clusters:`: worker -> GPU type -> the team's GPUs there, adding up to each type's quota; "
+        "default: each quota split across the workers in proportion to their GPUs of the type (docs/multicluster.md)",
+    )
 
 
 def _not_empty(text: str | None) -> str | None:
@@ -573,6 +582,40 @@ class Health(Model):
     )
 
 
+Dispatch = Literal["incremental", "allAtOnce"]
+
+
+class ClusterAccess(Model):
+    """How the installer reaches a cluster: a kubeconfig file and a context in it."""
+
+    kubeconfig: Text | None = Field(
+        default=None,
+        description="Kubeconfig file; ~ expands, a relative path is taken from the config file's directory; "
+        "default: $KUBECONFIG or ~/.kube/config",
+    )
+    context: Text | None = Field(default=None, description="Context in that kubeconfig; default: its current one")
+
+
+class WorkerCluster(ClusterAccess):
+    name: str = Field(description="Worker name: its MultiKueueCluster, and its root cohort there")
+    gpu_types: dict[str, NodeCount] = Field(
+        min_length=1, description="GPU type (defined under gpuTypes) -> its nodes in this cluster"
+    )
+
+
+class Clusters(Model):
+    """Several clusters behind each team's queue (Kueue's MultiKueue): the manager admits each job against the
+    team's quota and Kueue dispatches it to a worker; `cluster.name` is the manager's name."""
+
+    dispatch: Dispatch = Field(
+        default="incremental",
+        description="incremental: workers in the listed order, the next one when the earlier cannot admit; "
+        "allAtOnce: every worker at once, the first to admit wins",
+    )
+    manager: ClusterAccess = Field(default_factory=ClusterAccess, description="The cluster teams submit to")
+    workers: list[WorkerCluster] = Field(min_length=1, description="The clusters jobs run on, in dispatch order")
+
+
 def _default_priorities() -> dict[str, int]:
     # Work on borrowed capacity should be `opportunistic`: Kueue preempts the lowest priority first. Kueue gives
     # the class named `default` to a job that names none (WorkloadPriorityClassDefaulting); without it such a job
@@ -596,6 +639,9 @@ class Config(Model):
     burnin: BurnIn = Field(default_factory=BurnIn)
     alerts: Alerts = Field(default_factory=Alerts)
     health: Health = Field(default_factory=Health)
+    clusters: Clusters | None = Field(
+        default=None, description="A manager and worker clusters (MultiKueue); default: one cluster"
+    )
 
     def teams_using(self, gpu_type: str) -> list[str]:
         return [name for name, team in self.teams.items() if gpu_type in team.gpus]

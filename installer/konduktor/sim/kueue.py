@@ -14,8 +14,9 @@ from typing import Any
 
 from konduktor.helm.values import merge_sections
 from konduktor.kube.documents import load_documents
+from konduktor.vocabulary import KUEUE_NAMESPACE
 
-NAMESPACE = "kueue-system"
+NAMESPACE = KUEUE_NAMESPACE
 WEBHOOK_PREFIX = "kueue-"
 # Kueue's release manifests exempt these namespaces from the job and pod webhooks; pods there must never
 # depend on Kueue being up.
