@@ -9,7 +9,7 @@ import time
 import requests
 from loki_api import UMBRELLA_VALUES, LokiApi, new_tenant
 
-from konduktor.controller.loki import entries
+from konduktor.health.loki import entries
 from konduktor.tools.pinned import Toolbox, load_tools
 
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus."

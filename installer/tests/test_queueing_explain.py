@@ -340,7 +340,7 @@ def test_a_policy_finding_is_a_reason_with_its_policy_and_a_remedy() -> None:
 
 
 def test_a_workload_whose_pods_were_refused_says_so_with_the_fix() -> None:
-    """The health controller deactivated it after admission refused its pods (konduktor.controller.refused): the
+    """The health controller deactivated it after admission refused its pods (konduktor.health.refused): the
     verdict names the refusal and how to fix it, not a queue position."""
     capacity = Capacity(nodes(10, 10, 10, 10), (usage("team-a"), usage("team-b")))
     evicted = [{"type": "Evicted", "status": "True", "reason": "Deactivated"}]

@@ -15,9 +15,9 @@ from sim_fixture import node, release_nodes
 
 from konduktor.cli.main import main
 from konduktor.config.load import load_config
-from konduktor.controller.leader import LEASE_API, LEASE_NAME
-from konduktor.controller.settings import load_settings
 from konduktor.errors import KonduktorError
+from konduktor.health.leader import LEASE_API, LEASE_NAME
+from konduktor.health.settings import load_settings
 from konduktor.helm.release import CHARTS, install_or_upgrade, uninstall
 from konduktor.helm.values import merge_values
 from konduktor.kube.client import ApiError, Kube

@@ -11,7 +11,7 @@ from pathlib import Path
 from ruamel.yaml import YAML
 from test_charts import CORE, render
 
-from konduktor.controller.settings import parse_settings
+from konduktor.health.settings import parse_settings
 from konduktor.sim.platform import SUPERVISOR, Running, SimPlatform, local_argv, program_of, with_kernel_logs
 from konduktor.sim.processes import alive, gone, stop_process
 from konduktor.waiting import wait_until

@@ -2,7 +2,7 @@
 `burnin show RUN`: a past run, read from the cluster.
 
 The run itself is `konduktor.ops.burnin` over `konduktor.burnin.runner`; the quarantine of FAIL nodes is the health
-controller's (`konduktor.controller.quarantine`). A run is named by its run id: `burnin show RUN` reads what it
+controller's (`konduktor.health.quarantine`). A run is named by its run id: `burnin show RUN` reads what it
 left (its report, else its Jobs), starting nothing; running a burn-in again with `--run-id` picks up that run's
 Jobs instead of starting new ones (and starts those it misses), so an interrupted run can be finished.
 """

@@ -11,8 +11,8 @@ import typer
 from konduktor.cli.console import err, print_document, print_rows, say
 from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, Target, connect, running_target
-from konduktor.controller.health_view import capacity, health_view
 from konduktor.errors import UsageError
+from konduktor.health.health_view import capacity, health_view
 from konduktor.kube.sync import Change
 from konduktor.quotas.removal import DrainPolicy
 from konduktor.quotas.sync import DRAIN_TIMEOUT, NO_TAKEOVER, Takeover, pending_code, require_kueue, sync_quotas

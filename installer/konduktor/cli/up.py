@@ -37,10 +37,10 @@ from konduktor.cli.target import (
 )
 from konduktor.config.load import LoadedConfig
 from konduktor.config.model import Config
-from konduktor.controller.breaker import BreakerView, ControllerView
-from konduktor.controller.health_status import read_health
-from konduktor.controller.health_view import Capacity, capacity
 from konduktor.errors import ExitCode, KonduktorError, PartialApply, PreflightFailed, UsageError
+from konduktor.health.breaker import BreakerView, ControllerView
+from konduktor.health.health_status import read_health
+from konduktor.health.health_view import Capacity, capacity
 from konduktor.helm.diff import ObjectChange, release_changes
 from konduktor.helm.release import (
     CHARTS,

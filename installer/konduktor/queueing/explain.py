@@ -235,7 +235,7 @@ def why(
     verdict.kueue_message = str((reserved or {}).get("message", ""))
     refused = workload["metadata"].get("annotations", {}).get(PODS_REFUSED_REASON)
     if refused and workload.get("spec", {}).get("active", True) is False:
-        # The health controller deactivated it (konduktor.controller.refused): its quota is given back.
+        # The health controller deactivated it (konduktor.health.refused): its quota is given back.
         verdict.reasons.append(Reason("pods-refused", f"admitted, but its pods are refused: {refused}"))
         verdict.remedies.append(
             "fix what the refusal names in the job's pod template (or ask an administrator for another security "

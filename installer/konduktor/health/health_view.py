@@ -19,11 +19,11 @@ from enum import StrEnum
 from typing import Any
 
 from konduktor.burnin.record import record_of
-from konduktor.controller.breaker import RESET_COMMAND, BreakerView
-from konduktor.controller.decide import CONDITION_TYPE, NodeState, quarantined_by_us
-from konduktor.controller.nodes import gpu_node_state
-from konduktor.controller.requalification import run_of
-from konduktor.controller.settings import HealthSettings
+from konduktor.health.breaker import RESET_COMMAND, BreakerView
+from konduktor.health.decide import CONDITION_TYPE, NodeState, quarantined_by_us
+from konduktor.health.nodes import gpu_node_state
+from konduktor.health.requalification import run_of
+from konduktor.health.settings import HealthSettings
 from konduktor.kube.timestamps import format_time, parse_time
 from konduktor.vocabulary import (
     GPU_RESOURCE,
