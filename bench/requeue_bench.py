@@ -22,7 +22,7 @@ from pathlib import Path
 
 os.environ["KONDUKTOR_STATE"] = tempfile.mkdtemp(prefix="konduktor-bench-")
 
-from konduktor.cli.cluster_quotas import sync_quotas
+from konduktor.cli.quotas import sync_quotas
 from konduktor.config.load import load_config
 from konduktor.health.loop import HealthController
 from konduktor.health.settings import AffectedWorkSettings, BreakerSettings, HealthSettings

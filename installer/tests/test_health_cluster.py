@@ -30,8 +30,8 @@ from sim_fixture import health_settings_deployed, health_taints, node, patch_nod
 
 from konduktor.burnin.manifests import NODE_ANNOTATION, node_job
 from konduktor.burnin.tiers import options_for_tier
-from konduktor.cli.cluster_quotas import sync_quotas
 from konduktor.cli.main import main as cli_main
+from konduktor.cli.quotas import sync_quotas
 from konduktor.config.load import load_config
 from konduktor.errors import KonduktorError
 from konduktor.health.decide import CONDITION_TYPE, Taint, UpdateNode

@@ -25,9 +25,9 @@ from konduktor.burnin.report import render_json, render_junit, render_table, rep
 from konduktor.burnin.results import BurnInReport
 from konduktor.burnin.runner import BurnInRequest, BurnInRunner
 from konduktor.burnin.tiers import BurnInImages, Tier, options_for_tier
+from konduktor.cli.config_commands import load_checked
 from konduktor.cli.console import err, print_document, progress
 from konduktor.cli.help_text import PlainHelpGroup
-from konduktor.cli.quotas import load_checked
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
 from konduktor.config.model import UNSCHEDULABLE_SECONDS, Config, duration_seconds
 from konduktor.errors import UsageError

@@ -23,10 +23,10 @@ import typer
 from konduktor.burnin.manifests import make_run_id
 from konduktor.burnin.record import Policy
 from konduktor.burnin.results import BurnInReport, NodeVerdict, Verdict
-from konduktor.cli.cluster_quotas import AdoptOption, DrainOption, DrainTimeoutOption
+from konduktor.cli.config_commands import ConfigArgument, load_checked
 from konduktor.cli.console import OutputFormat, err, print_document, print_rows, progress, say
 from konduktor.cli.preflight import cluster_checks, node_checks, read_cluster, require_reachable
-from konduktor.cli.quotas import ConfigArgument, load_checked
+from konduktor.cli.quotas import AdoptOption, DrainOption, DrainTimeoutOption
 from konduktor.cli.target import (
     ContextOption,
     KubeconfigOption,
