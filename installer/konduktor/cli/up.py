@@ -40,7 +40,7 @@ from konduktor.config.model import Config
 from konduktor.errors import ExitCode, KonduktorError, PartialApply, PreflightFailed, UsageError
 from konduktor.health.breaker import BreakerView, ControllerView
 from konduktor.health.health_status import read_health
-from konduktor.health.health_view import Capacity, capacity
+from konduktor.health.health_view import ProductCapacity, capacity
 from konduktor.helm.diff import ObjectChange, release_changes
 from konduktor.helm.release import (
     CHARTS,
@@ -667,7 +667,7 @@ def status_rows(document: dict[str, Any]) -> list[dict[str, str]]:
     release = document["release"]
     controller = ControllerView(**document["health_controller"])
     breaker = BreakerView.from_row(document["breaker"])
-    gpus = [Capacity(**c) for c in document["gpus"]]
+    gpus = [ProductCapacity(**c) for c in document["gpus"]]
     quarantined = document["quarantined_nodes"]
     return [
         {
