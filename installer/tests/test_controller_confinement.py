@@ -79,7 +79,7 @@ def by_policy(attempt: Callable[[], object], policy: str, says: str) -> None:
 @pytest.fixture(scope="module")
 def controller(sim: Sim, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
     """A client that authenticates as the controller's service account, with a token from the API server."""
-    values = YAML(typ="safe").load((CORE / "ci" / "sim-values.yaml").read_text())
+    values = YAML(typ="safe").load((CORE / "values-sim.yaml").read_text())
     # Only the confinement policies (always in force): the teams' policies are tried in test_policies.py, and
     # leaving them enforcing here would judge the later modules' pods.
     values["policies"] = {"enabled": False}

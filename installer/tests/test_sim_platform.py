@@ -41,7 +41,7 @@ ACCOUNT = f"system:serviceaccount:{SYSTEM_NAMESPACE}"
 def values(**settings: Any) -> dict[str, Any]:
     """The sim's values, a 1 s publication cycle, and the teams' admission policies off (tried in test_policies.py;
     enforcing here they would judge later modules' pods)."""
-    base = YAML(typ="safe").load((CORE / "ci" / "sim-values.yaml").read_text())
+    base = YAML(typ="safe").load((CORE / "values-sim.yaml").read_text())
     extra = {"policies": {"enabled": False}, "capacityPublisher": {"everySeconds": 1}}
     return merge_values(merge_values(base, extra), {"controller": {"settings": settings}})
 

@@ -18,7 +18,7 @@ from konduktor.waiting import wait_until
 
 
 def rendered() -> dict[str, object]:
-    objects = render(CORE / "ci" / "sim-values.yaml")
+    objects = render(CORE / "values-sim.yaml")
     deployments = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Deployment"}
     config_maps = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ConfigMap"}
     return {"deployments": deployments, "config_maps": config_maps}

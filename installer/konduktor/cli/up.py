@@ -191,7 +191,7 @@ def chart_for(simulated: bool, config: Config, extra: dict[str, Any]) -> tuple[P
     """
     if simulated:
         core = CHARTS / "konduktor-core"
-        values = merge_values(load_documents(core / "ci" / "sim-values.yaml")[0], extra)
+        values = merge_values(load_documents(core / "values-sim.yaml")[0], extra)
         return core, merge_values(values, core_values(config))
     umbrella = CHARTS / "konduktor"
     if not (umbrella / "charts").is_dir():
