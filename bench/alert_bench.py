@@ -28,7 +28,7 @@ from alert_pipeline import alert_pipeline, health_controller, scraped
 from ruamel.yaml import YAML
 
 from konduktor.config import load_config
-from konduktor.controller.settings import BreakerSettings, HealthSettings
+from konduktor.health.settings import BreakerSettings, HealthSettings
 from konduktor.kube.client import Kube
 from konduktor.sim.cluster import SimCluster, SimSpec
 from konduktor.sim.nodes import node_name, parse_nodes_spec

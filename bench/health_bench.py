@@ -42,8 +42,8 @@ from loki_api import Loki, LokiApi, new_tenant
 from otelcol import Collector, collector, kernel_pipeline
 from ruamel.yaml import YAML
 
-from konduktor.controller.decide import TAINT_VALUE
-from konduktor.controller.settings import BreakerSettings, GpuTypeSettings, HealthSettings, LokiSettings
+from konduktor.health.decide import TAINT_VALUE
+from konduktor.health.settings import BreakerSettings, GpuTypeSettings, HealthSettings, LokiSettings
 from konduktor.kube.client import ApiError, Kube
 from konduktor.sim.cluster import SimCluster, SimSpec, free_port, tail
 from konduktor.sim.nodes import PRODUCTS, node_name, parse_nodes_spec

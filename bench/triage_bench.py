@@ -21,9 +21,9 @@ from typing import Any
 
 import requests
 
-from konduktor.controller.prometheus import HEALTH_FIELDS, PrometheusSource, moved_query
-from konduktor.controller.settings import PrometheusSettings
-from konduktor.controller.telemetry import HealthMetrics
+from konduktor.health.prometheus import HEALTH_FIELDS, PrometheusSource, moved_query
+from konduktor.health.settings import PrometheusSettings
+from konduktor.health.telemetry import HealthMetrics
 from konduktor.sim.cluster import free_port
 from konduktor.tools.toolbox import Toolbox
 from konduktor.waiting import wait_until

@@ -87,12 +87,12 @@ def main() -> None:
         order = pending_order(workloads, local_queues)
         last = order[-1]
         target = next(w for w in workloads if w["metadata"]["name"] == last.name)
-        verdict = why(
+        explanation = why(
             last.job, "team-0", target, workloads=workloads, local_queues=local_queues, capacity=capacity, pending=order
         )
         times.append(time.perf_counter() - start)
     print(f"why: {args.pending} pending workloads, {len(admitted)} admitted, {args.nodes} nodes, {TEAMS} teams")
-    print(f"  verdict: {verdict.state}, position {verdict.position}, {len(verdict.reasons)} reasons")
+    print(f"  verdict: {explanation.state}, position {explanation.position}, {len(explanation.reasons)} reasons")
     median, worst = statistics.median(times) * 1000, max(times) * 1000
     print(f"  time: median {median:.1f} ms, max {worst:.1f} ms ({args.repeat} runs)")
 

@@ -16,7 +16,8 @@ from typing import Any
 import jsonschema
 
 from konduktor.kube.documents import load_documents
-from konduktor.tools.pinned import Toolbox, module_dir
+from konduktor.tools.gobuild import module_dir
+from konduktor.tools.toolbox import Toolbox
 
 
 @functools.cache

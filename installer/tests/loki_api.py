@@ -25,8 +25,8 @@ import pytest
 import requests
 import yaml
 
-from konduktor.controller.settings import LokiSettings
 from konduktor.errors import KonduktorError
+from konduktor.health.settings import LokiSettings
 from konduktor.sim.cluster import free_port, stop_process, tail
 from konduktor.tools.toolbox import Toolbox
 from konduktor.waiting import wait_until

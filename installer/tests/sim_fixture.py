@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from konduktor.controller.settings import HealthSettings
+from konduktor.health.settings import HealthSettings
 from konduktor.kube.client import ApiError, Kube
 from konduktor.paths import product_dir
 from konduktor.sim.cluster import SimCluster

@@ -23,8 +23,8 @@ from test_health_cluster import (  # noqa: F401 (kube and clean are fixtures: th
 )
 
 from konduktor.config import load_config
-from konduktor.controller.requalification import REQUALIFICATION_LABEL
-from konduktor.controller.settings import BreakerSettings
+from konduktor.health.requalification import REQUALIFICATION_LABEL
+from konduktor.health.settings import BreakerSettings
 from konduktor.waiting import wait_until
 
 pytestmark = [pytest.mark.sim, pytest.mark.usefixtures("kube", "clean")]

@@ -45,10 +45,10 @@ from konduktor.burnin.verdict import NodeEvidence, judge_node
 from konduktor.cli.burnin import parse_timeout
 from konduktor.cli.main import main
 from konduktor.config.load import load_config
-from konduktor.controller.decide import CONDITION_TYPE, RecordEvent, SetCondition, Taint, UpdateNode
-from konduktor.controller.node_writes import node_patch
-from konduktor.controller.quarantine import quarantine_failed, quarantine_plan
 from konduktor.errors import UsageError
+from konduktor.health.decide import CONDITION_TYPE, RecordEvent, SetCondition, Taint, UpdateNode
+from konduktor.health.node_writes import node_patch
+from konduktor.health.quarantine import quarantine_failed, quarantine_plan
 from konduktor.kube.client import Kube
 from konduktor.ops.burnin import report_name
 from konduktor.sim.gpus import FAULTS_ANNOTATION, LOGS_ANNOTATION

@@ -24,7 +24,8 @@ from konduktor.waiting import wait_until
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 CORE = CHARTS / "konduktor-core"
-CI_VALUES = sorted((CORE / "ci").glob("*-values.yaml"))
+# The supported shapes: the fixtures of ci/ and the simulated cluster's runtime values (`up`, overlays/sim).
+CI_VALUES = [*sorted((CORE / "ci").glob("*-values.yaml")), CORE / "values-sim.yaml"]
 NAMESPACE = "konduktor-system"
 
 
@@ -264,7 +265,7 @@ def resource_versions(kube: Kube) -> dict[str, str]:
 
 @pytest.mark.sim
 def test_installs_and_upgrades_with_no_change(sim: Sim, monitoring_crds: None) -> None:
-    values = YAML(typ="safe").load((CORE / "ci" / "sim-values.yaml").read_text())
+    values = YAML(typ="safe").load((CORE / "values-sim.yaml").read_text())
     try:
         first = install_or_upgrade(sim.kubeconfig, CORE, "konduktor", NAMESPACE, values)
         assert first.status == "deployed"

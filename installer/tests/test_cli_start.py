@@ -28,7 +28,7 @@ HEAVY = (
     "prometheus_client",
     "konduktor.kube",
     "konduktor.helm",
-    "konduktor.controller",
+    "konduktor.health",
     "konduktor.burnin",
     "konduktor.preflight",
     "konduktor.sim",

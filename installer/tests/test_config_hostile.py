@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from konduktor.config.findings import ConfigError, Finding
 from konduktor.config.load import ALIAS_ALLOWANCE, MAX_DEPTH, MAX_FILE_BYTES, load_config, parse_config, read_yaml
 from konduktor.config.quantity import parse_quantity
-from konduktor.controller.settings import load_settings
 from konduktor.errors import UsageError
+from konduktor.health.settings import load_settings
 
 VALID = textwrap.dedent("""\
     version: 1

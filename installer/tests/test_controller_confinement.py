@@ -18,7 +18,8 @@ from sim_fixture import release_nodes
 from test_charts import render
 
 from konduktor.burnin.tiers import BurnInImages
-from konduktor.controller.decide import (
+from konduktor.errors import KonduktorError
+from konduktor.health.decide import (
     CONDITION_TYPE,
     TAINT_VALUE,
     DeactivateWorkload,
@@ -28,15 +29,14 @@ from konduktor.controller.decide import (
     Taint,
     UpdateNode,
 )
-from konduktor.controller.leader import LEASE_NAME, LeaderLease
-from konduktor.controller.node_writes import FIELD_MANAGER, condition_status, update_node
-from konduktor.controller.refused import GiveBack
-from konduktor.controller.refused_writes import give_back
-from konduktor.controller.requalification import PodLogs, Requalifier
-from konduktor.controller.settings import HealthSettings, RequalificationSettings
-from konduktor.controller.telemetry import HealthMetrics
-from konduktor.controller.workloads import deactivate, reactivate
-from konduktor.errors import KonduktorError
+from konduktor.health.leader import LEASE_NAME, LeaderLease
+from konduktor.health.node_writes import FIELD_MANAGER, condition_status, update_node
+from konduktor.health.refused import GiveBack
+from konduktor.health.refused_writes import give_back
+from konduktor.health.requalification import PodLogs, Requalifier
+from konduktor.health.settings import HealthSettings, RequalificationSettings
+from konduktor.health.telemetry import HealthMetrics
+from konduktor.health.workloads import deactivate, reactivate
 from konduktor.helm.release import CHARTS, install_or_upgrade, uninstall
 from konduktor.kube.client import MERGE_PATCH, ApiError, Kube
 from konduktor.kube.documents import load_documents
@@ -79,7 +79,7 @@ def by_policy(attempt: Callable[[], object], policy: str, says: str) -> None:
 @pytest.fixture(scope="module")
 def controller(sim: Sim, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
     """A client that authenticates as the controller's service account, with a token from the API server."""
-    values = YAML(typ="safe").load((CORE / "ci" / "sim-values.yaml").read_text())
+    values = YAML(typ="safe").load((CORE / "values-sim.yaml").read_text())
     # Only the confinement policies (always in force): the teams' policies are tried in test_policies.py, and
     # leaving them enforcing here would judge the later modules' pods.
     values["policies"] = {"enabled": False}

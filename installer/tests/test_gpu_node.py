@@ -7,10 +7,10 @@ from typing import Any
 
 from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict
 from konduktor.config.model import selects
-from konduktor.controller.decide import SetCondition, UpdateNode
-from konduktor.controller.nodes import node_state
-from konduktor.controller.quarantine import quarantine_plan
 from konduktor.gpu.node import GpuNode, Taint, allocatable_gpus, read_node
+from konduktor.health.decide import SetCondition, UpdateNode
+from konduktor.health.nodes import node_state
+from konduktor.health.quarantine import quarantine_plan
 from konduktor.vocabulary import GPU_HEALTHY_CONDITION, GPU_RESOURCE, HEALTH_TAINT_KEY, QUARANTINED_AT
 
 

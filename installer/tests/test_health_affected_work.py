@@ -7,15 +7,16 @@ from dataclasses import replace
 
 import pytest
 
-from konduktor.controller.affected import (
+from konduktor.gpu.kernel_log import parse_line
+from konduktor.health.affected import (
     AffectedWorkload,
     ObjectRef,
     RequeuingWorkload,
     owner_message,
     signal_words,
 )
-from konduktor.controller.classify import Finding, LostGpuWatch, classify_report
-from konduktor.controller.decide import (
+from konduktor.health.classify import Finding, LostGpuWatch, classify_report
+from konduktor.health.decide import (
     BreakerState,
     DeactivateWorkload,
     NodeState,
@@ -25,8 +26,7 @@ from konduktor.controller.decide import (
     UpdateNode,
     decide,
 )
-from konduktor.controller.settings import AffectedWorkSettings, BreakerSettings, HealthSettings
-from konduktor.gpu.kernel_log import parse_line
+from konduktor.health.settings import AffectedWorkSettings, BreakerSettings, HealthSettings
 
 NOW = 1_750_000_000.0  # 2025-06-15T15:06:40Z
 OPT_OUT = HealthSettings().opt_out_label

@@ -8,7 +8,9 @@ from collections.abc import Sequence
 import pytest
 
 from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict
-from konduktor.controller.classify import (
+from konduktor.gpu.catalog import RecommendedAction, Severity
+from konduktor.gpu.kernel_log import parse_line
+from konduktor.health.classify import (
     DcgmSample,
     DuplicateFilter,
     Finding,
@@ -21,10 +23,8 @@ from konduktor.controller.classify import (
     condition_finding,
     verdict_detail,
 )
-from konduktor.controller.decide import BreakerState, NodeState, UpdateNode, decide
-from konduktor.controller.settings import HealthSettings, NodeConditionRule, PrometheusSettings
-from konduktor.gpu.catalog import RecommendedAction, Severity
-from konduktor.gpu.kernel_log import parse_line
+from konduktor.health.decide import BreakerState, NodeState, UpdateNode, decide
+from konduktor.health.settings import HealthSettings, NodeConditionRule, PrometheusSettings
 
 DEFAULTS = HealthSettings()
 

@@ -30,23 +30,23 @@ from sim_fixture import health_settings_deployed, health_taints, node, patch_nod
 
 from konduktor.burnin.manifests import NODE_ANNOTATION, node_job
 from konduktor.burnin.tiers import options_for_tier
-from konduktor.cli.cluster_quotas import sync_quotas
 from konduktor.cli.main import main as cli_main
+from konduktor.cli.quotas import sync_quotas
 from konduktor.config.load import load_config
-from konduktor.controller.decide import CONDITION_TYPE, Taint, UpdateNode
-from konduktor.controller.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION, LEASE_API, LEASE_NAME
-from konduktor.controller.loop import CURSOR_ANNOTATION, HealthController
-from konduktor.controller.nodes import NodeEvent, list_nodes
-from konduktor.controller.requalification import REQUALIFICATION_LABEL
-from konduktor.controller.server import HealthServer
-from konduktor.controller.settings import (
+from konduktor.errors import KonduktorError
+from konduktor.health.decide import CONDITION_TYPE, Taint, UpdateNode
+from konduktor.health.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION, LEASE_API, LEASE_NAME
+from konduktor.health.loop import CURSOR_ANNOTATION, HealthController
+from konduktor.health.nodes import NodeEvent, list_nodes
+from konduktor.health.requalification import REQUALIFICATION_LABEL
+from konduktor.health.server import HealthServer
+from konduktor.health.settings import (
     BreakerSettings,
     HealthSettings,
     LokiSettings,
     PrometheusSettings,
     RequalificationSettings,
 )
-from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
 from konduktor.sim.cluster import free_port
 from konduktor.sim.gpus import FAULTS_ANNOTATION

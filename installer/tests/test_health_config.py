@@ -17,7 +17,7 @@ from konduktor.cli.up import chart_for
 from konduktor.config.findings import ConfigError
 from konduktor.config.load import parse_config
 from konduktor.config.model import Config, Health
-from konduktor.controller.settings import AffectedWorkSettings, BreakerSettings, HealthSettings, load_settings
+from konduktor.health.settings import AffectedWorkSettings, BreakerSettings, HealthSettings, load_settings
 from konduktor.helm.values import controller_settings, umbrella_values
 from konduktor.kube.documents import load_documents
 from konduktor.quotas.manifests import to_yaml

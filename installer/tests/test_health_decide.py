@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict
-from konduktor.controller.classify import Finding, LostGpuWatch, classify_report
-from konduktor.controller.decide import (
+from konduktor.gpu.kernel_log import parse_line
+from konduktor.health.classify import Finding, LostGpuWatch, classify_report
+from konduktor.health.decide import (
     Action,
     BreakerState,
     NodeState,
@@ -28,8 +29,7 @@ from konduktor.controller.decide import (
     quarantined_by_us,
     restore_breaker,
 )
-from konduktor.controller.settings import BreakerSettings, HealthSettings
-from konduktor.gpu.kernel_log import parse_line
+from konduktor.health.settings import BreakerSettings, HealthSettings
 from konduktor.vocabulary import (
     HEALTH_TAINT_KEY,
     QUARANTINE_REASON,

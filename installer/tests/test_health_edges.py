@@ -11,17 +11,17 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from konduktor.controller.classify import DcgmSample, DuplicateFilter, Finding, LostGpuWatch, classify_report
-from konduktor.controller.decide import CONDITION_TYPE, Taint, UpdateNode
-from konduktor.controller.logs import JsonFormatter
-from konduktor.controller.loki import LokiCursor, cursor_after, entries, line_key, unseen
-from konduktor.controller.node_writes import node_patch
-from konduktor.controller.nodes import NodeCache, NodeEvent, expected_gpus, is_gpu_node, node_state
-from konduktor.controller.prometheus import DcgmSeries, DcgmSignal, Novelty, shape, signal
-from konduktor.controller.requalification import Run, acted_on, run_id_for, run_of
-from konduktor.controller.settings import GpuTypeSettings, HealthSettings, load_settings
-from konduktor.controller.telemetry import HealthMetrics
 from konduktor.gpu.kernel_log import parse_line
+from konduktor.health.classify import DcgmSample, DuplicateFilter, Finding, LostGpuWatch, classify_report
+from konduktor.health.decide import CONDITION_TYPE, Taint, UpdateNode
+from konduktor.health.logs import JsonFormatter
+from konduktor.health.loki import LokiCursor, cursor_after, entries, line_key, unseen
+from konduktor.health.node_writes import node_patch
+from konduktor.health.nodes import NodeCache, NodeEvent, expected_gpus, is_gpu_node, node_state
+from konduktor.health.prometheus import DcgmSeries, DcgmSignal, Novelty, shape, signal
+from konduktor.health.requalification import Run, acted_on, run_id_for, run_of
+from konduktor.health.settings import GpuTypeSettings, HealthSettings, load_settings
+from konduktor.health.telemetry import HealthMetrics
 from konduktor.observability.metrics import HEALTH_CONTROLLER_METRICS
 from konduktor.vocabulary import HEALTH_TAINT_KEY, QUARANTINED_AT, REQUALIFIED_AT
 

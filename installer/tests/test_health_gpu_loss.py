@@ -10,19 +10,19 @@ from typing import Any
 
 import pytest
 
-from konduktor.controller.affected import AffectedWorkload, ObjectRef
-from konduktor.controller.classify import DcgmSample, Finding, LostGpuWatch, classify_dcgm
-from konduktor.controller.decide import BreakerState, DeactivateWorkload, NodeState, Plan, TellOwner, decide
-from konduktor.controller.gpu_loss import (
+from konduktor.health.affected import AffectedWorkload, ObjectRef
+from konduktor.health.classify import DcgmSample, Finding, LostGpuWatch, classify_dcgm
+from konduktor.health.decide import BreakerState, DeactivateWorkload, NodeState, Plan, TellOwner, decide
+from konduktor.health.gpu_loss import (
     Attribution,
     LostGpu,
     is_device_plugin_xid,
     judge_lost_gpu,
 )
-from konduktor.controller.prometheus import PrometheusSource, attribution
-from konduktor.controller.settings import AffectedWorkSettings, HealthSettings, PrometheusSettings
-from konduktor.controller.sources import SourceError
-from konduktor.controller.telemetry import HealthMetrics
+from konduktor.health.prometheus import PrometheusSource, attribution
+from konduktor.health.settings import AffectedWorkSettings, HealthSettings, PrometheusSettings
+from konduktor.health.sources import SourceError
+from konduktor.health.telemetry import HealthMetrics
 
 NOW = 1_750_000_000.0
 OPT_OUT = HealthSettings().opt_out_label

@@ -23,8 +23,8 @@ from test_health_cluster import (
     with_team_queues,
 )
 
-from konduktor.controller.loop import HealthController
-from konduktor.controller.settings import PrometheusSettings
+from konduktor.health.loop import HealthController
+from konduktor.health.settings import PrometheusSettings
 from konduktor.kube.client import Kube
 from konduktor.sim.workloads import gpu_job, running_on, workload_of
 from konduktor.vocabulary import REQUEUE_LABEL

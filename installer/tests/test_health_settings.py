@@ -11,8 +11,8 @@ from model_numbers import concrete, numeric_paths, replaced
 
 from konduktor.config.findings import ConfigError
 from konduktor.config.load import read_yaml
-from konduktor.controller.settings import HealthSettings, load_settings
 from konduktor.errors import UsageError
+from konduktor.health.settings import HealthSettings, load_settings
 
 
 def write(tmp_path: Path, text: str) -> Path:

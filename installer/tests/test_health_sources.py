@@ -12,14 +12,14 @@ from garbage_api import serving
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from konduktor.controller.classify import classify_dcgm, classify_report
-from konduktor.controller.loki import LokiSource, entries, unseen
-from konduktor.controller.prometheus import Novelty, PrometheusSource, matrix, moved, signal
-from konduktor.controller.settings import HealthSettings, LokiSettings, PrometheusSettings
-from konduktor.controller.sources import SourceError
-from konduktor.controller.telemetry import HealthMetrics
 from konduktor.gpu.catalog import DCGM_RULES, DCGM_XID_FIELD
 from konduktor.gpu.kernel_log import parse_line
+from konduktor.health.classify import classify_dcgm, classify_report
+from konduktor.health.loki import LokiSource, entries, unseen
+from konduktor.health.prometheus import Novelty, PrometheusSource, matrix, moved, signal
+from konduktor.health.settings import HealthSettings, LokiSettings, PrometheusSettings
+from konduktor.health.sources import SourceError
+from konduktor.health.telemetry import HealthMetrics
 
 SETTINGS = HealthSettings()
 LOKI = LokiSettings(url="http://loki.invalid", query='{job="kernel"}', node_label="node")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, PairVerdict, Verdict
-from konduktor.controller.classify import DcgmSample
-from konduktor.controller.loki import LogLine
-from konduktor.controller.prometheus import DcgmSignal
-from konduktor.controller.settings import HealthSettings, PrometheusSettings
-from konduktor.controller.triage import (
+from konduktor.health.classify import DcgmSample
+from konduktor.health.loki import LogLine
+from konduktor.health.prometheus import DcgmSignal
+from konduktor.health.settings import HealthSettings, PrometheusSettings
+from konduktor.health.triage import (
     LATE_SECONDS,
     NodeRecord,
     Sighting,

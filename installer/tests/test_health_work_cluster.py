@@ -30,9 +30,9 @@ from test_health_cluster import (
     with_team_queues,
 )
 
-from konduktor.controller.leader import BREAKER_ANNOTATION, LEASE_API, LEASE_NAME
-from konduktor.controller.loop import HealthController
-from konduktor.controller.settings import AffectedWorkSettings, HealthSettings, PrometheusSettings
+from konduktor.health.leader import BREAKER_ANNOTATION, LEASE_API, LEASE_NAME
+from konduktor.health.loop import HealthController
+from konduktor.health.settings import AffectedWorkSettings, HealthSettings, PrometheusSettings
 from konduktor.kube.client import Kube
 from konduktor.kube.timestamps import parse_time
 from konduktor.sim.gpus import FAULTS_ANNOTATION

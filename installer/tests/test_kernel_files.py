@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from konduktor.controller.kernel_files import KernelLogFiles
-from konduktor.controller.settings import parse_settings
+from konduktor.health.kernel_files import KernelLogFiles
+from konduktor.health.settings import parse_settings
 
 XID_79 = "[ 100.000001] NVRM: Xid (PCI:0000:18:00.0): 79, pid=0, GPU has fallen off the bus."
 

@@ -37,10 +37,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "burnin": frozenset({"gpu", "config", "kube"}),
     "observability": frozenset({"gpu", "burnin"}),
     "preflight": frozenset({"gpu", "config", "quotas", "kube", "burnin"}),
-    "controller": frozenset({"gpu", "config", "kube", "burnin", "observability"}),
+    "health": frozenset({"gpu", "config", "kube", "burnin", "observability"}),
     "sim": frozenset({"gpu", "config", "kube", "helm", "quotas", "burnin", "tools"}),
     "queueing": frozenset({"gpu", "config", "kube", "quotas"}),
-    "ops": frozenset({"gpu", "config", "tools", "kube", "quotas", "helm", "burnin", "controller"}),
+    "ops": frozenset({"gpu", "config", "tools", "kube", "quotas", "helm", "burnin", "health"}),
     "cli": frozenset(
         {
             "ops",
@@ -55,7 +55,7 @@ ALLOWED: dict[str, frozenset[str]] = {
             "helm",
             "burnin",
             "preflight",
-            "controller",
+            "health",
             "sim",
         }
     ),
@@ -74,7 +74,7 @@ def module_name(path: Path) -> str:
 
 
 def package_of(module: str) -> str:
-    """`konduktor.controller.decide` -> `controller`; `konduktor.errors` -> `errors`."""
+    """`konduktor.health.decide` -> `health`; `konduktor.errors` -> `errors`."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
 
@@ -143,8 +143,8 @@ def test_known_violations_are_still_there() -> None:
 
 def test_the_checker_sees_an_upward_import() -> None:
     """The checker itself can fail: upward imports are judged wrong, downward ones right."""
-    assert not is_allowed("konduktor.burnin.verdict", "konduktor.controller.decide")
-    assert not is_allowed("konduktor.controller.loop", "konduktor.cli.app")
+    assert not is_allowed("konduktor.burnin.verdict", "konduktor.health.decide")
+    assert not is_allowed("konduktor.health.loop", "konduktor.cli.app")
     assert not is_allowed("konduktor.errors", "konduktor.config.model")
     assert is_allowed("konduktor.waiting", "konduktor.errors")
     assert is_allowed("konduktor.cli.up", "konduktor.sim.cluster")

@@ -11,7 +11,7 @@ import pytest
 from conftest import Sim
 from test_umbrella import NAMESPACE, render_umbrella, rendered_health_settings, values
 
-from konduktor.controller.settings import HealthSettings
+from konduktor.health.settings import HealthSettings
 from konduktor.kube.documents import load_documents
 
 TENANT_HEADER = "X-Scope-OrgID"

@@ -9,7 +9,7 @@ import time
 import requests
 from loki_api import UMBRELLA_VALUES, LokiApi, new_tenant
 
-from konduktor.controller.loki import entries
+from konduktor.health.loki import entries
 from konduktor.tools.catalog import load_tools
 from konduktor.tools.toolbox import Toolbox
 

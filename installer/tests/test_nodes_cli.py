@@ -22,12 +22,12 @@ from konduktor.burnin.results import Verdict
 from konduktor.burnin.tiers import options_for_tier
 from konduktor.burnin.verdict import NodeEvidence, judge_node
 from konduktor.cli.main import main
-from konduktor.controller.decide import CONDITION_TYPE
-from konduktor.controller.health_view import TABLE_WIDTH
-from konduktor.controller.leader import BREAKER_ANNOTATION, LEASE_API, LEASE_NAME
-from konduktor.controller.quarantine import quarantine_failed
-from konduktor.controller.settings import HealthSettings
 from konduktor.errors import ExitCode
+from konduktor.health.decide import CONDITION_TYPE
+from konduktor.health.health_view import TABLE_WIDTH
+from konduktor.health.leader import BREAKER_ANNOTATION, LEASE_API, LEASE_NAME
+from konduktor.health.quarantine import quarantine_failed
+from konduktor.health.settings import HealthSettings
 from konduktor.kube.client import Kube
 from konduktor.sim.gpus import FAULTS_ANNOTATION
 from konduktor.vocabulary import HEALTH_TAINT_KEY, QUARANTINED_AT, SYSTEM_NAMESPACE

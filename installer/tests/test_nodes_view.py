@@ -8,14 +8,14 @@ import pytest
 
 from konduktor.burnin.record import BurnInRecord
 from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict
-from konduktor.controller.breaker import BreakerView, breaker_view, controller_view
-from konduktor.controller.decide import CONDITION_TYPE, RecordEvent, SetCondition, UpdateNode
-from konduktor.controller.health_view import TABLE_WIDTH, Health, capacity, health_view, render_next, render_table
-from konduktor.controller.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION
-from konduktor.controller.nodes import node_state
-from konduktor.controller.release import release_hints, release_plan, requalification_plan
-from konduktor.controller.settings import HealthSettings
 from konduktor.errors import ChangeRefused, ExitCode, UsageError
+from konduktor.health.breaker import BreakerView, breaker_view, controller_view
+from konduktor.health.decide import CONDITION_TYPE, RecordEvent, SetCondition, UpdateNode
+from konduktor.health.health_view import TABLE_WIDTH, Health, capacity, health_view, render_next, render_table
+from konduktor.health.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION
+from konduktor.health.nodes import node_state
+from konduktor.health.release import release_hints, release_plan, requalification_plan
+from konduktor.health.settings import HealthSettings
 from konduktor.vocabulary import (
     BURNIN_RESULT,
     HEALTH_TAINT_KEY,

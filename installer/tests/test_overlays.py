@@ -26,7 +26,7 @@ OVERLAYS = REPO_ROOT / "overlays"
 ALL = sorted(path.parent.name for path in OVERLAYS.glob("*/kustomization.yaml"))
 ENVIRONMENTS = sorted(path.parent.name for path in OVERLAYS.glob("*/values.yaml"))
 CORE = CHARTS / "konduktor-core"
-SIM_VALUES = CORE / "ci" / "sim-values.yaml"
+SIM_VALUES = CORE / "values-sim.yaml"
 ARGO_API = "argoproj.io/v1alpha1"
 WAVE = "argocd.argoproj.io/sync-wave"
 

@@ -1,4 +1,4 @@
-"""`konduktor why` and `konduktor queue`, the pure core: each verdict from Kueue's objects and the published
+"""`konduktor why` and `konduktor queue`, the pure core: each explanation from Kueue's objects and the published
 capacity, on examples/config.yaml's shape (two teams, 20 GPUs each, 4 nodes of 10 H100s)."""
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ ADMITTED = [
 FINISHED = [*ADMITTED, {"type": "Finished", "status": "True", "message": "Job finished successfully"}]
 
 
-def verdict(target: dict[str, Any], others: list[dict[str, Any]], capacity: Capacity | None) -> dict[str, Any]:
+def explanation(target: dict[str, Any], others: list[dict[str, Any]], capacity: Capacity | None) -> dict[str, Any]:
     everything = [target, *others]
     pending = pending_order(everything, LOCAL_QUEUES)
     found = why(
@@ -151,13 +151,13 @@ def test_order_is_priority_then_queue_time_per_cluster_queue() -> None:
 
 def test_admitted_and_finished() -> None:
     capacity = Capacity(nodes(10, 10, 10, 10), (usage("team-a", used=8), usage("team-b")))
-    assert verdict(workload("run", gpus=8, conditions=ADMITTED), [], capacity)["state"] == "admitted"
-    assert verdict(workload("done", gpus=8, conditions=FINISHED), [], capacity)["state"] == "finished"
+    assert explanation(workload("run", gpus=8, conditions=ADMITTED), [], capacity)["state"] == "admitted"
+    assert explanation(workload("done", gpus=8, conditions=FINISHED), [], capacity)["state"] == "finished"
 
 
 def test_admitted_on_borrowed_gpus_warns_of_reclaim() -> None:
     capacity = Capacity(nodes(0, 0, 0, 10), (usage("team-a", used=30, borrowed=10), usage("team-b", lent=10)))
-    answer = verdict(workload("big", gpus=10, conditions=ADMITTED), [], capacity)
+    answer = explanation(workload("big", gpus=10, conditions=ADMITTED), [], capacity)
     assert answer["state"] == "admitted" and "borrowing" in kinds(answer)
 
 
@@ -165,7 +165,7 @@ def test_quota_used_by_the_teams_own_jobs_names_them() -> None:
     # team-a holds its 20 and may borrow 10, but team-b uses all of its own: nothing to borrow.
     capacity = Capacity(nodes(0, 0, 0, 0), (usage("team-a", used=20), usage("team-b", used=20)))
     running = [workload(f"r{i}", gpus=10, conditions=ADMITTED) for i in range(2)]
-    answer = verdict(workload("greedy", gpus=8), running, capacity)
+    answer = explanation(workload("greedy", gpus=8), running, capacity)
     assert answer["state"] == "pending" and answer["position"] == 0
     quota = next(r["message"] for r in answer["reasons"] if r["kind"] == "quota")
     assert "uses 20 of its 20" in quota and "r0 (10 GPUs)" in quota and "r1 (10 GPUs)" in quota
@@ -175,14 +175,14 @@ def test_quota_used_by_the_teams_own_jobs_names_them() -> None:
 
 def test_borrowing_limit_reached() -> None:
     capacity = Capacity(nodes(0, 0, 0, 10), (usage("team-a", used=30, borrowed=10), usage("team-b", used=0, lent=10)))
-    answer = verdict(workload("more", gpus=8), [workload("r", gpus=30, conditions=ADMITTED)], capacity)
+    answer = explanation(workload("more", gpus=8), [workload("r", gpus=30, conditions=ADMITTED)], capacity)
     assert answer["state"] == "pending" and "borrowing-limit" in kinds(answer)
 
 
 def test_borrowers_of_the_teams_gpus_will_be_preempted() -> None:
     # team-b borrows 10 of team-a's GPUs; team-a uses 0 and asks 30: more than the 20 left unborrowed.
     capacity = Capacity(nodes(0, 0, 10, 10), (usage("team-a", lent=10), usage("team-b", used=30, borrowed=10)))
-    answer = verdict(workload("reclaim", gpus=10, pods=3), [], capacity)
+    answer = explanation(workload("reclaim", gpus=10, pods=3), [], capacity)
     reclaim = next(r["message"] for r in answer["reasons"] if r["kind"] == "reclaim")
     assert "team-b borrows 10 GPUs" in reclaim and "preempting" in reclaim
 
@@ -197,30 +197,30 @@ def test_a_preempted_job_is_told_when_and_why() -> None:
         ("SomethingNew", "for another workload"),
     ]:
         preempted = [{"type": "Preempted", "status": "True", "reason": reason, "lastTransitionTime": at}]
-        answer = verdict(workload("borrower", gpus=10, conditions=preempted), [], capacity)
+        answer = explanation(workload("borrower", gpus=10, conditions=preempted), [], capacity)
         message = next(r["message"] for r in answer["reasons"] if r["kind"] == "preempted")
         assert answer["state"] == "pending" and message == f"Kueue preempted it at {at} {words} ({reason})"
     # Kueue's Evicted condition alone says the same; an eviction for another reason is no preemption.
     evicted = [{"type": "Evicted", "status": "True", "reason": "Preempted", "lastTransitionTime": at}]
-    assert "preempted" in kinds(verdict(workload("b", gpus=10, conditions=evicted), [], capacity))
+    assert "preempted" in kinds(explanation(workload("b", gpus=10, conditions=evicted), [], capacity))
     timeout = [{"type": "Evicted", "status": "True", "reason": "PodsReadyTimeout", "lastTransitionTime": at}]
-    assert "preempted" not in kinds(verdict(workload("b", gpus=10, conditions=timeout), [], capacity))
+    assert "preempted" not in kinds(explanation(workload("b", gpus=10, conditions=timeout), [], capacity))
 
 
 def test_fragmentation_free_gpus_spread_over_nodes() -> None:
     capacity = Capacity(nodes(7, 7, 7, 7), (usage("team-a", used=0), usage("team-b", used=12)))
-    answer = verdict(workload("eight", gpus=8), [], capacity)
+    answer = explanation(workload("eight", gpus=8), [], capacity)
     assert answer["state"] == "pending"
     message = next(r["message"] for r in answer["reasons"] if r["kind"] == "fragmentation")
     assert "28 GPUs of h100 are free, but at most 7 on one node" in message
     # One node with 8 free: nothing holds it back.
-    answer = verdict(workload("eight", gpus=8), [], Capacity(nodes(8, 7, 7, 7), capacity.queues))
+    answer = explanation(workload("eight", gpus=8), [], Capacity(nodes(8, 7, 7, 7), capacity.queues))
     assert "fragmentation" not in kinds(answer)
 
 
 def test_quarantined_nodes_shrink_the_capacity() -> None:
     capacity = Capacity(nodes(10, 0, 0, 0, quarantined=(0,)), (usage("team-a"), usage("team-b", used=20)))
-    answer = verdict(workload("waits", gpus=8), [], capacity)
+    answer = explanation(workload("waits", gpus=8), [], capacity)
     assert answer["state"] == "pending"
     quarantine = next(r["message"] for r in answer["reasons"] if r["kind"] == "quarantine")
     assert "gpu-h100-0000" in quarantine and "Xid 79" in quarantine and "2026-11-23T19:00:00Z" in quarantine
@@ -229,7 +229,7 @@ def test_quarantined_nodes_shrink_the_capacity() -> None:
 
 def test_a_pod_bigger_than_every_node_never_fits() -> None:
     capacity = Capacity(nodes(10, 10, 10, 10), (usage("team-a"), usage("team-b")))
-    answer = verdict(workload("twelve", gpus=12), [], capacity)
+    answer = explanation(workload("twelve", gpus=12), [], capacity)
     assert answer["state"] == "never-fit"
     assert "asks 12 GPUs, but no h100 node has more than 10" in answer["reasons"][0]["message"]
     assert "at most 10 GPUs per pod" in answer["remedies"][0]
@@ -237,19 +237,19 @@ def test_a_pod_bigger_than_every_node_never_fits() -> None:
 
 def test_more_than_quota_and_borrowing_never_fits() -> None:
     capacity = Capacity(nodes(10, 10, 10, 10), (usage("team-a"), usage("team-b")))
-    answer = verdict(workload("huge", gpus=8, pods=4), [], capacity)
+    answer = explanation(workload("huge", gpus=8, pods=4), [], capacity)
     assert answer["state"] == "never-fit" and "more than the team may ever hold" in answer["reasons"][0]["message"]
 
 
 def test_a_flavor_no_node_provides_never_fits() -> None:
     capacity = Capacity((), (usage("team-a"), usage("team-b")))
-    answer = verdict(workload("nowhere", gpus=1), [], capacity)
+    answer = explanation(workload("nowhere", gpus=1), [], capacity)
     assert answer["state"] == "never-fit" and answer["reasons"][0]["message"] == "no node provides GPU type h100"
 
 
 def test_wrong_queue_label() -> None:
     capacity = Capacity(nodes(10), (usage("team-a"),))
-    answer = verdict(workload("lost", gpus=1, queue="research"), [], capacity)
+    answer = explanation(workload("lost", gpus=1, queue="research"), [], capacity)
     assert answer["state"] == "pending" and kinds(answer) == ["wrong-queue"]
     assert "kueue.x-k8s.io/queue-name: default" in answer["remedies"][0]
 
@@ -265,7 +265,7 @@ def test_position_counts_what_comes_first() -> None:
     capacity = Capacity(nodes(10, 10, 10, 10), (usage("team-a", used=20), usage("team-b", used=20)))
     first = workload("first", gpus=4, created="2026-11-23T20:00:00Z")
     second = workload("second", gpus=4, created="2026-11-23T20:01:00Z")
-    answer = verdict(second, [first], capacity)
+    answer = explanation(second, [first], capacity)
     assert answer["position"] == 1 and answer["aheadGpus"] == 4 and "position" in kinds(answer)
 
 
@@ -310,7 +310,7 @@ def test_a_job_kueue_put_in_the_default_queue_says_so() -> None:
 
 def test_many_quarantined_nodes_are_counted_after_the_first_five() -> None:
     capacity = Capacity(nodes(*([0] * 8), 10, quarantined=tuple(range(8))), (usage("team-a"), usage("team-b", used=20)))
-    answer = verdict(workload("waits", gpus=8, pods=2), [], capacity)
+    answer = explanation(workload("waits", gpus=8, pods=2), [], capacity)
     quarantines = [r["message"] for r in answer["reasons"] if r["kind"] == "quarantine"]
     assert len(quarantines) == 6 and quarantines[-1] == "and 3 more quarantined h100 nodes (30 GPUs)"
 
@@ -326,10 +326,10 @@ def test_a_policy_finding_is_a_reason_with_its_policy_and_a_remedy() -> None:
         "Validation failed for ValidatingAdmissionPolicy 'konduktor-gpu-through-localqueue' with binding "
         "'konduktor-gpu-through-localqueue': GPU pods must name a LocalQueue"
     )
-    verdict = why(
+    explanation = why(
         "x", "team-a", None, workloads=[], local_queues=LOCAL_QUEUES, capacity=None, pending=[], job_labels={}
     )
-    answer = as_json(with_policy(verdict, [refusal, warning]))
+    answer = as_json(with_policy(explanation, [refusal, warning]))
     messages = [r["message"] for r in answer["reasons"] if r["kind"] == "policy"]
     assert messages == [
         'policy konduktor-priority-classes: kueue.x-k8s.io/priority-class "vip" is not a platform priority class; '
@@ -340,21 +340,21 @@ def test_a_policy_finding_is_a_reason_with_its_policy_and_a_remedy() -> None:
 
 
 def test_a_workload_whose_pods_were_refused_says_so_with_the_fix() -> None:
-    """The health controller deactivated it after admission refused its pods (konduktor.controller.refused): the
-    verdict names the refusal and how to fix it, not a queue position."""
+    """The health controller deactivated it after admission refused its pods (konduktor.health.refused): the
+    explanation names the refusal and how to fix it, not a queue position."""
     capacity = Capacity(nodes(10, 10, 10, 10), (usage("team-a"), usage("team-b")))
     evicted = [{"type": "Evicted", "status": "True", "reason": "Deactivated"}]
     refused = workload("root", gpus=8, conditions=evicted)
     refused["spec"]["active"] = False
     refusal = 'violates PodSecurity "restricted:latest": runAsNonRoot != true (pod or container "train" must set it)'
     refused["metadata"]["annotations"] = {"konduktor.ai/pods-refused-reason": refusal}
-    answer = verdict(refused, [], capacity)
+    answer = explanation(refused, [], capacity)
     assert kinds(answer) == ["pods-refused"]
     assert answer["reasons"][0]["message"] == f"admitted, but its pods are refused: {refusal}"
     assert "fix what the refusal names in the job's pod template" in answer["remedies"][0]
     # Deactivated by someone else, with no refusal on it: the plain deactivation.
     del refused["metadata"]["annotations"]
-    assert kinds(verdict(refused, [], capacity)) == ["deactivated"]
+    assert kinds(explanation(refused, [], capacity)) == ["deactivated"]
 
 
 def test_gpus_given_as_limits_only_count_as_kueue_counts_them() -> None:
@@ -362,13 +362,13 @@ def test_gpus_given_as_limits_only_count_as_kueue_counts_them() -> None:
     # the quota are named with their GPUs, and the pending job's size counts.
     capacity = Capacity(nodes(0, 0, 0, 0), (usage("team-a", used=20), usage("team-b", used=20)))
     running = [workload(f"r{i}", gpus=10, conditions=ADMITTED, limits_only=True) for i in range(2)]
-    answer = verdict(workload("next", gpus=8, limits_only=True), running, capacity)
+    answer = explanation(workload("next", gpus=8, limits_only=True), running, capacity)
     assert answer["gpus"] == 8
     quota = next(r["message"] for r in answer["reasons"] if r["kind"] == "quota")
     assert "r0 (10 GPUs)" in quota and "r1 (10 GPUs)" in quota and "this job needs 8 GPUs" in quota
     # A 12-GPU pod on 10-GPU nodes never fits, limits or requests.
     capacity = Capacity(nodes(10, 10, 10, 10), (usage("team-a"), usage("team-b")))
-    answer = verdict(workload("twelve", gpus=12, limits_only=True), [], capacity)
+    answer = explanation(workload("twelve", gpus=12, limits_only=True), [], capacity)
     assert answer["state"] == "never-fit"
     order = pending_order([workload("p", gpus=3, limits_only=True)], LOCAL_QUEUES)
     assert [p.gpus for p in order] == [3]

@@ -1,11 +1,11 @@
 """Giving back the quota of admitted workloads whose pods admission refuses: the pure decision
-(konduktor.controller.refused). On the simulated cluster: test_tenancy.py."""
+(konduktor.health.refused). On the simulated cluster: test_tenancy.py."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from konduktor.controller.refused import (
+from konduktor.health.refused import (
     GiveBack,
     RefusedCreate,
     admission_refusal,

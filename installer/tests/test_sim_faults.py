@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from konduktor.controller.classify import classify_report
-from konduktor.controller.settings import HealthSettings
 from konduktor.errors import UsageError
 from konduktor.gpu.kernel_log import parse_line
+from konduktor.health.classify import classify_report
+from konduktor.health.settings import HealthSettings
 from konduktor.sim.faults import KINDS, allocatable, fault_kind, faults_text, kernel_line
 from konduktor.sim.gpus import FAULTS, FakeNode, parse_faults
 

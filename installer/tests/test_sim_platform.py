@@ -15,9 +15,9 @@ from sim_fixture import node, release_nodes
 
 from konduktor.cli.main import main
 from konduktor.config.load import load_config
-from konduktor.controller.leader import LEASE_API, LEASE_NAME
-from konduktor.controller.settings import load_settings
 from konduktor.errors import KonduktorError
+from konduktor.health.leader import LEASE_API, LEASE_NAME
+from konduktor.health.settings import load_settings
 from konduktor.helm.release import CHARTS, install_or_upgrade, uninstall
 from konduktor.helm.values import merge_values
 from konduktor.kube.client import ApiError, Kube
@@ -41,7 +41,7 @@ ACCOUNT = f"system:serviceaccount:{SYSTEM_NAMESPACE}"
 def values(**settings: Any) -> dict[str, Any]:
     """The sim's values, a 1 s publication cycle, and the teams' admission policies off (tried in test_policies.py;
     enforcing here they would judge later modules' pods)."""
-    base = YAML(typ="safe").load((CORE / "ci" / "sim-values.yaml").read_text())
+    base = YAML(typ="safe").load((CORE / "values-sim.yaml").read_text())
     extra = {"policies": {"enabled": False}, "capacityPublisher": {"everySeconds": 1}}
     return merge_values(merge_values(base, extra), {"controller": {"settings": settings}})
 

@@ -11,14 +11,14 @@ from pathlib import Path
 from ruamel.yaml import YAML
 from test_charts import CORE, render
 
-from konduktor.controller.settings import parse_settings
+from konduktor.health.settings import parse_settings
 from konduktor.sim.platform import SUPERVISOR, Running, SimPlatform, local_argv, program_of, with_kernel_logs
 from konduktor.sim.processes import alive, gone, stop_process
 from konduktor.waiting import wait_until
 
 
 def rendered() -> dict[str, object]:
-    objects = render(CORE / "ci" / "sim-values.yaml")
+    objects = render(CORE / "values-sim.yaml")
     deployments = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Deployment"}
     config_maps = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ConfigMap"}
     return {"deployments": deployments, "config_maps": config_maps}

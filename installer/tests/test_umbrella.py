@@ -22,8 +22,8 @@ import pytest
 from ruamel.yaml import YAML
 
 from konduktor.config.load import load_config
-from konduktor.controller.prometheus import HEALTH_FIELDS
-from konduktor.controller.settings import HealthSettings
+from konduktor.health.prometheus import HEALTH_FIELDS
+from konduktor.health.settings import HealthSettings
 from konduktor.helm.release import CHARTS
 from konduktor.helm.values import merge_values, umbrella_values
 from konduktor.kube.documents import load_documents

@@ -15,7 +15,7 @@ from sim_fixture import release_nodes
 
 from konduktor.burnin.record import record_of
 from konduktor.cli.main import main
-from konduktor.controller.settings import HealthSettings, load_settings
+from konduktor.health.settings import HealthSettings, load_settings
 from konduktor.helm.release import NAMESPACE, RELEASE, current
 from konduktor.kube.client import ApiError, Kube
 from konduktor.paths import state_dir

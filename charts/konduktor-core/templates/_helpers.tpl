@@ -62,7 +62,7 @@ app.kubernetes.io/component: health-controller
 {{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "konduktor-core.serviceAccountName" .) }}
 {{- end }}
 
-{{/* The controller's leader-election Lease (konduktor.controller.leader.LEASE_NAME). */}}
+{{/* The controller's leader-election Lease (konduktor.health.leader.LEASE_NAME). */}}
 {{- define "konduktor-core.leaseName" -}}
 konduktor-health
 {{- end }}

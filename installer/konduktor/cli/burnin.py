@@ -2,7 +2,7 @@
 `burnin show RUN`: a past run, read from the cluster.
 
 The run itself is `konduktor.ops.burnin` over `konduktor.burnin.runner`; the quarantine of FAIL nodes is the health
-controller's (`konduktor.controller.quarantine`). A run is named by its run id: `burnin show RUN` reads what it
+controller's (`konduktor.health.quarantine`). A run is named by its run id: `burnin show RUN` reads what it
 left (its report, else its Jobs), starting nothing; running a burn-in again with `--run-id` picks up that run's
 Jobs instead of starting new ones (and starts those it misses), so an interrupted run can be finished.
 """
@@ -25,9 +25,9 @@ from konduktor.burnin.report import render_json, render_junit, render_table, rep
 from konduktor.burnin.results import BurnInReport
 from konduktor.burnin.runner import BurnInRequest, BurnInRunner
 from konduktor.burnin.tiers import BurnInImages, Tier, options_for_tier
+from konduktor.cli.config_commands import load_checked
 from konduktor.cli.console import err, print_document, progress
 from konduktor.cli.help_text import PlainHelpGroup
-from konduktor.cli.quotas import load_checked
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
 from konduktor.config.model import UNSCHEDULABLE_SECONDS, Config, duration_seconds
 from konduktor.errors import UsageError

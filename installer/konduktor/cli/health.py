@@ -21,14 +21,14 @@ from typing import Annotated
 import typer
 
 from konduktor.cli.app import new_app, run_app
-from konduktor.controller import logs
-from konduktor.controller.actuator import action_name
-from konduktor.controller.classify import classify_report
-from konduktor.controller.decide import Action, Plan, RecordEvent, SetCondition, UpdateNode
-from konduktor.controller.loop import HealthController
-from konduktor.controller.server import HealthServer
-from konduktor.controller.settings import HealthSettings, load_settings
 from konduktor.gpu.kernel_log import parse_line
+from konduktor.health import logs
+from konduktor.health.actuator import action_name
+from konduktor.health.classify import classify_report
+from konduktor.health.decide import Action, Plan, RecordEvent, SetCondition, UpdateNode
+from konduktor.health.loop import HealthController
+from konduktor.health.server import HealthServer
+from konduktor.health.settings import HealthSettings, load_settings
 from konduktor.kube.client import Kube
 from konduktor.vocabulary import SYSTEM_NAMESPACE
 

@@ -16,16 +16,18 @@ class InstallerCommands(LazyGroup):
     commands_to_load = (
         LazyCommand(
             "validate",
-            "konduktor.cli.quotas:register",
+            "konduktor.cli.config_commands:register",
             "Check a config: every error at once with its line (exit 2); warnings alone exit 0.",
         ),
         LazyCommand(
             "render",
-            "konduktor.cli.quotas:register",
+            "konduktor.cli.config_commands:register",
             "Render the Kueue objects, namespaces and RBAC of a config (nothing touches the cluster).",
         ),
         LazyCommand(
-            "schema", "konduktor.cli.quotas:register", "Print the JSON Schema of config.yaml (for editors and CI)."
+            "schema",
+            "konduktor.cli.config_commands:register",
+            "Print the JSON Schema of config.yaml (for editors and CI).",
         ),
         LazyCommand(
             "preflight",
@@ -93,7 +95,7 @@ class InstallerCommands(LazyGroup):
         ),
         LazyCommand(
             "quotas",
-            "konduktor.cli.cluster_quotas:app",
+            "konduktor.cli.quotas:app",
             "Apply team quotas to a cluster, show pending changes, explain a team's usage.",
         ),
     )

@@ -1,5 +1,5 @@
 """`konduktor-install nodes`: the GPU nodes' health with each one's next step, the fleet breaker and the controller
-(`controller.health_status`); returning a quarantined node to service (`controller.release`): by hand, or after a
+(`health.health_status`); returning a quarantined node to service (`health.release`): by hand, or after a
 burn-in; and resetting a tripped breaker."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from konduktor.burnin.tiers import Tier, options_for_tier
 from konduktor.cli.burnin import DEFAULT_NAMESPACE, configured_tier, parse_timeout
 from konduktor.cli.console import print_document, progress, say
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
-from konduktor.controller.health_status import read_health, reset_breaker
-from konduktor.controller.health_view import capacity, note, render_next, render_table
-from konduktor.controller.release import release_node, requalify_node
 from konduktor.errors import ExitCode
+from konduktor.health.health_status import read_health, reset_breaker
+from konduktor.health.health_view import capacity, note, render_next, render_table
+from konduktor.health.release import release_node, requalify_node
 
 NodesFormat = Literal["table", "wide", "json", "yaml"]
 

@@ -19,9 +19,9 @@ from typing import Annotated, Any, Literal
 import testinfra
 import typer
 
+from konduktor.cli.config_commands import ConfigArgument, load_checked
 from konduktor.cli.console import err, progress
 from konduktor.cli.preflight_pods import may, pod_checks
-from konduktor.cli.quotas import ConfigArgument, load_checked
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
 from konduktor.config.load import LoadedConfig
 from konduktor.config.model import Config

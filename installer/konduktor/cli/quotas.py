@@ -1,232 +1,152 @@
-"""`konduktor-install validate` and `render`: the team-quota config, checked and rendered to Kueue objects."""
+"""`konduktor-install quotas`: apply the rendered team quotas to a cluster, diff them, explain a team's usage."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any, cast, get_args
+from typing import Annotated, Literal
 
 import typer
-import yaml
-from rich.markup import escape
 
-from konduktor.alerts.render import alertmanager_config
-from konduktor.cli.console import err, print_document
-from konduktor.config.findings import ConfigError, Finding
-from konduktor.config.load import LoadedConfig, load_config
-from konduktor.config.model import Config
-from konduktor.config.schema import config_schema_text
-from konduktor.errors import ExitCode, UsageError
-from konduktor.paths import product_dir
-from konduktor.quotas.manifests import ManifestFormat, serialize, write_directory
-from konduktor.quotas.multikueue import render_clusters
-from konduktor.quotas.render import render
+from konduktor.cli.config_commands import ConfigArgument, load_checked
+from konduktor.cli.console import err, print_document, print_rows, say
+from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, Target, connect, running_target
+from konduktor.errors import UsageError
+from konduktor.health.health_view import capacity, health_view
+from konduktor.kube.sync import Change
+from konduktor.quotas.removal import DrainPolicy
+from konduktor.quotas.sync import DRAIN_TIMEOUT, NO_TAKEOVER, Takeover, pending_code, require_kueue, sync_quotas
+from konduktor.quotas.usage import team_usage
+from konduktor.vocabulary import KUEUE_API
 
-ConfigArgument = Annotated[Path, typer.Argument(help="The cluster's config.yaml.", show_default=False)]
+app = typer.Typer(help="Apply team quotas to a cluster, show pending changes, explain a team's usage.")
+
+AdoptOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--adopt",
+        metavar="KIND/[NAMESPACE/]NAME",
+        help="Take over an existing object that someone else owns, e.g. Namespace/team-c (repeatable). It is "
+        "marked konduktor.ai/adopted-from and never deleted by Konduktor.",
+    ),
+]
+DrainOption = Annotated[
+    DrainPolicy | None,
+    typer.Option(
+        "--drain-removed-teams",
+        help="How to remove a team that left the config while it has work: wait (for its workloads to finish) or "
+        "stop (stop its ClusterQueue: Kueue evicts them and admits no more). Without it, apply refuses.",
+    ),
+]
+DrainTimeoutOption = Annotated[
+    float,
+    typer.Option(
+        "--drain-timeout",
+        min=1,
+        help="Seconds to wait for a removed team's work to drain, then for its ClusterQueue to be deleted.",
+    ),
+]
 
 
-def register(app: typer.Typer) -> None:
-    """Adds this module's commands to the top-level app."""
-    app.command("validate")(validate)
-    app.command("render")(render_manifests)
-    app.command("schema")(schema)
+def sync_config(
+    config: Path, target: Target, *, prune: bool, dry_run: bool, takeover: Takeover = NO_TAKEOVER
+) -> list[Change]:
+    """Validate the whole config, then sync its quotas with the target cluster."""
+    loaded = load_checked(config)
+    with target.connect() as kube:
+        return sync_quotas(kube, loaded.config, prune=prune, dry_run=dry_run, takeover=takeover, say=say)
 
 
-def validate(
+def report(changes: list[Change], dry_run: bool) -> None:
+    """Applied changes were printed as they happened; a dry run lists them here. Then a one-line summary."""
+    for change in changes:
+        if change.action == "keep" or (dry_run and change.action != "unchanged"):
+            err.print(change.describe(), markup=False)
+        if change.action == "keep" and change.ref.kind == "Namespace" and not change.note:
+            err.print(f"note: namespace {change.ref.name} left the config; delete it yourself once it is empty")
+    actions = ("create", "update", "adopt", "prune", "unchanged", "keep", "refuse")
+    counts = {a: sum(c.action == a for c in changes) for a in actions}
+    prefix = "would " if dry_run else ""
+    err.print(prefix + (", ".join(f"{a} {n}" for a, n in counts.items() if n) or "nothing to do"), markup=False)
+
+
+@app.command("apply")
+def apply(
     config: ConfigArgument,
-    output: Annotated[
-        str,
-        typer.Option("-o", "--output", help="text (errors and warnings on stderr); json or yaml (a report on stdout)."),
-    ] = "text",
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    sim: SimOption = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; change nothing.")] = False,
+    prune: Annotated[
+        bool, typer.Option("--prune/--no-prune", help="Delete quota objects the config no longer has (ours only).")
+    ] = True,
+    adopt: AdoptOption = None,
+    drain_removed_teams: DrainOption = None,
+    drain_timeout: DrainTimeoutOption = DRAIN_TIMEOUT,
 ) -> None:
-    """Check a config: every error at once with its line (exit 2); warnings alone exit 0."""
+    """Server-side apply of the config's queues, flavors, namespaces and RBAC; prune what the config dropped.
+
+    Exit 3 (nothing changed) when an object of the config belongs to someone else (unless --adopt names it), or a
+    team that left the config still has work (unless --drain-removed-teams says how to remove it); 4 when the
+    drain or a ClusterQueue's deletion timed out."""
+    takeover = Takeover(adopt or (), drain_removed_teams, drain_timeout)
+    target = running_target(kubeconfig, context, sim)
+    changes = sync_config(config, target, prune=prune, dry_run=dry_run, takeover=takeover)
+    report(changes, dry_run)
+
+
+@app.command("diff")
+def diff(
+    config: ConfigArgument,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    sim: SimOption = None,
+    adopt: AdoptOption = None,
+    output: Annotated[str, typer.Option("-o", "--output", help="text (one line a change), json or yaml.")] = "text",
+) -> None:
+    """What `quotas apply` would change. Exit 0: nothing; 1: changes pending; 3: apply would refuse (an object
+    belongs to someone else); 2 or 5: error."""
     if output not in ("text", "json", "yaml"):
         raise UsageError(f"-o {output}: not an output format", hint="-o text, -o json or -o yaml")
+    target = running_target(kubeconfig, context, sim, read_only=True)
+    changes = sync_config(config, target, prune=True, dry_run=True, takeover=Takeover(adopt or ()))
+    pending = [change for change in changes if change.action != "unchanged"]
     if output in ("json", "yaml"):
-        report, code = validation_report(config)
-        print_document(report, "json" if output == "json" else "yaml")
-        raise typer.Exit(code)
-    loaded = load_checked(config, several_clusters=True)
-    err.print(f"{loaded.filename}: valid ({_summary(loaded)})", markup=False)
+        print_document([change.as_json() for change in pending], "json" if output == "json" else "yaml")
+    else:
+        for change in pending:
+            typer.echo(change.describe())
+    raise typer.Exit(pending_code(changes))
 
 
-def validation_report(path: Path) -> tuple[dict[str, object], int]:
-    """`validate -o json`: the file, whether it is valid, its errors and warnings with their lines; exit code."""
-    try:
-        loaded = load_config(path)
-    except ConfigError as problem:
-        findings = [f.as_json() for f in problem.findings]
-        report: dict[str, object] = {
-            "file": str(path),
-            "valid": False,
-            "errors": [f for f in findings if f["severity"] == "error"],
-            "warnings": [f for f in findings if f["severity"] == "warning"],
-        }
-        return report, ExitCode.BAD_INPUT
-    config = loaded.config
-    return {
-        "file": str(path),
-        "valid": True,
-        "errors": [],
-        "warnings": [f.as_json() for f in loaded.warnings],
-        "teams": len(config.teams),
-        "gpuTypes": len(config.gpu_types),
-        "gpus": sum(t.capacity for t in config.gpu_types.values()),
-    }, ExitCode.OK
+# The default table fits 100 columns; the limits, which change rarely, are in `-o wide` (and always in JSON).
+ExplainFormat = Literal["table", "wide", "json", "yaml"]
 
 
-def _summary(loaded: LoadedConfig) -> str:
-    gpus = sum(t.capacity for t in loaded.config.gpu_types.values())
-    return ", ".join(
-        [
-            _count(len(loaded.config.teams), "team"),
-            _count(len(loaded.config.gpu_types), "GPU type"),
-            _count(gpus, "GPU"),
-            _count(len(loaded.warnings), "warning"),
-        ]
-    )
-
-
-def render_manifests(
-    config: ConfigArgument,
+@app.command("explain")
+def explain(
+    team: Annotated[str | None, typer.Argument(help="Team (ClusterQueue) name; all teams when omitted.")] = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    sim: SimOption = None,
     output: Annotated[
-        str, typer.Option("-o", "--output", help="yaml (a stream of documents) or json (a v1 List).")
-    ] = "yaml",
-    output_dir: Annotated[
-        Path | None,
-        typer.Option("--output-dir", help="Write one file per object here instead (for GitOps)."),
-    ] = None,
-    alertmanager: Annotated[
-        bool,
-        typer.Option(
-            "--alertmanager",
-            help="Print Alertmanager's configuration from `alerts:` instead (for `amtool check-config` and "
-            "`amtool config routes test`).",
-        ),
-    ] = False,
-    cluster: Annotated[
-        str | None,
-        typer.Option(
-            "--cluster",
-            help="With `clusters:` in the config: print this cluster's objects (the manager's by cluster.name, or a "
-            "worker's); --output-dir writes every cluster's, one directory each.",
-        ),
-    ] = None,
-    chart_values: Annotated[
-        bool,
-        typer.Option(
-            "--chart-values",
-            help="Print the umbrella chart's values the config implies instead, as `up` passes them: Kueue's "
-            "Configuration, Alertmanager's routes and receivers, the health controller's settings (for `helm -f` "
-            "or a GitOps values file).",
-        ),
-    ] = False,
+        ExplainFormat,
+        typer.Option("-o", "--output", help="table (100 columns), wide (+ borrowing and lending limits), json, yaml."),
+    ] = "table",
 ) -> None:
-    """Render the Kueue objects, namespaces and RBAC of a config (nothing touches the cluster)."""
-    if alertmanager:
-        sys.stdout.write(yaml.safe_dump(alertmanager_config(load_checked(config).config), sort_keys=False))
-        return
-    if chart_values:
-        sys.stdout.write(yaml.safe_dump(umbrella_values_of(load_checked(config).config), sort_keys=False))
-        return
-    if output not in get_args(ManifestFormat):
-        raise UsageError(
-            f"-o {output}: not an output format",
-            hint="-o yaml or -o json; to write one file per object: --output-dir DIR",
-        )
-    output_format = cast(ManifestFormat, output)
-    loaded = load_checked(config, several_clusters=True)
-    if loaded.config.clusters is not None:
-        _render_clusters(loaded, output_format, output_dir, cluster)
-        return
-    if cluster is not None:
-        raise UsageError(f"--cluster {cluster}: the config names no clusters", hint="leave out --cluster")
-    objects = render(loaded.config)
-    if output_dir is None:
-        sys.stdout.write(serialize(objects, output_format))
-        return
-    if output_dir.exists() and not output_dir.is_dir():
-        raise UsageError(
-            f"{output_dir}: not a directory", hint="give a directory, or leave out --output-dir for stdout"
-        )
-    done = write_directory(objects, output_format, output_dir, loaded.config.cluster.name)
-    removed = f", removed {done.removed} stale" if done.removed else ""
-    err.print(f"wrote {done.written} files to {output_dir}{removed}", markup=False)
-
-
-def _render_clusters(
-    loaded: LoadedConfig, output_format: ManifestFormat, output_dir: Path | None, cluster: str | None
-) -> None:
-    """`render` of a multi-cluster config: one cluster's objects on stdout, or a directory per cluster."""
-    sets = render_clusters(loaded.config, kueue_frameworks())
-    names = [one.name for one in sets]
-    if output_dir is None:
-        if cluster is None:
-            raise UsageError(
-                "the config names several clusters: say which one to print",
-                hint=f"--cluster NAME (one of {', '.join(names)}), or --output-dir DIR for a directory per cluster",
-            )
-        chosen = [one for one in sets if one.name == cluster]
-        if not chosen:
-            raise UsageError(f"--cluster {cluster}: no such cluster", hint=f"clusters: {', '.join(names)}")
-        sys.stdout.write(serialize(chosen[0].objects, output_format))
-        return
-    if output_dir.exists() and not output_dir.is_dir():
-        raise UsageError(f"{output_dir}: not a directory", hint="give a directory; each cluster gets a directory in it")
-    for one in sets:
-        if cluster is not None and one.name != cluster:
-            continue
-        done = write_directory(one.objects, output_format, output_dir / one.name, one.name)
-        removed = f", removed {done.removed} stale" if done.removed else ""
-        err.print(
-            f"{one.name} ({one.role}): wrote {done.written} files to {output_dir / one.name}{removed}", markup=False
-        )
-
-
-def kueue_frameworks() -> list[str]:
-    """The Kueue integrations the umbrella chart runs (its Kueue Configuration's integrations.frameworks)."""
-    values = yaml.safe_load((product_dir("charts") / "konduktor" / "values.yaml").read_text(encoding="utf-8"))
-    configuration = yaml.safe_load(values["kueue"]["managerConfig"]["controllerManagerConfigYaml"])
-    return list(configuration["integrations"]["frameworks"])
-
-
-def umbrella_values_of(config: Config) -> dict[str, Any]:
-    """The values `up` passes over the umbrella chart's own, for a config."""
-    # Imported here: only this output reads the chart, and `render` starts without the helm package.
-    from konduktor.helm.values import umbrella_values
-
-    defaults = yaml.safe_load((product_dir("charts") / "konduktor" / "values.yaml").read_text(encoding="utf-8"))
-    return umbrella_values(config, defaults)
-
-
-def schema() -> None:
-    """Print the JSON Schema of config.yaml (for editors and CI)."""
-    sys.stdout.write(config_schema_text())
-
-
-def load_checked(path: Path, *, several_clusters: bool = False) -> LoadedConfig:
-    """The config at `path` with its warnings printed to stderr; ConfigError (exit 2) on any error. A config with
-    `clusters:` is refused (exit 2) unless the command handles several clusters (`several_clusters`)."""
-    loaded = load_config(path)
-    if loaded.config.clusters is not None and not several_clusters:
-        line = loaded.lines.get(("clusters",))
-        where = f"{loaded.filename}:{line}" if line is not None else loaded.filename
-        raise UsageError(
-            f"{where}: clusters: this command works on one cluster, and the config names several",
-            hint="`validate` and `render --output-dir DIR` handle several clusters (docs/multicluster.md); "
-            "apply each cluster's directory to it",
-        )
-    for finding in loaded.warnings:
-        _report_warning(finding, loaded.filename)
-    return loaded
-
-
-def _report_warning(finding: Finding, filename: str) -> None:
-    # Paths such as nodeLabels[nvidia.com/gpu.product] would otherwise be read as rich markup tags.
-    err.print(f"[bold yellow]warning:[/] {escape(finding.located(filename))}", markup=True, highlight=False)
-    for line in (finding.hint or "").splitlines():
-        err.print(f"  [yellow]hint:[/] {escape(line)}", markup=True, highlight=False)
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+    """Per team and GPU type: nominal quota, used, borrowed, lent, admitted and pending workloads."""
+    with connect(kubeconfig, context, sim, read_only=True) as kube:
+        require_kueue(kube)
+        queues = kube.list(KUEUE_API, "ClusterQueue")
+        gpus = capacity(health_view(kube.list("v1", "Node")))
+    rows = [u.row() for u in team_usage(queues) if team is None or team in (u.team, u.cluster_queue)]
+    if team is not None and not rows:
+        known = sorted({q["metadata"]["name"] for q in queues})
+        raise UsageError(f"no ClusterQueue for team {team!r}", hint=f"teams on this cluster: {', '.join(known)}")
+    columns = ["team", "flavor", "nominal", "used", "borrowed", "lent", "admitted_workloads", "pending_workloads"]
+    if output == "wide":
+        columns[6:6] = ["borrowing_limit", "lending_limit"]
+    print_rows(rows, columns, "table" if output == "wide" else output)
+    if output in ("table", "wide"):  # quarantined GPUs still count in the quotas above: capacity the teams cannot use
+        for line in gpus:
+            sys.stdout.write(f"capacity: {line.describe()}\n")

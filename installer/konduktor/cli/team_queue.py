@@ -23,8 +23,8 @@ from konduktor.queueing.admission import (
     probe_pods,
     reasons_of,
 )
-from konduktor.queueing.cluster import job_pods, team_queues, verdict_for, workload_of_job
-from konduktor.queueing.explain import PRIORITY_LABEL, QUEUE_LABEL, Verdict, as_json, queue_view
+from konduktor.queueing.cluster import explanation_for, job_pods, team_queues, workload_of_job
+from konduktor.queueing.explain import PRIORITY_LABEL, QUEUE_LABEL, Explanation, as_json, queue_view
 from konduktor.queueing.submit import (
     PRIORITIES,
     check_queue,
@@ -143,29 +143,29 @@ def why_command(
         labels = found["metadata"].get("labels", {}) if found is not None else None
         # The job as it stands, judged by the platform's policies as if the member created it now.
         policy = policy_findings(kube, found) if found is not None else []
-        verdict = verdict_for(team, job, workload, labels, policy, job_pods(kube, ns, found))
-        _print_verdict(verdict, output)
-        raise typer.Exit(EXIT_CODES[verdict.state])
+        explanation = explanation_for(team, job, workload, labels, policy, job_pods(kube, ns, found))
+        _print_explanation(explanation, output)
+        raise typer.Exit(EXIT_CODES[explanation.state])
 
 
-def _print_verdict(verdict: Verdict, output: str) -> None:
+def _print_explanation(explanation: Explanation, output: str) -> None:
     if output == "json":
-        sys.stdout.write(json.dumps(as_json(verdict), indent=2) + "\n")
+        sys.stdout.write(json.dumps(as_json(explanation), indent=2) + "\n")
         return
     out = sys.stdout
     where = (
-        f" at position {verdict.position} of ClusterQueue {verdict.cluster_queue}"
-        if verdict.position is not None
+        f" at position {explanation.position} of ClusterQueue {explanation.cluster_queue}"
+        if explanation.position is not None
         else ""
     )
-    out.write(f"{verdict.job} ({verdict.namespace}): {verdict.state}{where}\n")
-    for reason in verdict.reasons:
+    out.write(f"{explanation.job} ({explanation.namespace}): {explanation.state}{where}\n")
+    for reason in explanation.reasons:
         out.write(f"  - {reason.message}\n")
-    for remedy in verdict.remedies:
+    for remedy in explanation.remedies:
         out.write(f"  to run: {remedy}\n")
-    if verdict.kueue_message:
-        out.write(f"  Kueue says: {verdict.kueue_message}\n")
-    out.write(f"  (queue order {_source_text(verdict.source)})\n")
+    if explanation.kueue_message:
+        out.write(f"  Kueue says: {explanation.kueue_message}\n")
+    out.write(f"  (queue order {_source_text(explanation.source)})\n")
 
 
 def _load_job(path: Path) -> dict[str, Any]:
@@ -303,11 +303,11 @@ def submit(
                 else None,
             )
         name = shown_name(job)
-        verdict = verdict_for(team, name, workload_for(job))
-        if verdict.state == "never-fit":
+        explanation = explanation_for(team, name, workload_for(job))
+        if explanation.state == "never-fit":
             raise NeverFits(
-                f"{file}: {name} can never run as written: " + "; ".join(r.message for r in verdict.reasons),
-                hint="\n".join(verdict.remedies) or None,
+                f"{file}: {name} can never run as written: " + "; ".join(r.message for r in explanation.reasons),
+                hint="\n".join(explanation.remedies) or None,
             )
         labels = job["metadata"]["labels"]
         summary = f"queue {labels[QUEUE_LABEL]}, priority {labels[PRIORITY_LABEL]}"

@@ -14,11 +14,11 @@ from konduktor.burnin.tiers import Tier, options_for_tier
 from konduktor.cli.burnin import burn_in, say
 from konduktor.cli.console import OutputFormat, err, print_document, print_rows
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
-from konduktor.controller.quarantine import quarantine_findings
-from konduktor.controller.settings import HealthSettings
-from konduktor.controller.triage import burnin_sightings, culprit_findings, with_sightings
-from konduktor.controller.triage_sources import deployed_settings, triage_job, with_telemetry
 from konduktor.errors import ExitCode
+from konduktor.health.quarantine import quarantine_findings
+from konduktor.health.settings import HealthSettings
+from konduktor.health.triage import burnin_sightings, culprit_findings, with_sightings
+from konduktor.health.triage_sources import deployed_settings, triage_job, with_telemetry
 
 
 def triage(

@@ -23,10 +23,10 @@ import typer
 from konduktor.burnin.manifests import make_run_id
 from konduktor.burnin.record import Policy
 from konduktor.burnin.results import BurnInReport, NodeVerdict, Verdict
-from konduktor.cli.cluster_quotas import AdoptOption, DrainOption, DrainTimeoutOption
+from konduktor.cli.config_commands import ConfigArgument, load_checked
 from konduktor.cli.console import OutputFormat, err, print_document, print_rows, progress, say
 from konduktor.cli.preflight import cluster_checks, node_checks, read_cluster, require_reachable
-from konduktor.cli.quotas import ConfigArgument, load_checked
+from konduktor.cli.quotas import AdoptOption, DrainOption, DrainTimeoutOption
 from konduktor.cli.target import (
     ContextOption,
     KubeconfigOption,
@@ -37,10 +37,10 @@ from konduktor.cli.target import (
 )
 from konduktor.config.load import LoadedConfig
 from konduktor.config.model import Config
-from konduktor.controller.breaker import BreakerView, ControllerView
-from konduktor.controller.health_status import read_health
-from konduktor.controller.health_view import Capacity, capacity
 from konduktor.errors import ExitCode, KonduktorError, PartialApply, PreflightFailed, UsageError
+from konduktor.health.breaker import BreakerView, ControllerView
+from konduktor.health.health_status import read_health
+from konduktor.health.health_view import ProductCapacity, capacity
 from konduktor.helm.diff import ObjectChange, release_changes
 from konduktor.helm.release import (
     CHARTS,
@@ -191,7 +191,7 @@ def chart_for(simulated: bool, config: Config, extra: dict[str, Any]) -> tuple[P
     """
     if simulated:
         core = CHARTS / "konduktor-core"
-        values = merge_values(load_documents(core / "ci" / "sim-values.yaml")[0], extra)
+        values = merge_values(load_documents(core / "values-sim.yaml")[0], extra)
         return core, merge_values(values, core_values(config))
     umbrella = CHARTS / "konduktor"
     if not (umbrella / "charts").is_dir():
@@ -667,7 +667,7 @@ def status_rows(document: dict[str, Any]) -> list[dict[str, str]]:
     release = document["release"]
     controller = ControllerView(**document["health_controller"])
     breaker = BreakerView.from_row(document["breaker"])
-    gpus = [Capacity(**c) for c in document["gpus"]]
+    gpus = [ProductCapacity(**c) for c in document["gpus"]]
     quarantined = document["quarantined_nodes"]
     return [
         {

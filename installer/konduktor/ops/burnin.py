@@ -22,9 +22,9 @@ from konduktor.burnin.runner import BurnInRequest, BurnInRunner, Progress, Say
 from konduktor.burnin.thresholds import DEFAULT_THRESHOLDS
 from konduktor.burnin.tiers import Tier, options_for_tier
 from konduktor.config.model import Config
-from konduktor.controller.quarantine import quarantine_failed
-from konduktor.controller.release import release_hints
 from konduktor.errors import UsageError
+from konduktor.health.quarantine import quarantine_failed
+from konduktor.health.release import release_hints
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.timestamps import format_time
 from konduktor.vocabulary import BURNIN_TIER_ANNOTATION

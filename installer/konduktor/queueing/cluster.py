@@ -11,10 +11,10 @@ from konduktor.errors import UsageError
 from konduktor.kube.client import ApiError, Kube
 from konduktor.queueing.capacity import CAPACITY_KEY, Capacity, configmap, from_json, node_capacity
 from konduktor.queueing.explain import (
+    Explanation,
     Pending,
     Running,
     Source,
-    Verdict,
     job_name,
     pending_order,
     running_jobs,
@@ -167,17 +167,17 @@ def workload_of_job(workloads: list[dict[str, Any]], job: str) -> dict[str, Any]
     return next((w for w in workloads if w["metadata"]["name"] == job), None)
 
 
-def verdict_for(
+def explanation_for(
     team: TeamQueues,
     job: str,
     workload: dict[str, Any] | None,
     job_labels: dict[str, str] | None = None,
     policy: Sequence[str] = (),
     pods: Sequence[dict[str, Any]] = (),
-) -> Verdict:
+) -> Explanation:
     """`why` for one job of the team's namespace, from what `team_queues` read, with what the platform's policies
     say of it and where its pods run."""
-    verdict = why(
+    explanation = why(
         job,
         team.namespace,
         workload,
@@ -188,4 +188,4 @@ def verdict_for(
         job_labels=job_labels,
         source=team.source,
     )
-    return with_pod_nodes(with_policy(verdict, policy), pods, team.capacity)
+    return with_pod_nodes(with_policy(explanation, policy), pods, team.capacity)

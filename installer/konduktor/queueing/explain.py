@@ -1,4 +1,4 @@
-"""A team's queue and one job's verdict, from Kueue's objects and the published capacity (pure).
+"""A team's queue and one job's explanation, from Kueue's objects and the published capacity (pure).
 
 The pending order is Kueue's own (K:pkg/cache/queue/cluster_queue.go): within a ClusterQueue, higher priority
 first, then the earlier queue timestamp (creation, or the eviction that requeued it at the back), then UID.
@@ -75,7 +75,7 @@ class Reason:
 
 
 @dataclass
-class Verdict:
+class Explanation:
     job: str
     namespace: str
     state: State
@@ -216,104 +216,104 @@ def why(
     pending: list[Pending],
     job_labels: dict[str, str] | None = None,
     source: Source = "derived",
-) -> Verdict:
-    """One verdict for a job: its state, the reasons in plain words, and what would make it run."""
+) -> Explanation:
+    """One explanation for a job: its state, the reasons in plain words, and what would make it run."""
     if workload is None:
         return _not_queued(job, namespace, job_labels or {}, local_queues)
     name = workload["metadata"]["name"]
     queue = workload.get("spec", {}).get("queueName", "")
-    verdict = Verdict(job, namespace, "pending", workload=name, gpus=total_gpus(workload), source=source)
-    verdict.cluster_queue = local_queues.get((namespace, queue))
-    if job_labels is not None and QUEUE_LABEL not in job_labels and verdict.cluster_queue is not None:
-        verdict.reasons.append(
+    explanation = Explanation(job, namespace, "pending", workload=name, gpus=total_gpus(workload), source=source)
+    explanation.cluster_queue = local_queues.get((namespace, queue))
+    if job_labels is not None and QUEUE_LABEL not in job_labels and explanation.cluster_queue is not None:
+        explanation.reasons.append(
             Reason(
                 "default-queue",
                 f"the job has no {QUEUE_LABEL} label: Kueue put it in namespace {namespace}'s LocalQueue {queue}",
             )
         )
     reserved = condition(workload, "QuotaReserved")
-    verdict.kueue_message = str((reserved or {}).get("message", ""))
+    explanation.kueue_message = str((reserved or {}).get("message", ""))
     refused = workload["metadata"].get("annotations", {}).get(PODS_REFUSED_REASON)
     if refused and workload.get("spec", {}).get("active", True) is False:
-        # The health controller deactivated it (konduktor.controller.refused): its quota is given back.
-        verdict.reasons.append(Reason("pods-refused", f"admitted, but its pods are refused: {refused}"))
-        verdict.remedies.append(
+        # The health controller deactivated it (konduktor.health.refused): its quota is given back.
+        explanation.reasons.append(Reason("pods-refused", f"admitted, but its pods are refused: {refused}"))
+        explanation.remedies.append(
             "fix what the refusal names in the job's pod template (or ask an administrator for another security "
             "profile: docs/security.md), then delete the job and submit it again; its quota was given back"
         )
-        return verdict
+        return explanation
     if is_true(workload, "Finished"):
-        verdict.state = "finished"
+        explanation.state = "finished"
         finished = condition(workload, "Finished") or {}
-        verdict.reasons.append(Reason("finished", f"the job has finished: {finished.get('message', '')}".strip()))
-        return verdict
+        explanation.reasons.append(Reason("finished", f"the job has finished: {finished.get('message', '')}".strip()))
+        return explanation
     if is_true(workload, "Admitted"):
-        verdict.state = "admitted"
+        explanation.state = "admitted"
         admission = workload.get("status", {}).get("admission", {})
-        verdict.reasons.append(Reason("admitted", f"admitted by ClusterQueue {admission.get('clusterQueue', '?')}"))
-        _borrowing_risk(verdict, workload, capacity)
-        return verdict
+        explanation.reasons.append(Reason("admitted", f"admitted by ClusterQueue {admission.get('clusterQueue', '?')}"))
+        _borrowing_risk(explanation, workload, capacity)
+        return explanation
     if workload.get("spec", {}).get("active", True) is False:
-        verdict.reasons.append(Reason("deactivated", "the workload is deactivated (spec.active=false)"))
-        verdict.remedies.append("an administrator or the job's owner sets the Workload's spec.active back to true")
-        return verdict
-    if verdict.cluster_queue is None:
+        explanation.reasons.append(Reason("deactivated", "the workload is deactivated (spec.active=false)"))
+        explanation.remedies.append("an administrator or the job's owner sets the Workload's spec.active back to true")
+        return explanation
+    if explanation.cluster_queue is None:
         known = sorted(lq for ns, lq in local_queues if ns == namespace)
-        verdict.reasons.append(
+        explanation.reasons.append(
             Reason(
                 "wrong-queue",
                 f"queue label {QUEUE_LABEL}={queue!r} names no LocalQueue in namespace {namespace}"
                 + (f" (it has: {', '.join(known)})" if known else " (it has none)"),
             )
         )
-        verdict.remedies.append(
+        explanation.remedies.append(
             f"delete the job and submit it again with {QUEUE_LABEL}: {known[0]}"
             if known
             else f"submit it in a team namespace; {namespace} is not one"
         )
-        return verdict
+        return explanation
     preempted = _preemption(workload)
     if preempted:
-        verdict.reasons.append(Reason("preempted", preempted))
-        verdict.remedies.append(
+        explanation.reasons.append(Reason("preempted", preempted))
+        explanation.remedies.append(
             "nothing to do: it kept its place in the queue and runs again when GPUs free; checkpoint jobs that run "
             "on borrowed GPUs"
         )
     for entry in pending:
         if entry.name == name and entry.namespace == namespace:
-            verdict.position = entry.position
-            verdict.ahead_gpus = sum(
+            explanation.position = entry.position
+            explanation.ahead_gpus = sum(
                 p.gpus for p in pending if p.position < entry.position and _same_queue(p, entry, local_queues)
             )
     if capacity is None:
-        verdict.reasons.append(Reason("kueue", verdict.kueue_message or "waiting for Kueue to consider it"))
-        verdict.remedies.append(
+        explanation.reasons.append(Reason("kueue", explanation.kueue_message or "waiting for Kueue to consider it"))
+        explanation.remedies.append(
             "the platform publishes no capacity on this cluster: "
             "ask an administrator (`konduktor-install quotas explain`)"
         )
-        return verdict
-    _explain_pending(verdict, workload, workloads, capacity)
-    return verdict
+        return explanation
+    _explain_pending(explanation, workload, workloads, capacity)
+    return explanation
 
 
-def with_policy(verdict: Verdict, findings: Sequence[str]) -> Verdict:
-    """The verdict with what the platform's admission policies say of the job as it stands (a refusal, or a
+def with_policy(explanation: Explanation, findings: Sequence[str]) -> Explanation:
+    """The explanation with what the platform's admission policies say of the job as it stands (a refusal, or a
     warning in warn-first mode; `konduktor.kube.policy_audit.policy_findings`), whatever its state."""
     for finding in findings:
-        verdict.reasons.append(Reason("policy", policy_reason(finding)))
+        explanation.reasons.append(Reason("policy", policy_reason(finding)))
     if findings:
-        verdict.remedies.append(
+        explanation.remedies.append(
             "the platform's policy refuses the job as written (it was made before the policy was enforced, or while "
             "it only warned): delete it, fix what the policy names and submit it again"
         )
-    return verdict
+    return explanation
 
 
-def with_pod_nodes(verdict: Verdict, pods: Sequence[dict[str, Any]], capacity: Capacity | None) -> Verdict:
+def with_pod_nodes(explanation: Explanation, pods: Sequence[dict[str, Any]], capacity: Capacity | None) -> Explanation:
     """An admitted job whose pods run on nodes the health controller has quarantined since: which, why, and what
     happens next (the node's quarantine as the platform publishes it; team members cannot read Nodes)."""
-    if verdict.state != "admitted" or capacity is None:
-        return verdict
+    if explanation.state != "admitted" or capacity is None:
+        return explanation
     quarantined = {n.name: n.quarantine for n in capacity.nodes if n.quarantine is not None}
     hit = False
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
@@ -322,7 +322,7 @@ def with_pod_nodes(verdict: Verdict, pods: Sequence[dict[str, Any]], capacity: C
         if quarantine is None or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             continue
         hit = True
-        verdict.reasons.append(
+        explanation.reasons.append(
             Reason(
                 "quarantined-node",
                 f"its pod {pod['metadata']['name']} runs on node {node}, quarantined since {quarantine.since or '?'}: "
@@ -330,13 +330,13 @@ def with_pod_nodes(verdict: Verdict, pods: Sequence[dict[str, Any]], capacity: C
             )
         )
     if hit:
-        verdict.remedies.append(
+        explanation.remedies.append(
             "nothing to do at once: by the fault, the health controller lets the pod finish there (no new pod starts "
             "on the node) or requeues the job, which Kueue admits again on healthy nodes with its place in the queue; "
             "`kubectl describe job` shows its event (NodeQuarantined or RequeuedForNodeHealth). A job that cannot "
             "resume from a checkpoint may be better stopped and submitted again"
         )
-    return verdict
+    return explanation
 
 
 _POLICY = re.compile(
@@ -367,11 +367,13 @@ def _same_queue(a: Pending, b: Pending, local_queues: dict[tuple[str, str], str]
     return local_queues.get((a.namespace, a.local_queue)) == local_queues.get((b.namespace, b.local_queue))
 
 
-def _not_queued(job: str, namespace: str, labels: dict[str, str], local_queues: dict[tuple[str, str], str]) -> Verdict:
-    verdict = Verdict(job, namespace, "not-queued")
+def _not_queued(
+    job: str, namespace: str, labels: dict[str, str], local_queues: dict[tuple[str, str], str]
+) -> Explanation:
+    explanation = Explanation(job, namespace, "not-queued")
     known = sorted(lq for ns, lq in local_queues if ns == namespace)
     if QUEUE_LABEL not in labels:
-        verdict.reasons.append(
+        explanation.reasons.append(
             Reason(
                 "missing-queue-label",
                 f"the job has no {QUEUE_LABEL} label"
@@ -379,12 +381,12 @@ def _not_queued(job: str, namespace: str, labels: dict[str, str], local_queues: 
             )
         )
     else:
-        verdict.reasons.append(Reason("no-workload", "Kueue has made no Workload for this job (yet)"))
-    verdict.remedies.append(
+        explanation.reasons.append(Reason("no-workload", "Kueue has made no Workload for this job (yet)"))
+    explanation.remedies.append(
         f"submit it with `konduktor submit` in a team namespace, or add the label {QUEUE_LABEL}: "
         + (known[0] if known else "default")
     )
-    return verdict
+    return explanation
 
 
 def _team_rows(capacity: Capacity, cluster_queue: str) -> list[TeamUsage]:
@@ -392,46 +394,46 @@ def _team_rows(capacity: Capacity, cluster_queue: str) -> list[TeamUsage]:
 
 
 def _explain_pending(
-    verdict: Verdict, workload: dict[str, Any], workloads: list[dict[str, Any]], capacity: Capacity
+    explanation: Explanation, workload: dict[str, Any], workloads: list[dict[str, Any]], capacity: Capacity
 ) -> None:
-    assert verdict.cluster_queue is not None
-    rows = _team_rows(capacity, verdict.cluster_queue)
+    assert explanation.cluster_queue is not None
+    rows = _team_rows(capacity, explanation.cluster_queue)
     pod_sets = [r for r in requests(workload) if r.gpus_per_pod > 0]
     if not rows or not pod_sets:
-        verdict.reasons.append(Reason("kueue", verdict.kueue_message or "waiting for Kueue to consider it"))
+        explanation.reasons.append(Reason("kueue", explanation.kueue_message or "waiting for Kueue to consider it"))
         return
     # Never fit: no flavor of the team's queue has a node big enough for every pod, or quota enough.
     fits = []
     never: list[str] = []
     for row in rows:
         nodes = [n for n in capacity.nodes if n.flavor == row.flavor]
-        problem = _never_fits(row, nodes, pod_sets, verdict.gpus)
+        problem = _never_fits(row, nodes, pod_sets, explanation.gpus)
         if problem is None:
             fits.append(row)
         else:
             never.append(problem)
     if not fits:
-        verdict.state = "never-fit"
-        verdict.reasons.extend(Reason("never-fit", text) for text in never)
+        explanation.state = "never-fit"
+        explanation.reasons.extend(Reason("never-fit", text) for text in never)
         biggest = max((n.gpus for n in capacity.nodes if n.flavor in {r.flavor for r in rows}), default=0)
-        verdict.remedies.append(
+        explanation.remedies.append(
             f"ask for at most {biggest} GPUs per pod and more pods (a multi-node job)"
             if biggest
             else "ask an administrator for GPUs of a type your team's queue covers"
         )
         return
     for row in fits:
-        _explain_flavor(verdict, workload, workloads, capacity, row, pod_sets)
-    if not verdict.reasons:
-        verdict.reasons.append(
-            Reason("kueue", verdict.kueue_message or "nothing stops it: Kueue admits it on its next pass")
+        _explain_flavor(explanation, workload, workloads, capacity, row, pod_sets)
+    if not explanation.reasons:
+        explanation.reasons.append(
+            Reason("kueue", explanation.kueue_message or "nothing stops it: Kueue admits it on its next pass")
         )
-    if verdict.position:
-        verdict.reasons.append(
+    if explanation.position:
+        explanation.reasons.append(
             Reason(
                 "position",
-                f"{verdict.position} workload(s) of the team's queue come before it, "
-                f"asking {_gpus_text(verdict.ahead_gpus)}",
+                f"{explanation.position} workload(s) of the team's queue come before it, "
+                f"asking {_gpus_text(explanation.ahead_gpus)}",
             )
         )
 
@@ -460,14 +462,14 @@ def _never_fits(row: TeamUsage, nodes: list[NodeCapacity], pod_sets: list[PodSet
 
 
 def _explain_flavor(
-    verdict: Verdict,
+    explanation: Explanation,
     workload: dict[str, Any],
     workloads: list[dict[str, Any]],
     capacity: Capacity,
     row: TeamUsage,
     pod_sets: list[PodSetRequest],
 ) -> None:
-    total = Fraction(verdict.gpus)
+    total = Fraction(explanation.gpus)
     own_left = max(Fraction(0), row.nominal - row.used)
     cohort_rows = [q for q in capacity.queues if row.cohort and q.cohort == row.cohort and q.flavor == row.flavor]
     others = [q for q in cohort_rows if q.cluster_queue != row.cluster_queue]
@@ -484,7 +486,7 @@ def _explain_flavor(
     quarantined = [n for n in nodes if n.quarantine is not None]
     for node in quarantined[:QUARANTINES_LISTED]:
         assert node.quarantine is not None
-        verdict.reasons.append(
+        explanation.reasons.append(
             Reason(
                 "quarantine",
                 f"node {node.name} ({_gpus_text(node.gpus)}) is quarantined since {node.quarantine.since or '?'}: "
@@ -493,7 +495,7 @@ def _explain_flavor(
         )
     if len(quarantined) > QUARANTINES_LISTED:
         rest = quarantined[QUARANTINES_LISTED:]
-        verdict.reasons.append(
+        explanation.reasons.append(
             Reason(
                 "quarantine",
                 f"and {len(rest)} more quarantined {row.flavor} nodes ({_gpus_text(sum(n.gpus for n in rest))})",
@@ -502,37 +504,37 @@ def _explain_flavor(
     if total > own_left + may_borrow:
         if borrowers and row.used < row.nominal:
             names = ", ".join(f"{q.team} borrows {_gpus_text(q.borrowed)}" for q in borrowers)
-            verdict.reasons.append(
+            explanation.reasons.append(
                 Reason(
                     "reclaim",
                     f"{names} of the cohort's {row.flavor} GPUs while your team uses {_plain(row.used)} of its "
                     f"{_plain(row.nominal)}: Kueue reclaims them by preempting the borrowers' newest jobs",
                 )
             )
-            verdict.remedies.append("wait: reclaim preempts the borrowing jobs, then this job is admitted")
+            explanation.remedies.append("wait: reclaim preempts the borrowing jobs, then this job is admitted")
         if row.used > 0:
-            mine = _own_admitted(workloads, verdict.namespace, workload)
+            mine = _own_admitted(workloads, explanation.namespace, workload)
             listed = ", ".join(f"{name} ({_gpus_text(g)})" for name, g in mine) or "admitted workloads"
-            verdict.reasons.append(
+            explanation.reasons.append(
                 Reason(
                     "quota",
                     f"your team uses {_plain(row.used)} of its {_plain(row.nominal)} {row.flavor} GPUs"
                     f" (borrowed {_plain(row.borrowed)}): {listed}; this job needs {_gpus_text(total)}",
                 )
             )
-            verdict.remedies.append(
+            explanation.remedies.append(
                 "wait for the team's running jobs to finish, or stop one of them"
                 + (", or submit it with --priority urgent to preempt lower-priority team jobs" if mine else "")
             )
         if row.cohort and row.borrowing_limit is not None and row.borrowed >= row.borrowing_limit:
-            verdict.reasons.append(
+            explanation.reasons.append(
                 Reason(
                     "borrowing-limit",
                     f"your team already borrows {_plain(row.borrowed)} GPUs, its borrowing limit",
                 )
             )
         elif row.cohort and not borrowers and idle_elsewhere < total - own_left:
-            verdict.reasons.append(
+            explanation.reasons.append(
                 Reason(
                     "cohort-busy",
                     f"the other teams lend only {_gpus_text(idle_elsewhere)} idle {row.flavor} GPUs now",
@@ -549,28 +551,28 @@ def _explain_flavor(
     pod_set = blocked[0]
     best = max((n.free for n in usable), default=0)
     if free >= total:
-        verdict.reasons.append(
+        explanation.reasons.append(
             Reason(
                 "fragmentation",
                 f"{_gpus_text(free)} of {row.flavor} are free, but at most {best} on one node, and each pod of "
                 f"{pod_set.name} asks {pod_set.gpus_per_pod} on one node",
             )
         )
-        verdict.remedies.append(
+        explanation.remedies.append(
             f"wait for a node to have {pod_set.gpus_per_pod} free GPUs (small jobs finishing), or ask for at most "
             f"{best} GPUs per pod"
             if best
             else "wait for running jobs to finish"
         )
     else:
-        verdict.reasons.append(
+        explanation.reasons.append(
             Reason(
                 "capacity",
                 f"only {_gpus_text(free)} of {row.flavor} are free on usable nodes; the job needs {_gpus_text(total)}",
             )
         )
         returning = " or quarantined nodes to return" if quarantined else ""
-        verdict.remedies.append(f"wait for running jobs to finish{returning}")
+        explanation.remedies.append(f"wait for running jobs to finish{returning}")
 
 
 def _lendable(row: TeamUsage) -> Fraction:
@@ -590,13 +592,13 @@ def _own_admitted(workloads: list[dict[str, Any]], namespace: str, this: dict[st
     ]
 
 
-def _borrowing_risk(verdict: Verdict, workload: dict[str, Any], capacity: Capacity | None) -> None:
+def _borrowing_risk(explanation: Explanation, workload: dict[str, Any], capacity: Capacity | None) -> None:
     """An admitted job on borrowed GPUs is the first one reclaim preempts: say so."""
-    if capacity is None or verdict.cluster_queue is None:
+    if capacity is None or explanation.cluster_queue is None:
         return
-    for row in _team_rows(capacity, verdict.cluster_queue):
+    for row in _team_rows(capacity, explanation.cluster_queue):
         if row.borrowed > 0:
-            verdict.reasons.append(
+            explanation.reasons.append(
                 Reason(
                     "borrowing",
                     f"your team borrows {_gpus_text(row.borrowed)} of {row.flavor} beyond its quota: when the "
@@ -605,18 +607,18 @@ def _borrowing_risk(verdict: Verdict, workload: dict[str, Any], capacity: Capaci
             )
 
 
-def as_json(verdict: Verdict) -> dict[str, Any]:
+def as_json(explanation: Explanation) -> dict[str, Any]:
     return {
-        "job": verdict.job,
-        "namespace": verdict.namespace,
-        "state": verdict.state,
-        "workload": verdict.workload,
-        "clusterQueue": verdict.cluster_queue,
-        "position": verdict.position,
-        "gpus": verdict.gpus,
-        "aheadGpus": verdict.ahead_gpus,
-        "reasons": [{"kind": r.kind, "message": r.message} for r in verdict.reasons],
-        "remedies": verdict.remedies,
-        "kueueMessage": verdict.kueue_message,
-        "source": verdict.source,
+        "job": explanation.job,
+        "namespace": explanation.namespace,
+        "state": explanation.state,
+        "workload": explanation.workload,
+        "clusterQueue": explanation.cluster_queue,
+        "position": explanation.position,
+        "gpus": explanation.gpus,
+        "aheadGpus": explanation.ahead_gpus,
+        "reasons": [{"kind": r.kind, "message": r.message} for r in explanation.reasons],
+        "remedies": explanation.remedies,
+        "kueueMessage": explanation.kueue_message,
+        "source": explanation.source,
     }

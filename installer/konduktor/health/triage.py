@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from konduktor.burnin.results import BurnInReport, PairVerdict, Verdict
-from konduktor.controller.classify import (
+from konduktor.gpu.kernel_log import parse_line
+from konduktor.health.classify import (
     Finding,
     burnin_finding,
     classify_dcgm,
@@ -22,10 +23,9 @@ from konduktor.controller.classify import (
     unconfirmed,
     verdict_detail,
 )
-from konduktor.controller.loki import LogLine
-from konduktor.controller.prometheus import DcgmSignal
-from konduktor.controller.settings import HealthSettings
-from konduktor.gpu.kernel_log import parse_line
+from konduktor.health.loki import LogLine
+from konduktor.health.prometheus import DcgmSignal
+from konduktor.health.settings import HealthSettings
 from konduktor.kube.timestamps import format_time
 
 # A fault found shortly after the job ended still counts: detection takes seconds to minutes (a lost GPU waits

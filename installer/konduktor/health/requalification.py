@@ -26,11 +26,11 @@ from konduktor.burnin.plan import JOB_CHECK, JobPhase, job_finished_at, job_stat
 from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict, worst
 from konduktor.burnin.tiers import BurnInImages, BurnInOptions, options_for_tier
 from konduktor.burnin.verdict import NodeEvidence, judge_node
-from konduktor.controller.decide import NodeState
-from konduktor.controller.logs import log
-from konduktor.controller.node_writes import FIELD_MANAGER
-from konduktor.controller.settings import RequalificationSettings
-from konduktor.controller.telemetry import HealthMetrics
+from konduktor.health.decide import NodeState
+from konduktor.health.logs import log
+from konduktor.health.node_writes import FIELD_MANAGER
+from konduktor.health.settings import RequalificationSettings
+from konduktor.health.telemetry import HealthMetrics
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.timestamps import parse_time
 from konduktor.vocabulary import BURNIN_TIER_ANNOTATION, HOSTNAME_LABEL, PRODUCT_LABEL, QUARANTINED_AT, REQUALIFIED_AT

@@ -15,18 +15,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from konduktor.controller.breaker import BreakerView, ControllerView, breaker_view, controller_view
-from konduktor.controller.decide import NodeState
-from konduktor.controller.health_view import NodeHealth, health_view
-from konduktor.controller.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION, LEASE_API, LEASE_NAME
-from konduktor.controller.node_writes import EVENT_NAMESPACE, object_event
-from konduktor.controller.nodes import gpu_node_state
-from konduktor.controller.quarantine import COMPONENT
-from konduktor.controller.release import whoami
-from konduktor.controller.settings import HealthSettings
-from konduktor.controller.triage_sources import deployed_settings
-from konduktor.controller.workloads import gpu_pods_on
 from konduktor.errors import UsageError
+from konduktor.health.breaker import BreakerView, ControllerView, breaker_view, controller_view
+from konduktor.health.decide import NodeState
+from konduktor.health.health_view import NodeHealth, health_view
+from konduktor.health.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION, LEASE_API, LEASE_NAME
+from konduktor.health.node_writes import EVENT_NAMESPACE, object_event
+from konduktor.health.nodes import gpu_node_state
+from konduktor.health.quarantine import COMPONENT
+from konduktor.health.release import whoami
+from konduktor.health.settings import HealthSettings
+from konduktor.health.triage_sources import deployed_settings
+from konduktor.health.workloads import gpu_pods_on
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.timestamps import format_time
 from konduktor.vocabulary import HEALTH_TAINT_KEY, SYSTEM_NAMESPACE

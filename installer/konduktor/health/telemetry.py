@@ -12,7 +12,7 @@ from typing import cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from konduktor.controller.classify import Finding
+from konduktor.health.classify import Finding
 from konduktor.kube.client import ApiError
 from konduktor.observability.metrics import DETECTION_LATENCY_BUCKETS, HEALTH_CONTROLLER_METRICS, Metric, MetricType
 

@@ -1,6 +1,6 @@
 """Work on a quarantined node: which policy applies to it, and what its owner is told.
 
-Pure. The watch loop reads the Kueue Workloads with pods on a node (controller/workloads.py); the decision
+Pure. The watch loop reads the Kueue Workloads with pods on a node (health/workloads.py); the decision
 (decide.py) picks what to do with each of them, and this module words the Event its Job and Workload get.
 """
 
@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from konduktor.controller.classify import Finding
-from konduktor.controller.settings import HealthSettings, WorkPolicy
+from konduktor.health.classify import Finding
+from konduktor.health.settings import HealthSettings, WorkPolicy
 from konduktor.kube.timestamps import format_time
 from konduktor.vocabulary import KUEUE_API
 

@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from konduktor.burnin.results import NodeVerdict, Verdict
-from konduktor.controller.settings import HealthSettings, NodeConditionRule
 from konduktor.gpu.catalog import (
     CATALOG,
     DCGM_RULES,
@@ -25,6 +24,7 @@ from konduktor.gpu.catalog import (
     Severity,
 )
 from konduktor.gpu.kernel_log import KernelReport
+from konduktor.health.settings import HealthSettings, NodeConditionRule
 
 DedupKey = tuple[str, str, str | None, RecommendedAction]
 

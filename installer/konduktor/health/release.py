@@ -24,7 +24,8 @@ from konduktor.burnin.plan import select_targets
 from konduktor.burnin.results import NodeVerdict, Verdict
 from konduktor.burnin.runner import BurnInRunner, Progress
 from konduktor.burnin.tiers import BurnInOptions
-from konduktor.controller.decide import (
+from konduktor.errors import ChangeRefused, UsageError
+from konduktor.health.decide import (
     BreakerState,
     NodeState,
     Plan,
@@ -34,12 +35,11 @@ from konduktor.controller.decide import (
     decide,
     quarantined_by_us,
 )
-from konduktor.controller.node_writes import make_writes
-from konduktor.controller.nodes import expected_gpus, node_state
-from konduktor.controller.quarantine import COMPONENT, describe_action
-from konduktor.controller.settings import BreakerSettings, HealthSettings
-from konduktor.controller.workloads import gpu_pods_on
-from konduktor.errors import ChangeRefused, UsageError
+from konduktor.health.node_writes import make_writes
+from konduktor.health.nodes import expected_gpus, node_state
+from konduktor.health.quarantine import COMPONENT, describe_action
+from konduktor.health.settings import BreakerSettings, HealthSettings
+from konduktor.health.workloads import gpu_pods_on
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.timestamps import format_time
 from konduktor.vocabulary import (

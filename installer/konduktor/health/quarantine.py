@@ -14,8 +14,8 @@ from dataclasses import replace
 from typing import Any
 
 from konduktor.burnin.results import NodeVerdict
-from konduktor.controller.classify import Finding
-from konduktor.controller.decide import (
+from konduktor.health.classify import Finding
+from konduktor.health.decide import (
     CONDITION_TYPE,
     BreakerState,
     Plan,
@@ -26,10 +26,10 @@ from konduktor.controller.decide import (
     decide,
     restore_breaker,
 )
-from konduktor.controller.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION, LEASE_API, LEASE_NAME
-from konduktor.controller.node_writes import make_writes
-from konduktor.controller.nodes import gpu_node_state, node_state
-from konduktor.controller.settings import BreakerSettings, HealthSettings
+from konduktor.health.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION, LEASE_API, LEASE_NAME
+from konduktor.health.node_writes import make_writes
+from konduktor.health.nodes import gpu_node_state, node_state
+from konduktor.health.settings import BreakerSettings, HealthSettings
 from konduktor.kube.client import Kube
 from konduktor.kube.timestamps import parse_time
 from konduktor.vocabulary import SYSTEM_NAMESPACE
@@ -41,7 +41,7 @@ COMPONENT = "konduktor-install"
 def quarantine_plan(verdicts: Sequence[NodeVerdict], nodes: Sequence[Mapping[str, Any]], now: float) -> Plan:
     """The health controller's writes for the FAIL nodes: taint, quarantined-at annotation, condition, Event.
 
-    The nodes are read as the controller reads them (`konduktor.controller.nodes.node_state`), so these
+    The nodes are read as the controller reads them (`konduktor.health.nodes.node_state`), so these
     quarantines are the ones it would make.
 
     Only FAIL verdicts go in: this command quarantines, and leaves releasing a node to the controller's

@@ -7,7 +7,7 @@ Kubernetes pod mapping on, labels each GPU's series with the pod, namespace and 
 the kubelet's pod-resources API), so its Xid series names the holder of the GPU that took the Xid
 (docs/design/gpu-loss.md has the upstream sources).
 
-Pure: the watch loop reads the series (controller/prometheus.py) and the workloads (controller/workloads.py);
+Pure: the watch loop reads the series (health/prometheus.py) and the workloads (health/workloads.py);
 `judge_lost_gpu` decides, per workload, which affected-work policy applies and why, in words for its owner:
 
 | what is known | the workload | policy |
@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from konduktor.controller.affected import AffectedWorkload
-from konduktor.controller.settings import AffectedWorkSettings, WorkPolicy
 from konduktor.gpu.catalog import APPLICATION_XIDS
+from konduktor.health.affected import AffectedWorkload
+from konduktor.health.settings import AffectedWorkSettings, WorkPolicy
 
 # k8s-device-plugin's hard-coded list of Xids that leave a GPU healthy (internal/rm/health.go): the application
 # Xids, and 109 (context switch timeout) in its current releases. Operators can skip more (DP_DISABLE_HEALTHCHECKS);

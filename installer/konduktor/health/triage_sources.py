@@ -13,14 +13,15 @@ import re
 import time
 from typing import Any
 
-from konduktor.controller.decide import CONDITION_TYPE
-from konduktor.controller.loki import LokiSource
-from konduktor.controller.node_writes import EVENT_NAMESPACE
-from konduktor.controller.prometheus import PrometheusSource
-from konduktor.controller.settings import HealthSettings, parse_settings
-from konduktor.controller.sources import SourceError
-from konduktor.controller.telemetry import HealthMetrics
-from konduktor.controller.triage import (
+from konduktor.errors import UsageError
+from konduktor.health.decide import CONDITION_TYPE
+from konduktor.health.loki import LokiSource
+from konduktor.health.node_writes import EVENT_NAMESPACE
+from konduktor.health.prometheus import PrometheusSource
+from konduktor.health.settings import HealthSettings, parse_settings
+from konduktor.health.sources import SourceError
+from konduktor.health.telemetry import HealthMetrics
+from konduktor.health.triage import (
     LATE_SECONDS,
     NodeRecord,
     Sighting,
@@ -30,7 +31,6 @@ from konduktor.controller.triage import (
     kernel_sightings,
     with_sightings,
 )
-from konduktor.errors import UsageError
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.timestamps import parse_time
 from konduktor.vocabulary import (

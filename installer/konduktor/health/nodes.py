@@ -10,12 +10,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from konduktor.controller.classify import ForeignCondition
-from konduktor.controller.decide import CONDITION_TYPE, NodeState
-from konduktor.controller.logs import log
-from konduktor.controller.settings import HealthSettings
-from konduktor.controller.telemetry import HealthMetrics
 from konduktor.gpu.node import read_node
+from konduktor.health.classify import ForeignCondition
+from konduktor.health.decide import CONDITION_TYPE, NodeState
+from konduktor.health.logs import log
+from konduktor.health.settings import HealthSettings
+from konduktor.health.telemetry import HealthMetrics
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.timestamps import parse_time
 from konduktor.vocabulary import GPU_COUNT_LABEL, GPU_RESOURCE, PRODUCT_LABEL

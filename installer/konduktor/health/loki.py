@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import requests
 
-from konduktor.controller.logs import log
-from konduktor.controller.settings import LokiSettings
-from konduktor.controller.sources import SourceError, array, labels, mapping, success_data, text, whole_number
-from konduktor.controller.telemetry import HealthMetrics
+from konduktor.health.logs import log
+from konduktor.health.settings import LokiSettings
+from konduktor.health.sources import SourceError, array, labels, mapping, success_data, text, whole_number
+from konduktor.health.telemetry import HealthMetrics
 
 QUERY_RANGE = "/loki/api/v1/query_range"
 _NS = 1_000_000_000

@@ -17,9 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from konduktor.controller.actuator import COMPONENT, Actuator, Outcome, action_name
-from konduktor.controller.affected import AffectedWorkload, RequeuingWorkload
-from konduktor.controller.classify import (
+from konduktor.errors import KonduktorError
+from konduktor.gpu.kernel_log import parse_line
+from konduktor.health.actuator import COMPONENT, Actuator, Outcome, action_name
+from konduktor.health.affected import AffectedWorkload, RequeuingWorkload
+from konduktor.health.classify import (
     DuplicateFilter,
     Finding,
     LostGpuWatch,
@@ -28,7 +30,7 @@ from konduktor.controller.classify import (
     classify_report,
     condition_finding,
 )
-from konduktor.controller.decide import (
+from konduktor.health.decide import (
     BreakerState,
     NodeState,
     Plan,
@@ -40,28 +42,26 @@ from konduktor.controller.decide import (
     quarantined_by_us,
     restore_breaker,
 )
-from konduktor.controller.gpu_loss import Attribution
-from konduktor.controller.kernel_files import KernelLogFiles
-from konduktor.controller.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION, LeaderLease
-from konduktor.controller.logs import log
-from konduktor.controller.loki import LogLine, LokiCursor, LokiSource
-from konduktor.controller.nodes import (
+from konduktor.health.gpu_loss import Attribution
+from konduktor.health.kernel_files import KernelLogFiles
+from konduktor.health.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION, LeaderLease
+from konduktor.health.logs import log
+from konduktor.health.loki import LogLine, LokiCursor, LokiSource
+from konduktor.health.nodes import (
     NodeCache,
     NodeEvent,
     NodeWatch,
     gpu_node_state,
     list_nodes,
 )
-from konduktor.controller.prometheus import DcgmSignal, PrometheusSource
-from konduktor.controller.refused import decide_give_back
-from konduktor.controller.refused_writes import give_back, refused_creates
-from konduktor.controller.requalification import PodLogs, Requalifier, Result, StepLogs
-from konduktor.controller.settings import HealthSettings
-from konduktor.controller.sources import SourceError
-from konduktor.controller.telemetry import HealthMetrics
-from konduktor.controller.workloads import requeuing, workloads_on
-from konduktor.errors import KonduktorError
-from konduktor.gpu.kernel_log import parse_line
+from konduktor.health.prometheus import DcgmSignal, PrometheusSource
+from konduktor.health.refused import decide_give_back
+from konduktor.health.refused_writes import give_back, refused_creates
+from konduktor.health.requalification import PodLogs, Requalifier, Result, StepLogs
+from konduktor.health.settings import HealthSettings
+from konduktor.health.sources import SourceError
+from konduktor.health.telemetry import HealthMetrics
+from konduktor.health.workloads import requeuing, workloads_on
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.timestamps import format_time, parse_time
 from konduktor.vocabulary import KUEUE_API, QUARANTINE_REASON, REQUALIFIED_AT

@@ -28,7 +28,9 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from konduktor.burnin.results import NodeVerdict, Verdict
-from konduktor.controller.affected import (
+from konduktor.gpu.catalog import Severity
+from konduktor.gpu.node import GpuNode, Taint, TaintEffect
+from konduktor.health.affected import (
     AffectedWorkload,
     ObjectRef,
     RequeuingWorkload,
@@ -37,11 +39,9 @@ from konduktor.controller.affected import (
     owner_reason,
     policy_for,
 )
-from konduktor.controller.classify import Finding, ForeignCondition, burnin_finding, verdict_detail
-from konduktor.controller.gpu_loss import Attribution, Judgement, judge_lost_gpu
-from konduktor.controller.settings import BreakerSettings, HealthSettings
-from konduktor.gpu.catalog import Severity
-from konduktor.gpu.node import GpuNode, Taint, TaintEffect
+from konduktor.health.classify import Finding, ForeignCondition, burnin_finding, verdict_detail
+from konduktor.health.gpu_loss import Attribution, Judgement, judge_lost_gpu
+from konduktor.health.settings import BreakerSettings, HealthSettings
 from konduktor.kube.timestamps import format_time, parse_time
 from konduktor.vocabulary import (
     GPU_HEALTHY_CONDITION,

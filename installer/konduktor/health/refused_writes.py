@@ -1,4 +1,4 @@
-"""The reads and writes of giving back the quota of a workload whose pods are refused (konduktor.controller.refused
+"""The reads and writes of giving back the quota of a workload whose pods are refused (konduktor.health.refused
 decides): the jobs' FailedCreate Events matched to their Workloads, and the deactivation with its Events."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from konduktor.controller.node_writes import object_event
-from konduktor.controller.refused import (
+from konduktor.health.node_writes import object_event
+from konduktor.health.refused import (
     FAILED_CREATE,
     PODS_REFUSED_EVENT,
     GiveBack,

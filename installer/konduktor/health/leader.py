@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from konduktor.controller.logs import log
-from konduktor.controller.telemetry import HealthMetrics
+from konduktor.health.logs import log
+from konduktor.health.telemetry import HealthMetrics
 from konduktor.kube.client import ApiError, Kube
 
 LEASE_API = "coordination.k8s.io/v1"

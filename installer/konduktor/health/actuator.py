@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from konduktor.controller.decide import (
+from konduktor.health.decide import (
     Action,
     DeactivateWorkload,
     NodeState,
@@ -30,13 +30,13 @@ from konduktor.controller.decide import (
     UpdateNode,
     WorkAction,
 )
-from konduktor.controller.fanout import at_once
-from konduktor.controller.logs import log
-from konduktor.controller.node_writes import write
-from konduktor.controller.nodes import NodeCache
-from konduktor.controller.requalification import Requalifier
-from konduktor.controller.telemetry import HealthMetrics
-from konduktor.controller.workloads import deactivate, reactivate, tell_owner
+from konduktor.health.fanout import at_once
+from konduktor.health.logs import log
+from konduktor.health.node_writes import write
+from konduktor.health.nodes import NodeCache
+from konduktor.health.requalification import Requalifier
+from konduktor.health.telemetry import HealthMetrics
+from konduktor.health.workloads import deactivate, reactivate, tell_owner
 from konduktor.kube.client import ApiError, Kube
 from konduktor.vocabulary import QUARANTINE_REASON, QUARANTINED_AT
 

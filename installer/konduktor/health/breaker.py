@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from konduktor.controller.decide import NodeState, breaker_limit, window_quarantines
-from konduktor.controller.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION
-from konduktor.controller.settings import HealthSettings
+from konduktor.health.decide import NodeState, breaker_limit, window_quarantines
+from konduktor.health.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION
+from konduktor.health.settings import HealthSettings
 from konduktor.kube.timestamps import format_time, parse_time
 
 RESET_COMMAND = "konduktor-install nodes breaker reset --reason '...'"

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from konduktor.controller.decide import (
+from konduktor.health.decide import (
     CONDITION_TYPE,
     Action,
     RecordEvent,

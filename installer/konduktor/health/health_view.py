@@ -19,11 +19,11 @@ from enum import StrEnum
 from typing import Any
 
 from konduktor.burnin.record import record_of
-from konduktor.controller.breaker import RESET_COMMAND, BreakerView
-from konduktor.controller.decide import CONDITION_TYPE, NodeState, quarantined_by_us
-from konduktor.controller.nodes import gpu_node_state
-from konduktor.controller.requalification import run_of
-from konduktor.controller.settings import HealthSettings
+from konduktor.health.breaker import RESET_COMMAND, BreakerView
+from konduktor.health.decide import CONDITION_TYPE, NodeState, quarantined_by_us
+from konduktor.health.nodes import gpu_node_state
+from konduktor.health.requalification import run_of
+from konduktor.health.settings import HealthSettings
 from konduktor.kube.timestamps import format_time, parse_time
 from konduktor.vocabulary import (
     GPU_RESOURCE,
@@ -84,7 +84,7 @@ class NodeHealth:
 
 
 @dataclass(frozen=True)
-class Capacity:
+class ProductCapacity:
     """GPUs of one product, and those a quarantine or a cordon keeps from new work."""
 
     product: str
@@ -300,13 +300,13 @@ def next_step(
     return f"requalification burn-in due: starts when a slot is free (at most {slots} at once){after}"
 
 
-def capacity(views: Sequence[NodeHealth]) -> list[Capacity]:
+def capacity(views: Sequence[NodeHealth]) -> list[ProductCapacity]:
     """Per GPU product: GPUs, and those out of service (a cordoned node that is also quarantined counts once)."""
     products: dict[str, list[NodeHealth]] = {}
     for view in views:
         products.setdefault(view.product or "unlabelled", []).append(view)
     return [
-        Capacity(
+        ProductCapacity(
             product,
             sum(v.gpus for v in members),
             sum(v.gpus for v in members if v.out_of_service),

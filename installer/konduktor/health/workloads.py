@@ -15,12 +15,12 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from konduktor.controller.affected import AffectedWorkload, ObjectRef, RequeuingWorkload
-from konduktor.controller.decide import DeactivateWorkload, ReactivateWorkload, TellOwner
-from konduktor.controller.fanout import at_once
-from konduktor.controller.health_view import gpu_pods
-from konduktor.controller.node_writes import object_event
 from konduktor.gpu.pod import pod_gpus
+from konduktor.health.affected import AffectedWorkload, ObjectRef, RequeuingWorkload
+from konduktor.health.decide import DeactivateWorkload, ReactivateWorkload, TellOwner
+from konduktor.health.fanout import at_once
+from konduktor.health.health_view import gpu_pods
+from konduktor.health.node_writes import object_event
 from konduktor.kube.client import ApiError, Kube
 from konduktor.vocabulary import KUEUE_API, REQUEUE_LABEL, REQUEUE_REASON
 

@@ -20,12 +20,12 @@ from typing import Literal, TypeVar
 
 import requests
 
-from konduktor.controller.classify import DcgmSample
-from konduktor.controller.gpu_loss import Attribution, LostGpu, is_device_plugin_xid
-from konduktor.controller.settings import PrometheusSettings
-from konduktor.controller.sources import SourceError, array, finite_number, labels, mapping, success_data
-from konduktor.controller.telemetry import HealthMetrics
 from konduktor.gpu.catalog import DCGM_RULES, DCGM_XID_FIELD
+from konduktor.health.classify import DcgmSample
+from konduktor.health.gpu_loss import Attribution, LostGpu, is_device_plugin_xid
+from konduktor.health.settings import PrometheusSettings
+from konduktor.health.sources import SourceError, array, finite_number, labels, mapping, success_data
+from konduktor.health.telemetry import HealthMetrics
 from konduktor.observability.metrics import MetricType, lookup
 
 HEALTH_FIELDS = (DCGM_XID_FIELD, *DCGM_RULES)
