@@ -187,5 +187,10 @@ def stages(kwok_module_dir: Path, job_seconds: float) -> list[dict[str, Any]]:
             if delay is not None and name.startswith("pod-"):
                 delay["durationMilliseconds"] = int(job_seconds * 1000) if name == "pod-complete" else 100
                 delay.pop("jitterDurationMilliseconds", None)  # jitter is an upper bound; none means exact
+                if name == "pod-delete":
+                    # kwok's pod-delete jitters up to the deletionTimestamp (the grace period, 30 s by default):
+                    # a deleted pod lingered a random 0-30 s. Gone after the delay, as a container that exits on
+                    # SIGTERM at once.
+                    delay.pop("jitterDurationFrom", None)
             result.append(stage)
     return result
