@@ -271,20 +271,20 @@ class SimCluster:
         module = module_dir(self.toolbox.tools["kueue"])
         self.progress("kueue: installing CRDs")
         kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": kueue.NAMESPACE}})
-        for crd in kueue.crds(module):
+        crds = kueue.crds(module)
+        for crd in crds:
             kube.apply(crd)
+        names = [crd["metadata"]["name"] for crd in crds]
         wait_until(
             "Kueue CRDs to be established",
             lambda: all(
                 any(
                     c["type"] == "Established" and c["status"] == "True"
-                    for c in (
-                        kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd["metadata"]["name"]) or {}
-                    )
+                    for c in (kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name) or {})
                     .get("status", {})
                     .get("conditions", [])
                 )
-                for crd in kueue.crds(module)
+                for name in names
             ),
             timeout=60,
         )
