@@ -33,6 +33,7 @@ STAND_INS = Path(__file__).parent / "data" / "umbrella"
 RELEASE = "konduktor"
 # A namespace of its own, absent before the test, as the release namespace is on a fresh cluster.
 NAMESPACE = "umbrella-install"
+pytestmark = pytest.mark.slow  # the whole umbrella, helm --wait, several times
 WORKLOADS = ("Deployment", "StatefulSet", "DaemonSet")
 # The bare-metal shape (Network Operator on) has the most pre-install hooks.
 SETTINGS = ("--set", "konduktor-core.enabled=false", "--set", "network-operator.enabled=true")
