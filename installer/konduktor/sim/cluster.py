@@ -25,6 +25,7 @@ from ruamel.yaml import YAML
 
 from konduktor.errors import KonduktorError
 from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.conditions import is_true
 from konduktor.paths import state_dir
 from konduktor.sim import kueue
 from konduktor.sim.nodes import DEFAULT_TOPOLOGY, NodePool, node_manifests, system_node
@@ -278,12 +279,7 @@ class SimCluster:
         wait_until(
             "Kueue CRDs to be established",
             lambda: all(
-                any(
-                    c["type"] == "Established" and c["status"] == "True"
-                    for c in (kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name) or {})
-                    .get("status", {})
-                    .get("conditions", [])
-                )
+                is_true(kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name), "Established")
                 for name in names
             ),
             timeout=60,

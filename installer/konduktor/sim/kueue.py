@@ -76,16 +76,21 @@ def token_kubeconfig(admin_kubeconfig: dict[str, Any], token: str, user: str = S
     }
 
 
-def crds(module_dir: Path) -> list[dict[str, Any]]:
-    """Kueue's CRDs, each a copy of what was read once per process: they are ~0.85 MB of YAML, which the pure-Python
-    parser takes seconds to read (20 s on 2 busy cores), and every `sim up` applies them."""
-    return copy.deepcopy(_crds(module_dir))
+def read(path: Path) -> list[dict[str, Any]]:
+    """The documents of a file of the pinned Kueue module, as a copy of what was read once per process: its CRDs are
+    ~0.85 MB of YAML, which the pure-Python parser takes seconds to read (20 s on 2 busy cores), and every `sim up`
+    applies them, its user roles and its webhooks."""
+    return copy.deepcopy(_read_once(path))
 
 
 @functools.cache
-def _crds(module_dir: Path) -> list[dict[str, Any]]:
+def _read_once(path: Path) -> list[dict[str, Any]]:
+    return load_documents(path)
+
+
+def crds(module_dir: Path) -> list[dict[str, Any]]:
     bases = module_dir / "config" / "components" / "crd" / "bases"
-    return [doc for path in sorted(bases.glob("*.yaml")) for doc in load_documents(path)]
+    return [doc for path in sorted(bases.glob("*.yaml")) for doc in read(path)]
 
 
 def user_roles(module_dir: Path) -> list[dict[str, Any]]:
@@ -96,10 +101,10 @@ def user_roles(module_dir: Path) -> list[dict[str, Any]]:
     runs Kueue with the admin's kubeconfig.
     """
     rbac = module_dir / "config" / "components" / "rbac"
-    kustomization = load_documents(rbac / "kustomization.yaml")[0]
+    kustomization = read(rbac / "kustomization.yaml")[0]
     roles = []
     for name in kustomization.get("resources") or []:
-        for document in load_documents(rbac / name):
+        for document in read(rbac / name):
             if document.get("kind") == "ClusterRole" and _is_user_role(document):
                 role = copy.deepcopy(document)
                 role["metadata"]["name"] = NAME_PREFIX + document["metadata"]["name"]
@@ -121,7 +126,7 @@ def webhook_configurations(module_dir: Path, port: int, ca_pem: bytes) -> list[d
     manifests = module_dir / "config" / "components" / "webhook" / "manifests.yaml"
     ca_bundle = base64.b64encode(ca_pem).decode()
     result = []
-    for source in load_documents(manifests):
+    for source in read(manifests):
         config = copy.deepcopy(source)
         config["metadata"] = {
             "name": WEBHOOK_PREFIX + source["metadata"]["name"],
