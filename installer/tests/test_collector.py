@@ -11,6 +11,8 @@ import pytest
 import yaml
 from otelcol import MANIFEST, UMBRELLA_VALUES, collector, component_type, umbrella_config, validate
 
+pytestmark = pytest.mark.slow  # builds the collector (Go) on a cold cache
+
 KINDS = ("receivers", "processors", "exporters", "extensions")
 
 

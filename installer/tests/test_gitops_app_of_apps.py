@@ -25,7 +25,7 @@ from konduktor.sim.pools import spec_from
 from konduktor.tools.toolbox import Toolbox
 from konduktor.waiting import wait_until
 
-pytestmark = pytest.mark.sim
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAY = "overlays/sim-gitops"

@@ -94,6 +94,7 @@ def generations(kube: Kube) -> dict[str, int]:
     return {team: kube.get(CQ, "ClusterQueue", team)["metadata"]["generation"] for team in TEAMS}  # type: ignore[index]
 
 
+@pytest.mark.slow
 def test_config_in_git_syncs_and_quota_change_applies(
     sim: Sim, argocd: tuple[ArgoCD, Repo], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -136,6 +137,7 @@ def refresh_pending(kube: Kube) -> bool:
     return "argocd.argoproj.io/refresh" in (app["metadata"].get("annotations") or {})
 
 
+@pytest.mark.slow
 def test_a_manual_clusterqueue_edit_is_reverted_by_self_heal(sim: Sim, argocd: tuple[ArgoCD, Repo]) -> None:
     _, repo = argocd
     head = repo.head()
@@ -154,6 +156,7 @@ def test_a_manual_clusterqueue_edit_is_reverted_by_self_heal(sim: Sim, argocd: t
     )
 
 
+@pytest.mark.slow
 def test_an_invalid_config_fails_visibly_and_applies_nothing(sim: Sim, argocd: tuple[ArgoCD, Repo]) -> None:
     _, repo = argocd
     before = {t: gpu_quota(sim.kube.get(CQ, "ClusterQueue", t) or {}) for t in TEAMS}
@@ -177,6 +180,7 @@ def test_an_invalid_config_fails_visibly_and_applies_nothing(sim: Sim, argocd: t
     wait_until("the fixed config to sync", lambda: synced_to(sim.kube, fixed), timeout=180)
 
 
+@pytest.mark.slow
 def test_removing_a_team_prunes_its_queues_and_rolebindings_but_not_its_namespace(
     sim: Sim, argocd: tuple[ArgoCD, Repo]
 ) -> None:

@@ -43,7 +43,7 @@ from konduktor.vocabulary import CAPACITY_CONFIGMAP
 from konduktor.waiting import wait_until
 
 # The module's fixture builds the image: a cold build downloads Debian's packages and the wheels (minutes).
-pytestmark = [pytest.mark.sim, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 ROOT = Path(__file__).resolve().parents[2]
 USER = 65532

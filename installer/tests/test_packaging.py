@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNTIME_LOCK = ROOT / "requirements" / "runtime.lock"
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
 # The first test also builds the wheel and its virtualenv (the module's fixture): up to 840 s of bounded steps.
-pytestmark = pytest.mark.timeout(1200)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 @dataclass(frozen=True)

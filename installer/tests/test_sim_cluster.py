@@ -240,6 +240,18 @@ def test_down_leaves_nothing_behind_and_up_works_again(tmp_path: Path) -> None:
     assert cli("sim", "status", "--name", name).returncode == 1
 
 
+def test_a_watch_the_server_ended_closes_quietly(sim: Sim) -> None:
+    """A watch's iteration releases its connection when it ends; closing it after that (as a `finally` does, also
+    while a signal's SystemExit goes through it) raises nothing, so that exception is the one that stays: the GPU
+    agent and the health controller stop on SIGTERM instead of watching on."""
+    listed = sim.kube.request("GET", "/api/v1/namespaces")
+    stream = sim.kube.watch("v1", "Namespace", listed["metadata"]["resourceVersion"], timeout_seconds=1)
+    events = list(stream)  # the server ends the watch after a second
+    assert all(e["type"] in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK") for e in events)
+    stream.close()
+    stream.close()
+
+
 L40S = "konduktor.ai/gpu-type=l40s"
 
 

@@ -136,6 +136,7 @@ def hooks_ran(status: dict[str, Any], names: set[str]) -> None:
 
 
 @pytest.mark.sim
+@pytest.mark.slow  # the whole umbrella with helm --wait, four times
 @pytest.mark.timeout(2400)  # install, upgrade, uninstall and install again, each `--wait` bounded at 600 s
 def test_the_first_install_upgrade_and_reinstall_succeed_on_a_fresh_cluster(umbrella: Umbrella, sim: Sim) -> None:
     umbrella.install()
@@ -184,6 +185,7 @@ def test_the_first_install_upgrade_and_reinstall_succeed_on_a_fresh_cluster(umbr
 
 
 @pytest.mark.sim
+@pytest.mark.slow
 @pytest.mark.timeout(1800)  # the install `up` makes and the fixture's uninstall, each `--wait` bounded at 600 s
 def test_up_installs_the_umbrella_the_same_way(umbrella: Umbrella, sim: Sim) -> None:
     """`konduktor-install up --kubeconfig` applies the release namespace, then installs the umbrella through

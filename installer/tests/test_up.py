@@ -39,8 +39,34 @@ NODES = [f"gpu-h100-{i:04d}" for i in range(4)]
 HOLD = "pod-complete.stage.kwok.x-k8s.io/delay"  # kwok keeps such a pod Running this long
 
 
+class Installed:
+    """The example's platform as `up` installs it on the session's cluster. A test that needs it calls `ensure()`,
+    which runs `up` only when no earlier test of this module left it installed (none yet, or one removed or
+    changed it and said so with `changed()`): a test does not reinstall the platform only for the tests after it."""
+
+    def __init__(self, sim: Sim) -> None:
+        self.sim, self.current = sim, False
+
+    def ensure(self) -> None:
+        if not self.current:
+            assert main(["up", str(EXAMPLE), "--sim", self.sim.cluster.name]) == 0
+            self.current = True
+
+    def made(self) -> None:
+        """The test itself just ran the example's `up`."""
+        self.current = True
+
+    def changed(self) -> None:
+        self.current = False
+
+
+@pytest.fixture(scope="module")
+def installed(sim: Sim) -> Installed:
+    return Installed(sim)
+
+
 def test_up_installs_applies_and_verifies_then_changes_nothing(
-    sim: Sim, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    sim: Sim, installed: Installed, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv("KUBECONFIG", raising=False)
     release_nodes(sim.kube, NODES)  # no verdict recorded on them: `up` burns every one in
@@ -76,12 +102,14 @@ def test_up_installs_applies_and_verifies_then_changes_nothing(
     out = capsys.readouterr().out
     assert "0 quota objects changed" in out
     assert re.search(r"burn-in \S+: 0 node\(s\) burned in, 4 skipped", out)  # each node has its verdict already
+    installed.made()
 
 
 def test_up_gives_the_health_controller_the_settings_of_the_configs_health_section(
-    sim: Sim, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    sim: Sim, installed: Installed, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv("KUBECONFIG", raising=False)
+    installed.changed()
     example = tmp_path / "example.yaml"  # the example without its burn-in, which this test does not need
     example.write_text(EXAMPLE.read_text(encoding="utf-8").replace("level: quick ", "level: none  "), encoding="utf-8")
     config = tmp_path / "config.yaml"
@@ -98,6 +126,7 @@ def test_up_gives_the_health_controller_the_settings_of_the_configs_health_secti
     finally:
         assert main(["up", str(example), "--sim", sim.cluster.name]) == 0  # the example's, for the tests that follow
     assert installed_health_settings(sim.kube, tmp_path / "health.yaml").breaker.max_nodes == 20
+    installed.made()
 
 
 def installed_health_settings(kube: Kube, path: Path) -> HealthSettings:
@@ -108,11 +137,12 @@ def installed_health_settings(kube: Kube, path: Path) -> HealthSettings:
 
 
 def test_up_warn_first_admits_and_reports_what_the_policies_would_refuse(
-    sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    sim: Sim, installed: Installed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Adopting a cluster that already runs workloads: warn-first admits a violation, `up` reports it (a
     controller-owned pod included), and the default enforces again."""
     monkeypatch.delenv("KUBECONFIG", raising=False)
+    installed.changed()
     config = tmp_path / "config.yaml"  # the example without its burn-in, which this test does not need
     config.write_text(EXAMPLE.read_text().replace("level: quick ", "level: none  "))
     warn_first = tmp_path / "warn-first.yaml"
@@ -152,6 +182,7 @@ def test_up_warn_first_admits_and_reports_what_the_policies_would_refuse(
         sim.kube.delete("v1", "Pod", "bypass", "default")
         assert main(["up", str(config), "--sim", sim.cluster.name]) == 0  # enforcing again
     wait_until("the policies to refuse again", lambda: refusal(sim.kube, bypass) is not None, timeout=60)
+    installed.made()
 
 
 def refusal(kube: Kube, obj: dict[str, Any]) -> ApiError | None:
@@ -350,10 +381,10 @@ def test_a_missing_ssh_key_starts_nothing(
 
 
 def test_dry_run_and_plan_show_exactly_a_quota_edit(
-    sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    sim: Sim, installed: Installed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv("KUBECONFIG", raising=False)
-    assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0
+    installed.ensure()
     assert main(["plan", str(EXAMPLE), "--sim", sim.cluster.name]) == 0  # in sync
     capsys.readouterr()
     edited = tmp_path / "config.yaml"
@@ -381,9 +412,12 @@ def test_dry_run_and_plan_show_exactly_a_quota_edit(
     assert str(gpu["nominalQuota"]) == "20"  # the dry run changed nothing
 
 
-def test_an_interrupted_up_is_finished_by_the_next(sim: Sim, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_interrupted_up_is_finished_by_the_next(
+    sim: Sim, installed: Installed, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Killed right after the helm step; the next `up` converges."""
     monkeypatch.delenv("KUBECONFIG", raising=False)
+    installed.changed()
     for team in ("team-a", "team-b"):  # as if quotas had never been applied
         sim.kube.delete(KUEUE_API, "LocalQueue", "default", team)
     command = [str(Path(sys.executable).with_name("konduktor-install")), "up", str(EXAMPLE), "--sim", sim.cluster.name]
@@ -397,38 +431,78 @@ def test_an_interrupted_up_is_finished_by_the_next(sim: Sim, monkeypatch: pytest
     assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0
     for team in ("team-a", "team-b"):
         assert sim.kube.get(KUEUE_API, "LocalQueue", "default", team) is not None
+    installed.made()
 
 
-def test_status_then_down_removes_what_up_made(
-    sim: Sim, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_down_refuses_while_the_releases_crds_hold_objects_it_did_not_create(
+    sim: Sim, installed: Installed, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """As Kueue's chart does, a CRD made from the release's templates: uninstalling deletes it and every object of it.
+    `down` refuses (exit 2) while it holds an object Konduktor did not create, changing nothing; Konduktor's own
+    objects of it do not count."""
+    group, crd_name = "konduktor.test", "widgets.konduktor.test"
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": crd_name, "annotations": {HELM_RELEASE: RELEASE, HELM_NAMESPACE: NAMESPACE}},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
+    }
     monkeypatch.delenv("KUBECONFIG", raising=False)
-    given = ["--kubeconfig", str(sim.given_kubeconfig)]
-    assert main(["up", str(EXAMPLE), *given, "--force", "--yes"]) == 2  # a real cluster gets the umbrella chart
-    assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0
-    assert main(["status", *given]) == 0
-    assert "konduktor-core revision" in capsys.readouterr().out
-    assert main(["down", *given]) == 2  # no terminal to confirm on: nothing is removed without --yes
-    assert sim.kube.get(KUEUE_API, "ClusterQueue", "team-a") is not None
-    assert main(["down", *given, "--yes"]) == 0
-    wait_until(
-        "the queues to be gone",
-        lambda: not sim.kube.list(KUEUE_API, "ClusterQueue", label_selector="app.kubernetes.io/managed-by=konduktor"),
-    )
-    assert not sim.kube.list("apps/v1", "Deployment", "konduktor-system")
-    assert sim.kube.get("v1", "Namespace", "team-a") is not None  # kept: it holds the team's work
-    assert main(["status", *given]) == 1
-    assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0  # and back, for the tests that follow
+    installed.ensure()
+    sim.kube.apply(crd)
+
+    def widget(name: str, labels: dict[str, str]) -> dict[str, Any]:
+        meta = {"name": name, "namespace": "default", "labels": labels}
+        return {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": meta}
+
+    try:
+        wait_until("the CRD to be served", lambda: _served(sim.kube, f"{group}/v1", "Widget"))
+        sim.kube.create(widget("ours", {"app.kubernetes.io/managed-by": "konduktor"}))
+        assert crd_losses(sim.kube, RELEASE, NAMESPACE) == []  # only Konduktor's own
+        sim.kube.create(widget("theirs", {}))
+        queues = sorted(q["metadata"]["name"] for q in sim.kube.list(KUEUE_API, "ClusterQueue"))
+        release = current(sim.kubeconfig, RELEASE, NAMESPACE)
+        capsys.readouterr()
+        assert main(["down", "--sim", sim.cluster.name, "--yes"]) == 2
+        refusal = capsys.readouterr().err
+        assert "1 Widget (widgets.konduktor.test)" in refusal and "--delete-crds" in refusal
+        assert sorted(q["metadata"]["name"] for q in sim.kube.list(KUEUE_API, "ClusterQueue")) == queues
+        assert current(sim.kubeconfig, RELEASE, NAMESPACE) == release
+        assert sim.kube.get(f"{group}/v1", "Widget", "theirs", "default") is not None
+    finally:
+        sim.kube.delete("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd_name)
+
+
+def _served(kube: Kube, api_version: str, kind: str) -> bool:
+    try:
+        kube.list(api_version, kind)
+    except ApiError:
+        return False
+    return True
 
 
 def test_down_dry_run_changes_nothing_and_down_names_a_queue_its_workloads_keep(
-    sim: Sim, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    sim: Sim, installed: Installed, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A team job holds quota in ClusterQueue team-a: `down --dry-run` lists what it would delete and that the queue
     would wait for the job, and changes nothing; `down` deletes, waits (bounded), then names the queue Kueue keeps
     and the workload that holds it (exit 4); once the job is gone, `down` again finishes (exit 0)."""
     monkeypatch.delenv("KUBECONFIG", raising=False)
     where = ["--sim", sim.cluster.name]
+    installed.ensure()
+    installed.changed()  # taken down below; the next test that needs the platform installs it again
     sim.kube.apply(gpu_job("holds-quota", "team-a", gpus=1, run_for="1h"))
     try:
         wait_until("the job's workload to be admitted", lambda: bool(admitted_workloads(sim.kube, "team-a")), 60)
@@ -460,7 +534,6 @@ def test_down_dry_run_changes_nothing_and_down_names_a_queue_its_workloads_keep(
     wait_until("the job's workload to go", lambda: not admitted_workloads(sim.kube, "team-a"), 60)
     assert main(["down", *where, "--yes"]) == 0  # converges: the queue is let go
     assert sim.kube.get(KUEUE_API, "ClusterQueue", "team-a") is None
-    assert main(["up", str(EXAMPLE), *where, "--burnin", "none"]) == 0  # and back, for the tests that follow
 
 
 def admitted_workloads(kube: Kube, namespace: str) -> list[str]:
@@ -470,58 +543,23 @@ def admitted_workloads(kube: Kube, namespace: str) -> list[str]:
     ]
 
 
-def test_down_refuses_while_the_releases_crds_hold_objects_it_did_not_create(
-    sim: Sim, capsys: pytest.CaptureFixture[str]
+def test_status_then_down_removes_what_up_made(
+    sim: Sim, installed: Installed, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """As Kueue's chart does, a CRD made from the release's templates: uninstalling deletes it and every object of it.
-    `down` refuses (exit 2) while it holds an object Konduktor did not create, changing nothing; Konduktor's own
-    objects of it do not count."""
-    group, crd_name = "konduktor.test", "widgets.konduktor.test"
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": crd_name, "annotations": {HELM_RELEASE: RELEASE, HELM_NAMESPACE: NAMESPACE}},
-        "spec": {
-            "group": group,
-            "scope": "Namespaced",
-            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                }
-            ],
-        },
-    }
-    sim.kube.apply(crd)
-
-    def widget(name: str, labels: dict[str, str]) -> dict[str, Any]:
-        meta = {"name": name, "namespace": "default", "labels": labels}
-        return {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": meta}
-
-    try:
-        wait_until("the CRD to be served", lambda: _served(sim.kube, f"{group}/v1", "Widget"))
-        sim.kube.create(widget("ours", {"app.kubernetes.io/managed-by": "konduktor"}))
-        assert crd_losses(sim.kube, RELEASE, NAMESPACE) == []  # only Konduktor's own
-        sim.kube.create(widget("theirs", {}))
-        queues = sorted(q["metadata"]["name"] for q in sim.kube.list(KUEUE_API, "ClusterQueue"))
-        release = current(sim.kubeconfig, RELEASE, NAMESPACE)
-        capsys.readouterr()
-        assert main(["down", "--sim", sim.cluster.name, "--yes"]) == 2
-        refusal = capsys.readouterr().err
-        assert "1 Widget (widgets.konduktor.test)" in refusal and "--delete-crds" in refusal
-        assert sorted(q["metadata"]["name"] for q in sim.kube.list(KUEUE_API, "ClusterQueue")) == queues
-        assert current(sim.kubeconfig, RELEASE, NAMESPACE) == release
-        assert sim.kube.get(f"{group}/v1", "Widget", "theirs", "default") is not None
-    finally:
-        sim.kube.delete("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd_name)
-
-
-def _served(kube: Kube, api_version: str, kind: str) -> bool:
-    try:
-        kube.list(api_version, kind)
-    except ApiError:
-        return False
-    return True
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    installed.changed()  # taken down below; the next test that needs the platform installs it again
+    given = ["--kubeconfig", str(sim.given_kubeconfig)]
+    assert main(["up", str(EXAMPLE), *given, "--force", "--yes"]) == 2  # a real cluster gets the umbrella chart
+    assert main(["up", str(EXAMPLE), "--sim", sim.cluster.name]) == 0
+    assert main(["status", *given]) == 0
+    assert "konduktor-core revision" in capsys.readouterr().out
+    assert main(["down", *given]) == 2  # no terminal to confirm on: nothing is removed without --yes
+    assert sim.kube.get(KUEUE_API, "ClusterQueue", "team-a") is not None
+    assert main(["down", *given, "--yes"]) == 0
+    wait_until(
+        "the queues to be gone",
+        lambda: not sim.kube.list(KUEUE_API, "ClusterQueue", label_selector="app.kubernetes.io/managed-by=konduktor"),
+    )
+    assert not sim.kube.list("apps/v1", "Deployment", "konduktor-system")
+    assert sim.kube.get("v1", "Namespace", "team-a") is not None  # kept: it holds the team's work
+    assert main(["status", *given]) == 1

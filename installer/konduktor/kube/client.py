@@ -6,6 +6,7 @@ re-running a command converges instead of conflicting, and fields set by others 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -412,7 +413,11 @@ class WatchStream:
 
     def close(self) -> None:
         self._closed = True
-        self._response.shutdown()
+        # An iteration that ended (the server closed the watch, or an exception such as a signal's SystemExit went
+        # through it) has released the connection, and urllib3 refuses to shut that down (RuntimeError): raised in
+        # a caller's `finally`, it replaced the exception, and the GPU agent went on watching after SIGTERM.
+        with contextlib.suppress(RuntimeError, ValueError):
+            self._response.shutdown()
         self._response.close()
 
 

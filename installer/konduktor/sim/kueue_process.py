@@ -80,16 +80,15 @@ class KueueProcess:
         module = module_dir(self.toolbox.tools["kueue"])
         self.progress("kueue: installing CRDs")
         kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": kueue.NAMESPACE}})
-        for crd in kueue.crds(module):
+        crds = kueue.crds(module)
+        for crd in crds:
             kube.apply(crd)
+        names = [crd["metadata"]["name"] for crd in crds]
         wait_until(
             "Kueue CRDs to be established",
             lambda: all(
-                is_true(
-                    kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", crd["metadata"]["name"]),
-                    "Established",
-                )
-                for crd in kueue.crds(module)
+                is_true(kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name), "Established")
+                for name in names
             ),
             timeout=60,
         )
