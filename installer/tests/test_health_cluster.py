@@ -30,7 +30,6 @@ from sim_fixture import health_settings_deployed, health_taints, node, patch_nod
 
 from konduktor.burnin.manifests import NODE_ANNOTATION, node_job
 from konduktor.burnin.tiers import options_for_tier
-from konduktor.cli.cluster_quotas import sync_quotas
 from konduktor.cli.main import main as cli_main
 from konduktor.config.load import load_config
 from konduktor.controller.decide import CONDITION_TYPE, Taint, UpdateNode
@@ -48,6 +47,7 @@ from konduktor.controller.settings import (
 )
 from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
+from konduktor.quotas.sync import sync_quotas
 from konduktor.sim.cluster import free_port
 from konduktor.sim.gpus import FAULTS_ANNOTATION
 from konduktor.sim.workloads import is_true

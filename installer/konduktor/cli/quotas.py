@@ -8,11 +8,11 @@ from typing import Annotated, Any, cast, get_args
 
 import typer
 import yaml
-from rich.markup import escape
 
 from konduktor.alerts.render import alertmanager_config
+from konduktor.cli.arguments import ConfigArgument, load_checked
 from konduktor.cli.console import err, print_document
-from konduktor.config.findings import ConfigError, Finding
+from konduktor.config.findings import ConfigError
 from konduktor.config.load import LoadedConfig, load_config
 from konduktor.config.model import Config
 from konduktor.config.schema import config_schema_text
@@ -20,8 +20,6 @@ from konduktor.errors import ExitCode, UsageError
 from konduktor.paths import product_dir
 from konduktor.quotas.manifests import ManifestFormat, serialize, write_directory
 from konduktor.quotas.render import render
-
-ConfigArgument = Annotated[Path, typer.Argument(help="The cluster's config.yaml.", show_default=False)]
 
 
 def register(app: typer.Typer) -> None:
@@ -152,21 +150,6 @@ def umbrella_values_of(config: Config) -> dict[str, Any]:
 def schema() -> None:
     """Print the JSON Schema of config.yaml (for editors and CI)."""
     sys.stdout.write(config_schema_text())
-
-
-def load_checked(path: Path) -> LoadedConfig:
-    """The config at `path` with its warnings printed to stderr; ConfigError (exit 2) on any error."""
-    loaded = load_config(path)
-    for finding in loaded.warnings:
-        _report_warning(finding, loaded.filename)
-    return loaded
-
-
-def _report_warning(finding: Finding, filename: str) -> None:
-    # Paths such as nodeLabels[nvidia.com/gpu.product] would otherwise be read as rich markup tags.
-    err.print(f"[bold yellow]warning:[/] {escape(finding.located(filename))}", markup=True, highlight=False)
-    for line in (finding.hint or "").splitlines():
-        err.print(f"  [yellow]hint:[/] {escape(line)}", markup=True, highlight=False)
 
 
 def _count(number: int, noun: str) -> str:
