@@ -22,11 +22,11 @@ from pathlib import Path
 
 os.environ["KONDUKTOR_STATE"] = tempfile.mkdtemp(prefix="konduktor-bench-")
 
-from konduktor.cli.quotas import sync_quotas
 from konduktor.config.load import load_config
 from konduktor.health.loop import HealthController
 from konduktor.health.settings import AffectedWorkSettings, BreakerSettings, HealthSettings
 from konduktor.kube.client import Kube
+from konduktor.quotas.sync import sync_quotas
 from konduktor.sim.cluster import SimCluster
 from konduktor.sim.pools import spec_from
 from konduktor.sim.workloads import gpu_job, is_true, running_on, workload_of

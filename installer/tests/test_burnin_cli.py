@@ -42,7 +42,7 @@ from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, Ver
 from konduktor.burnin.runner import BurnInRunner
 from konduktor.burnin.tiers import options_for_tier
 from konduktor.burnin.verdict import NodeEvidence, judge_node
-from konduktor.cli.burnin import parse_timeout
+from konduktor.cli.arguments import parse_timeout
 from konduktor.cli.main import main
 from konduktor.config.load import load_config
 from konduktor.errors import UsageError

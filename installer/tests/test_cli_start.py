@@ -88,9 +88,13 @@ def test_cli_start_validate_loads_no_output_writers() -> None:
 
 
 def test_cli_start_the_heavy_modules_are_real_names() -> None:
-    """The list above names modules that exist: `up` on the simulated cluster imports every one of them."""
+    """The list above names modules that exist: `up` and `preflight` on the simulated cluster import every one of
+    them."""
     code, modules = imported_by("up", "--help")
     assert code == 0
+    code, preflight = imported_by("preflight", "--help")
+    assert code == 0
+    modules |= preflight
     missing = [h for h in HEAVY if h not in modules and h not in ("testinfra", "prometheus_client", "pyhelm3")]
     assert missing == []
 

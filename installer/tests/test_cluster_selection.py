@@ -13,8 +13,8 @@ from conftest import EXAMPLE, Sim
 from ruamel.yaml import YAML
 
 from konduktor.cli.main import main
-from konduktor.cli.target import resolve_target
 from konduktor.errors import ExitCode
+from konduktor.ops.target import resolve_target
 from konduktor.sim.cluster import DEFAULT_NAME
 
 

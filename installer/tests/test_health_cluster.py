@@ -31,7 +31,6 @@ from sim_fixture import health_settings_deployed, health_taints, node, patch_nod
 from konduktor.burnin.manifests import NODE_ANNOTATION, node_job
 from konduktor.burnin.tiers import options_for_tier
 from konduktor.cli.main import main as cli_main
-from konduktor.cli.quotas import sync_quotas
 from konduktor.config.load import load_config
 from konduktor.errors import KonduktorError
 from konduktor.health.decide import CONDITION_TYPE, Taint, UpdateNode
@@ -48,6 +47,7 @@ from konduktor.health.settings import (
     RequalificationSettings,
 )
 from konduktor.kube.client import Kube
+from konduktor.quotas.sync import sync_quotas
 from konduktor.sim.cluster import free_port
 from konduktor.sim.gpus import FAULTS_ANNOTATION
 from konduktor.sim.workloads import is_true

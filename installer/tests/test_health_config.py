@@ -13,13 +13,13 @@ from ruamel.yaml import YAML
 from test_config_cli import run, write_config
 from test_umbrella import render_umbrella, values
 
-from konduktor.cli.up import chart_for
 from konduktor.config.findings import ConfigError
 from konduktor.config.load import parse_config
 from konduktor.config.model import Config, Health
 from konduktor.health.settings import AffectedWorkSettings, BreakerSettings, HealthSettings, load_settings
 from konduktor.helm.values import controller_settings, umbrella_values
 from konduktor.kube.documents import load_documents
+from konduktor.ops.chart import chart_for
 from konduktor.quotas.manifests import to_yaml
 
 # Every field of the section, none at its default, so that a field lost on the way shows.

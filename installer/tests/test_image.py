@@ -32,12 +32,12 @@ from test_charts import render
 from test_health_cluster import our_events, reset_node, set_allocatable
 
 from konduktor.cli.main import main
-from konduktor.cli.up import chart_image
 from konduktor.config.load import load_config
 from konduktor.config.model import KONDUKTOR_IMAGE
 from konduktor.helm.release import CHARTS
 from konduktor.image.build import Built, build
 from konduktor.image.oci import layer_members, manifest_digest, read_image, unpack
+from konduktor.ops.chart import chart_image
 from konduktor.quotas.sync import sync_quotas
 from konduktor.vocabulary import CAPACITY_CONFIGMAP
 from konduktor.waiting import wait_until

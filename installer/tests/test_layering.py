@@ -1,4 +1,5 @@
-"""The packages of `konduktor` import each other only downwards (docs/design/architecture.md#import-rule).
+"""The packages of `konduktor` import each other only downwards (docs/design/architecture.md#import-rule), and a CLI
+module imports no other command's module, only the CLI's shared plumbing (`CLI_PLUMBING`).
 
 Every module's imports are read with `ast` (imports inside functions and under TYPE_CHECKING included), each
 one is mapped to its package, and the pair must be allowed by `ALLOWED`. Imports that run against the layering
@@ -40,7 +41,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "health": frozenset({"gpu", "config", "kube", "burnin", "observability"}),
     "sim": frozenset({"gpu", "config", "kube", "helm", "quotas", "burnin", "tools"}),
     "queueing": frozenset({"gpu", "config", "kube", "quotas"}),
-    "ops": frozenset({"gpu", "config", "tools", "kube", "quotas", "helm", "burnin", "health"}),
+    "ops": frozenset(
+        {"gpu", "config", "tools", "kube", "quotas", "helm", "burnin", "preflight", "health", "sim", "queueing"}
+    ),
     "cli": frozenset(
         {
             "ops",
@@ -60,6 +63,20 @@ ALLOWED: dict[str, frozenset[str]] = {
         }
     ),
 }
+
+# The CLI's shared plumbing: the only `cli` modules another `cli` module may import. A command module parses its
+# arguments, calls `ops` (or the domain) and prints; it never imports another command's module.
+CLI_PLUMBING = frozenset(
+    {
+        "konduktor.cli.app",  # the Typer app and error handling every program runs in
+        "konduktor.cli.lazy",  # commands imported when they run
+        "konduktor.cli.help_text",  # help that names values
+        "konduktor.cli.console",  # stdout, stderr, progress, tables and documents
+        "konduktor.cli.target",  # --kubeconfig, --context, --sim
+        "konduktor.cli.arguments",  # the config file argument, durations
+        "konduktor.cli.quota_options",  # --adopt, --drain-removed-teams, --drain-timeout
+    }
+)
 
 # Imports that break the layering, (importing module, imported module): remove lines, never add them. Empty: every
 # import runs downwards.
@@ -126,6 +143,18 @@ def violations() -> set[tuple[str, str]]:
     return {(source, target) for source, target in import_edges() if not is_allowed(source, target)}
 
 
+def cli_import_allowed(source: str, target: str) -> bool:
+    """Outside `cli`, the layering decides; inside, a module may import itself and the plumbing only."""
+    if not package_of(source) == package_of(target) == "cli":
+        return True
+    return source == target or target in CLI_PLUMBING
+
+
+def cli_to_cli() -> set[tuple[str, str]]:
+    """Imports from one `cli` module of another that is not plumbing."""
+    return {(source, target) for source, target in import_edges() if not cli_import_allowed(source, target)}
+
+
 def test_every_package_has_a_place_in_the_layering() -> None:
     packages = {package_of(module_name(path)) for path in PACKAGE_ROOT.rglob("*.py")} - {""}
     assert packages <= ALLOWED.keys(), f"add these packages to ALLOWED: {sorted(packages - ALLOWED.keys())}"
@@ -141,6 +170,21 @@ def test_known_violations_are_still_there() -> None:
     assert not gone, "fixed, delete from KNOWN_VIOLATIONS:\n" + "\n".join(f"  {s} -> {t}" for s, t in gone)
 
 
+def test_no_cli_module_imports_another_command() -> None:
+    """`up` does not reach into `preflight`'s or `quotas`' command modules for their logic: what several commands
+    do lives in `ops` (or below), what they share to parse and print in the plumbing."""
+    found = sorted(cli_to_cli())
+    assert not found, "cli modules importing other commands' modules (move the logic to ops):\n" + "\n".join(
+        f"  {s} -> {t}" for s, t in found
+    )
+
+
+def test_cli_plumbing_modules_are_there() -> None:
+    """The allow-list names modules that exist, so it never keeps a stale excuse."""
+    modules = {module_name(path) for path in (PACKAGE_ROOT / "cli").glob("*.py")}
+    assert modules >= CLI_PLUMBING, f"gone from cli, delete from CLI_PLUMBING: {sorted(CLI_PLUMBING - modules)}"
+
+
 def test_the_checker_sees_an_upward_import() -> None:
     """The checker itself can fail: upward imports are judged wrong, downward ones right."""
     assert not is_allowed("konduktor.burnin.verdict", "konduktor.health.decide")
@@ -150,3 +194,13 @@ def test_the_checker_sees_an_upward_import() -> None:
     assert is_allowed("konduktor.cli.up", "konduktor.sim.cluster")
     assert ("konduktor.cli.health", "konduktor.cli.app") in import_edges()
     assert ("konduktor.cli.tools", "konduktor.tools.toolbox") in import_edges()
+    assert ("konduktor.cli.up", "konduktor.ops.up") in import_edges()
+
+
+def test_the_cli_checker_sees_a_command_importing_another() -> None:
+    """One command's module importing another's is judged wrong; plumbing and the layers below are right."""
+    assert not cli_import_allowed("konduktor.cli.up", "konduktor.cli.preflight")
+    assert not cli_import_allowed("konduktor.cli.nodes", "konduktor.cli.burnin")
+    assert cli_import_allowed("konduktor.cli.up", "konduktor.cli.console")
+    assert cli_import_allowed("konduktor.cli.up", "konduktor.ops.up")
+    assert ("konduktor.cli.main", "konduktor.cli.lazy") in import_edges()  # the edges it judges are seen

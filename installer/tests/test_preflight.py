@@ -24,19 +24,19 @@ from ruamel.yaml import YAML
 
 from konduktor.burnin.plan import JobPhase, JobState
 from konduktor.cli.main import main
-from konduktor.cli.preflight import expectations_for, host_checks, open_host, pinned_versions, ssh_inventory
-from konduktor.cli.preflight_pods import node_result, pod_checks
 from konduktor.config.findings import ConfigError
 from konduktor.config.load import LoadedConfig, load_config, parse_config
 from konduktor.config.model import NodeCheckPods, ssh_host_problem
 from konduktor.errors import UsageError
+from konduktor.kube.access import Permission
 from konduktor.kube.client import ApiError, Kube
+from konduktor.ops.preflight import expectations_for, host_checks, open_host, pinned_versions, ssh_inventory
+from konduktor.ops.preflight_pods import node_result, pod_checks
 from konduktor.preflight.cluster import (
     MIN_KUBERNETES,
     ClusterFacts,
     CrdFacts,
     NodeFacts,
-    Permission,
     judge_capacity,
     judge_cluster,
     judge_component_crds,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from konduktor.cli.up import plan_code
 from konduktor.errors import ExitCode
 from konduktor.helm.diff import release_changes
 from konduktor.helm.release import Release
 from konduktor.kube.sync import Change, Ref
+from konduktor.ops.plan import plan_code
 
 
 def config_map(name: str, data: dict[str, str], namespace: str | None = "konduktor-system") -> dict[str, Any]:

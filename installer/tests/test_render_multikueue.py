@@ -194,7 +194,7 @@ def test_worker_rights_follow_the_kueue_integrations() -> None:
 
 
 def test_the_charts_integrations_all_have_known_rights() -> None:
-    from konduktor.cli.config_commands import kueue_frameworks
+    from konduktor.helm.values import kueue_frameworks
 
     frameworks = kueue_frameworks()
     assert "batch/job" in frameworks

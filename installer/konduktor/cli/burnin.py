@@ -9,7 +9,6 @@ Jobs instead of starting new ones (and starts those it misses), so an interrupte
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import fields, replace
@@ -25,13 +24,12 @@ from konduktor.burnin.report import render_json, render_junit, render_table, rep
 from konduktor.burnin.results import BurnInReport
 from konduktor.burnin.runner import BurnInRequest, BurnInRunner
 from konduktor.burnin.tiers import BurnInImages, Tier, options_for_tier
-from konduktor.cli.config_commands import load_checked
-from konduktor.cli.console import err, print_document, progress
+from konduktor.cli.arguments import load_checked, parse_timeout
+from konduktor.cli.console import err, print_document, progress, say
 from konduktor.cli.help_text import PlainHelpGroup
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
-from konduktor.config.model import UNSCHEDULABLE_SECONDS, Config, duration_seconds
+from konduktor.config.model import UNSCHEDULABLE_SECONDS
 from konduktor.errors import UsageError
-from konduktor.kube.client import Kube
 from konduktor.ops import burnin as runs
 from konduktor.quotas.manifests import to_yaml
 from konduktor.vocabulary import BURNIN_NAMESPACE
@@ -39,11 +37,6 @@ from konduktor.vocabulary import BURNIN_NAMESPACE
 ReportFormat = Literal["table", "json", "yaml", "junit"]
 DEFAULT_NAMESPACE = BURNIN_NAMESPACE
 _IMAGE_KEYS = {f.name.replace("_", "-"): f.name for f in fields(BurnInImages) if f.name != "nccl_tests_binary"}
-_DURATION = re.compile(r"^(\d+(\.\d+)?(s|m|h))+$")
-
-
-def say(message: str) -> None:
-    err.print(message, markup=False)
 
 
 RUN = "run"
@@ -132,7 +125,7 @@ def burnin(
     """
     loaded = load_checked(config) if config is not None else None
     options = options_for_tier(
-        level or configured_tier(loaded.config if loaded else None), images=images_from(image or [])
+        level or runs.configured_tier(loaded.config if loaded else None), images=images_from(image or [])
     )
     run = run_id or make_run_id(datetime.now(UTC))
     wait_s = parse_timeout(timeout) if timeout else None
@@ -145,7 +138,7 @@ def burnin(
             sys.stdout.write(to_yaml(BurnInRunner(kube, namespace, run, options).objects(targets)))
             return
         request = BurnInRequest(options, run, namespace, tuple(names), wait_s, quarantine, unschedulable_s)
-        report, waited_out = burn_in(kube, loaded.config if loaded else None, request)
+        report, waited_out = runs.burn_in(kube, loaded.config if loaded else None, request, say, progress)
     print_report(report, output)
     finish(report, waited_out)
 
@@ -189,17 +182,6 @@ def finish(report: BurnInReport, running: bool) -> None:
         raise typer.Exit(code)
 
 
-def burn_in(kube: Kube, config: Config | None, request: BurnInRequest) -> tuple[BurnInReport, bool]:
-    """One run (`konduktor.ops.burnin.burn_in`), telling the console what it does."""
-    return runs.burn_in(kube, config, request, say, progress)
-
-
-def configured_tier(config: Config | None) -> Tier:
-    """The config's burn-in level; `none` only turns off the burn-in `up` runs, so asking for one gets standard."""
-    level = config.burnin.level if config else "none"
-    return Tier.STANDARD if level == "none" else Tier(level)
-
-
 def images_from(overrides: Sequence[str]) -> BurnInImages:
     images = BurnInImages()
     for item in overrides:
@@ -208,16 +190,3 @@ def images_from(overrides: Sequence[str]) -> BurnInImages:
             raise UsageError(f"--image {item}: expected TOOL=IMAGE", hint=f"TOOL is one of {', '.join(_IMAGE_KEYS)}")
         images = replace(images, **{_IMAGE_KEYS[tool]: reference})
     return images
-
-
-def parse_timeout(text: str) -> float:
-    """Seconds, or a duration such as 90s, 45m, 1h30m."""
-    if text.isdigit():
-        seconds = float(text)
-    elif _DURATION.match(text):
-        seconds = duration_seconds(text)
-    else:
-        raise UsageError(f"--timeout {text}: not a duration", hint="write seconds or e.g. 90s, 45m, 1h30m")
-    if seconds <= 0:
-        raise UsageError("--timeout must be more than zero")
-    return seconds

@@ -8,11 +8,11 @@ from typing import Annotated, Any, cast, get_args
 
 import typer
 import yaml
-from rich.markup import escape
 
 from konduktor.alerts.render import alertmanager_config
+from konduktor.cli.arguments import ConfigArgument, load_checked
 from konduktor.cli.console import err, print_document
-from konduktor.config.findings import ConfigError, Finding
+from konduktor.config.findings import ConfigError
 from konduktor.config.load import LoadedConfig, load_config
 from konduktor.config.model import Config
 from konduktor.config.schema import config_schema_text
@@ -21,8 +21,6 @@ from konduktor.paths import product_dir
 from konduktor.quotas.manifests import ManifestFormat, serialize, write_directory
 from konduktor.quotas.multikueue import render_clusters
 from konduktor.quotas.render import render
-
-ConfigArgument = Annotated[Path, typer.Argument(help="The cluster's config.yaml.", show_default=False)]
 
 
 def register(app: typer.Typer) -> None:
@@ -158,6 +156,9 @@ def _render_clusters(
     loaded: LoadedConfig, output_format: ManifestFormat, output_dir: Path | None, cluster: str | None
 ) -> None:
     """`render` of a multi-cluster config: one cluster's objects on stdout, or a directory per cluster."""
+    # Imported here: only several clusters read the chart, and `render` starts without the helm package.
+    from konduktor.helm.values import kueue_frameworks
+
     sets = render_clusters(loaded.config, kueue_frameworks())
     names = [one.name for one in sets]
     if output_dir is None:
@@ -183,13 +184,6 @@ def _render_clusters(
         )
 
 
-def kueue_frameworks() -> list[str]:
-    """The Kueue integrations the umbrella chart runs (its Kueue Configuration's integrations.frameworks)."""
-    values = yaml.safe_load((product_dir("charts") / "konduktor" / "values.yaml").read_text(encoding="utf-8"))
-    configuration = yaml.safe_load(values["kueue"]["managerConfig"]["controllerManagerConfigYaml"])
-    return list(configuration["integrations"]["frameworks"])
-
-
 def umbrella_values_of(config: Config) -> dict[str, Any]:
     """The values `up` passes over the umbrella chart's own, for a config."""
     # Imported here: only this output reads the chart, and `render` starts without the helm package.
@@ -202,30 +196,6 @@ def umbrella_values_of(config: Config) -> dict[str, Any]:
 def schema() -> None:
     """Print the JSON Schema of config.yaml (for editors and CI)."""
     sys.stdout.write(config_schema_text())
-
-
-def load_checked(path: Path, *, several_clusters: bool = False) -> LoadedConfig:
-    """The config at `path` with its warnings printed to stderr; ConfigError (exit 2) on any error. A config with
-    `clusters:` is refused (exit 2) unless the command handles several clusters (`several_clusters`)."""
-    loaded = load_config(path)
-    if loaded.config.clusters is not None and not several_clusters:
-        line = loaded.lines.get(("clusters",))
-        where = f"{loaded.filename}:{line}" if line is not None else loaded.filename
-        raise UsageError(
-            f"{where}: clusters: this command works on one cluster, and the config names several",
-            hint="`validate` and `render --output-dir DIR` handle several clusters (docs/multicluster.md); "
-            "apply each cluster's directory to it",
-        )
-    for finding in loaded.warnings:
-        _report_warning(finding, loaded.filename)
-    return loaded
-
-
-def _report_warning(finding: Finding, filename: str) -> None:
-    # Paths such as nodeLabels[nvidia.com/gpu.product] would otherwise be read as rich markup tags.
-    err.print(f"[bold yellow]warning:[/] {escape(finding.located(filename))}", markup=True, highlight=False)
-    for line in (finding.hint or "").splitlines():
-        err.print(f"  [yellow]hint:[/] {escape(line)}", markup=True, highlight=False)
 
 
 def _count(number: int, noun: str) -> str:

@@ -1,5 +1,5 @@
 """`konduktor-install nodes`: the GPU nodes' health with each one's next step, the fleet breaker and the controller
-(`health.health_status`); returning a quarantined node to service (`health.release`): by hand, or after a
+(`controller.health_status`); returning a quarantined node to service (`controller.release`): by hand, or after a
 burn-in; and resetting a tripped breaker."""
 
 from __future__ import annotations
@@ -11,13 +11,15 @@ from typing import Annotated, Literal
 import typer
 
 from konduktor.burnin.tiers import Tier, options_for_tier
-from konduktor.cli.burnin import DEFAULT_NAMESPACE, configured_tier, parse_timeout
+from konduktor.cli.arguments import parse_timeout
 from konduktor.cli.console import print_document, progress, say
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
 from konduktor.errors import ExitCode
 from konduktor.health.health_status import read_health, reset_breaker
 from konduktor.health.health_view import capacity, note, render_next, render_table
 from konduktor.health.release import release_node, requalify_node
+from konduktor.ops.burnin import configured_tier
+from konduktor.vocabulary import BURNIN_NAMESPACE
 
 NodesFormat = Literal["table", "wide", "json", "yaml"]
 
@@ -47,7 +49,7 @@ def nodes(
     if invocation.invoked_subcommand is not None:
         return
     with connect(kubeconfig, context, sim, read_only=True) as kube:
-        report = read_health(kube, DEFAULT_NAMESPACE)
+        report = read_health(kube, BURNIN_NAMESPACE)
     if output in ("json", "yaml"):
         print_document(report.document(), output)
         return
@@ -72,7 +74,7 @@ def breaker(
     if invocation.invoked_subcommand is not None:
         return
     with connect(kubeconfig, context, sim, read_only=True) as kube:
-        report = read_health(kube, DEFAULT_NAMESPACE)
+        report = read_health(kube, BURNIN_NAMESPACE)
     if output == "table":
         sys.stdout.write(note("breaker", report.breaker.describe()))
     else:
@@ -124,7 +126,7 @@ def requalify(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
     sim: SimOption = None,
-    namespace: Annotated[str, typer.Option("--namespace", "-n", help="Where the Job runs.")] = DEFAULT_NAMESPACE,
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="Where the Job runs.")] = BURNIN_NAMESPACE,
     timeout: Annotated[str | None, typer.Option("--timeout", help="How long to wait for the Job, e.g. 45m.")] = None,
 ) -> None:
     """Burn in a quarantined node now and act as the controller's requalification does: release it on PASS,

@@ -8,44 +8,19 @@ from typing import Annotated, Literal
 
 import typer
 
-from konduktor.cli.config_commands import ConfigArgument, load_checked
+from konduktor.cli.arguments import ConfigArgument, load_checked
 from konduktor.cli.console import err, print_document, print_rows, say
-from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, Target, connect, running_target
+from konduktor.cli.quota_options import AdoptOption, DrainOption, DrainTimeoutOption
+from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
 from konduktor.errors import UsageError
 from konduktor.health.health_view import capacity, health_view
 from konduktor.kube.sync import Change
-from konduktor.quotas.removal import DrainPolicy
+from konduktor.ops.target import Target, running_target
 from konduktor.quotas.sync import DRAIN_TIMEOUT, NO_TAKEOVER, Takeover, pending_code, require_kueue, sync_quotas
 from konduktor.quotas.usage import team_usage
 from konduktor.vocabulary import KUEUE_API
 
 app = typer.Typer(help="Apply team quotas to a cluster, show pending changes, explain a team's usage.")
-
-AdoptOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--adopt",
-        metavar="KIND/[NAMESPACE/]NAME",
-        help="Take over an existing object that someone else owns, e.g. Namespace/team-c (repeatable). It is "
-        "marked konduktor.ai/adopted-from and never deleted by Konduktor.",
-    ),
-]
-DrainOption = Annotated[
-    DrainPolicy | None,
-    typer.Option(
-        "--drain-removed-teams",
-        help="How to remove a team that left the config while it has work: wait (for its workloads to finish) or "
-        "stop (stop its ClusterQueue: Kueue evicts them and admits no more). Without it, apply refuses.",
-    ),
-]
-DrainTimeoutOption = Annotated[
-    float,
-    typer.Option(
-        "--drain-timeout",
-        min=1,
-        help="Seconds to wait for a removed team's work to drain, then for its ClusterQueue to be deleted.",
-    ),
-]
 
 
 def sync_config(

@@ -11,10 +11,11 @@ import typer
 import yaml
 
 from konduktor.cli.console import err, print_rows
-from konduktor.cli.target import ContextOption, KubeconfigOption, running_target
+from konduktor.cli.target import ContextOption, KubeconfigOption
 from konduktor.errors import ChangeRefused, ExitCode, NeverFits, UsageError
 from konduktor.kube.client import ApiError, Identity, Kube
 from konduktor.kube.policy_audit import policy_findings
+from konduktor.ops.target import running_target
 from konduktor.queueing.admission import (
     fix_for,
     is_pod_security_refusal,

@@ -3,22 +3,16 @@ burn-in of the job's nodes, and the quarantine of the culprits as the health con
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
 
-from konduktor.burnin.manifests import make_run_id
-from konduktor.burnin.runner import BurnInRequest
-from konduktor.burnin.tiers import Tier, options_for_tier
-from konduktor.cli.burnin import burn_in, say
-from konduktor.cli.console import OutputFormat, err, print_document, print_rows
+from konduktor.burnin.tiers import Tier
+from konduktor.cli.console import OutputFormat, print_document, print_rows, progress, say
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
 from konduktor.errors import ExitCode
-from konduktor.health.quarantine import quarantine_findings
-from konduktor.health.settings import HealthSettings
-from konduktor.health.triage import burnin_sightings, culprit_findings, with_sightings
-from konduktor.health.triage_sources import deployed_settings, triage_job, with_telemetry
+from konduktor.ops.triage import TriageRequest
+from konduktor.ops.triage import triage as run_triage
 
 
 def triage(
@@ -68,18 +62,9 @@ def triage(
     With --burnin, a burn-in of just those nodes adds its verdicts (progress on stderr). With --quarantine, each
     culprit not yet quarantined goes through the controller's decision with its settings and fleet breaker. Exit 2:
     no such Job; 5: the cluster could not be reached."""
+    asked = TriageRequest(job, namespace, level if burnin else None, quarantine, loki, prometheus)
     with connect(kubeconfig, context, sim, read_only=not (burnin or quarantine)) as kube:
-        settings = deployed_settings(kube)
-        found, unread = with_telemetry(triage_job(kube, job, namespace), settings, loki, prometheus)
-        for missing in unread:
-            err.print(f"not read: {missing}", markup=False)
-        if burnin and found.nodes:
-            nodes = tuple(n.node for n in found.nodes)
-            run = make_run_id(datetime.now(UTC))
-            report, _ = burn_in(kube, None, BurnInRequest(options_for_tier(level), run, nodes=nodes))
-            found = with_sightings(found, burnin_sightings(report))
-        if quarantine:
-            quarantine_findings(kube, culprit_findings(found), settings or HealthSettings(), say)
+        found = run_triage(kube, asked, say, progress)
     if output in ("json", "yaml"):
         print_document(found.as_json(), "json" if output == "json" else "yaml")
     else:

@@ -13,6 +13,7 @@ import yaml
 
 from konduktor.alerts.render import kube_prometheus_stack_values
 from konduktor.config.model import Config, Health
+from konduktor.paths import product_dir
 from konduktor.quotas.render import kueue_manager_settings
 
 
@@ -113,3 +114,10 @@ def merge_values(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any
         else:
             merged[key] = copy.deepcopy(value)
     return merged
+
+
+def kueue_frameworks() -> list[str]:
+    """The Kueue integrations the umbrella chart runs (its Kueue Configuration's integrations.frameworks)."""
+    values = yaml.safe_load((product_dir("charts") / "konduktor" / "values.yaml").read_text(encoding="utf-8"))
+    configuration = yaml.safe_load(values["kueue"]["managerConfig"]["controllerManagerConfigYaml"])
+    return list(configuration["integrations"]["frameworks"])

@@ -142,6 +142,12 @@ def burn_in_for_up(
     return report, waited_out
 
 
+def configured_tier(config: Config | None) -> Tier:
+    """The config's burn-in level; `none` only turns off the burn-in `up` runs, so asking for one gets standard."""
+    level = config.burnin.level if config else "none"
+    return Tier.STANDARD if level == "none" else Tier(level)
+
+
 def show_run(kube: Kube, namespace: str, run_id: str) -> tuple[BurnInReport, bool]:
     """A past run, read from the cluster; nothing is created, changed or deleted. The report it recorded, else its
     Jobs as they are now (bool: some still run). A run that left neither is bad input."""

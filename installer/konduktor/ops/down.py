@@ -12,10 +12,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from konduktor.errors import UsageError
+from konduktor.helm.release import NAMESPACE, RELEASE, uninstall
 from konduktor.kube.client import Kube
 from konduktor.kube.sync import Ref
+from konduktor.ops.target import Confirm, Target
 from konduktor.quotas.removal import referencing_workloads, why_not_gone
-from konduktor.quotas.sync import Removal, kueue_served, purge_namespaces, remove_quota_objects
+from konduktor.quotas.sync import Removal, crd_losses, kueue_served, purge_namespaces, remove_quota_objects
+from konduktor.sim.cluster import SimCluster
 from konduktor.vocabulary import KUEUE_API
 from konduktor.waiting import poll_until
 
@@ -110,3 +114,48 @@ def plan_down(kube: Kube, namespaces: Sequence[str] | None) -> DownPlan:
         holding(kube, quotas.deleted),
         tuple(stranded_by(kube, quotas.deleted)),
     )
+
+
+def lost_with_crds(kube: Kube, *, delete_crds: bool) -> str:
+    """What the uninstall would delete with the release's CRDs that Konduktor did not create, in words (empty:
+    nothing); refused (bad input, nothing changed) unless `delete_crds`."""
+    losses = crd_losses(kube, RELEASE, NAMESPACE)
+    lost = ", ".join(map(str, losses))
+    if losses and not delete_crds:
+        raise UsageError(
+            f"down would delete the CRDs of release {RELEASE} and with them objects Konduktor did not create: {lost}",
+            hint="keep a copy of what you need (kubectl get workloads -A -o yaml), then add --delete-crds; "
+            "to change quotas, `quotas apply` or `up` is enough",
+        )
+    return lost
+
+
+@dataclass(frozen=True)
+class DownResult:
+    """What `down` did: whether a release was uninstalled, the quota objects and namespaces it deleted (and those
+    it kept: adopted), what it deleted that is still there, and the jobs it left pending without their queue."""
+
+    uninstalled: bool
+    quotas: Removal
+    namespaces: Removal
+    stuck: list[Stuck]
+    strands: list[str]
+
+
+def take_down(
+    kube: Kube, target: Target, *, purge: bool, lost: str, timeout: float, confirm: Confirm | None
+) -> DownResult:
+    """The quota objects Konduktor owns, the release (and with it, `lost`: what its CRDs held), and with `purge` the
+    namespaces; then a wait of up to `timeout` seconds for them to be gone. A real cluster is named to `confirm`
+    first."""
+    if confirm is not None and not target.simulated:
+        also = " and delete its namespaces" if purge else ""
+        crds = f", deleting with its CRDs {lost}" if lost else ""
+        confirm(f"remove Konduktor from context {kube.context} ({kube.server}){also}{crds}?")
+    quotas = remove_quota_objects(kube)
+    uninstalled = uninstall(target.kubeconfig, RELEASE, NAMESPACE, target.toolbox(), target.context)
+    if target.sim is not None:  # the chart's processes go with it
+        SimCluster(target.sim).platform.ensure(kube)
+    namespaces = purge_namespaces(kube, also=(NAMESPACE,)) if purge else Removal()
+    stuck = wait_gone(kube, [*quotas.deleted, *namespaces.deleted], timeout)
+    return DownResult(uninstalled, quotas, namespaces, stuck, stranded_by(kube, quotas.deleted))

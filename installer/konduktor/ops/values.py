@@ -13,6 +13,7 @@ from pyhelm3.errors import Error as HelmError
 from konduktor.errors import UsageError
 from konduktor.helm.release import command, helm_problem
 from konduktor.helm.schema import ValuesFile, refusal, schema_problems
+from konduktor.helm.values import merge_values
 from konduktor.kube.documents import load_documents
 from konduktor.tools.toolbox import Toolbox
 
@@ -26,6 +27,14 @@ def read_values_files(paths: Sequence[Path]) -> list[ValuesFile]:
             raise UsageError(f"{path}: no values in it")
         files.append(ValuesFile(path, documents[0]))
     return files
+
+
+def merged(files: Sequence[ValuesFile]) -> dict[str, Any]:
+    """The files' values, each over those before it (e.g. overlays/<environment>/values.yaml)."""
+    extra: dict[str, Any] = {}
+    for file in files:
+        extra = merge_values(extra, file.values)
+    return extra
 
 
 def check_values(

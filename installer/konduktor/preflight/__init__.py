@@ -7,6 +7,6 @@
 - inventory: which GPU hosts to check, what each must have, and how SSH logs in (`preflight.nodes.ssh`)
 - pods: the Job that checks a node from a pod on it (`preflight.nodes.pod`), and reading the report it prints
 
-`konduktor.cli.preflight` reads the cluster through `konduktor.kube` and runs them; `konduktor.cli.preflight_pods`
+`konduktor.ops.preflight` reads the cluster through `konduktor.kube` and runs them; `konduktor.ops.preflight_pods`
 runs the pods.
 """

@@ -1,6 +1,6 @@
 """Cluster checks: is this Kubernetes cluster fit for the config? Pure judges over what the API showed.
 
-The caller reads the API (`konduktor.cli.preflight.read_cluster`) into `ClusterFacts`; nothing here talks to
+The caller reads the API (`konduktor.ops.preflight.read_cluster`) into `ClusterFacts`; nothing here talks to
 the cluster, so every verdict can be tested from plain data. Node labels and allocatable GPUs are judged by
 the config linter's own live-node rule (`konduktor.config.lint.check_nodes`), so `validate` and `preflight`
 cannot disagree about what a GPU type needs.
@@ -17,6 +17,7 @@ from konduktor.config.findings import Finding, YamlPath, with_lines
 from konduktor.config.lint import check_nodes
 from konduktor.config.model import Config, GpuType, Toleration, selects
 from konduktor.config.quantity import parse_quantity
+from konduktor.kube.access import Permission
 from konduktor.preflight.results import Check, Status, check
 from konduktor.vocabulary import GPU_RESOURCE, HEALTH_TAINT_KEY, HELM_NAMESPACE, HELM_RELEASE, KUEUE_API, QUARANTINED_AT
 
@@ -72,25 +73,6 @@ class CrdFacts:
     served: tuple[str, ...]
     storage: str | None
     stored: tuple[str, ...]  # status.storedVersions: versions objects may still be persisted in
-
-
-@dataclass(frozen=True)
-class Permission:
-    """One verb on one resource, as a SelfSubjectAccessReview asks for it."""
-
-    verb: str
-    resource: str
-    group: str = ""
-    subresource: str = ""
-
-    @property
-    def qualified_resource(self) -> str:
-        """As kubectl names it: nodes, customresourcedefinitions.apiextensions.k8s.io, pods/log."""
-        resource = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
-        return f"{resource}.{self.group}" if self.group else resource
-
-    def __str__(self) -> str:
-        return f"{self.verb} {self.qualified_resource}"
 
 
 @dataclass(frozen=True)

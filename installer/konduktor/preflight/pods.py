@@ -3,7 +3,7 @@
 The pod runs `konduktor-install preflight-node --in-host-namespaces`: the same node checks as over SSH, run in
 the node's namespaces (`konduktor.preflight.host_namespaces`), printed as the JSON report. It needs no SSH
 account or key and no GPU; it needs root, privileged and hostPID to enter the node's namespaces. Pure: the
-command (`konduktor.cli.preflight_pods`) creates the Jobs and reads the logs through `konduktor.kube`.
+caller (`konduktor.ops.preflight_pods`) creates the Jobs and reads the logs through `konduktor.kube`.
 """
 
 from __future__ import annotations

@@ -17,8 +17,9 @@ from konduktor.burnin.jobs import pods_by_job, read_log, wait_for_jobs
 from konduktor.burnin.manifests import make_run_id
 from konduktor.burnin.plan import JobPhase, JobState, job_state, pod_problem
 from konduktor.config.model import Config, NodeCheckPods
+from konduktor.kube.access import Permission, may
 from konduktor.kube.client import ApiError, Kube
-from konduktor.preflight.cluster import ClusterFacts, Permission
+from konduktor.preflight.cluster import ClusterFacts
 from konduktor.preflight.inventory import expectations_of, gpu_nodes, no_hosts
 from konduktor.preflight.pods import (
     CONTAINER,
@@ -46,14 +47,6 @@ POD_PERMISSIONS = (
     Permission("list", "pods"),
     Permission("get", "pods", subresource="log"),
 )
-
-
-def may(kube: Kube, permission: Permission, namespace: str | None = None) -> bool:
-    """One SelfSubjectAccessReview; a review the server does not answer proves no right."""
-    try:
-        return kube.allowed(permission.verb, permission.resource, permission.group, namespace, permission.subresource)
-    except ApiError:
-        return False
 
 
 def missing_pod_rights(kube: Kube, namespace: str) -> Check | None:

@@ -1,0 +1,57 @@
+"""Arguments several commands take, and how they are read: the config file (its warnings on stderr) and a
+duration such as `--timeout 45m`. Light on purpose: `validate` and `render` start with it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from konduktor.cli.console import err
+from konduktor.config.findings import Finding
+from konduktor.config.load import LoadedConfig, load_config
+from konduktor.config.model import duration_seconds
+from konduktor.errors import UsageError
+
+ConfigArgument = Annotated[Path, typer.Argument(help="The cluster's config.yaml.", show_default=False)]
+_DURATION = re.compile(r"^(\d+(\.\d+)?(s|m|h))+$")
+
+
+def load_checked(path: Path, *, several_clusters: bool = False) -> LoadedConfig:
+    """The config at `path` with its warnings printed to stderr; ConfigError (exit 2) on any error. A config with
+    `clusters:` is refused (exit 2) unless the command handles several clusters (`several_clusters`)."""
+    loaded = load_config(path)
+    if loaded.config.clusters is not None and not several_clusters:
+        line = loaded.lines.get(("clusters",))
+        where = f"{loaded.filename}:{line}" if line is not None else loaded.filename
+        raise UsageError(
+            f"{where}: clusters: this command works on one cluster, and the config names several",
+            hint="`validate` and `render --output-dir DIR` handle several clusters (docs/multicluster.md); "
+            "apply each cluster's directory to it",
+        )
+    for finding in loaded.warnings:
+        _report_warning(finding, loaded.filename)
+    return loaded
+
+
+def _report_warning(finding: Finding, filename: str) -> None:
+    # Paths such as nodeLabels[nvidia.com/gpu.product] would otherwise be read as rich markup tags.
+    err.print(f"[bold yellow]warning:[/] {escape(finding.located(filename))}", markup=True, highlight=False)
+    for line in (finding.hint or "").splitlines():
+        err.print(f"  [yellow]hint:[/] {escape(line)}", markup=True, highlight=False)
+
+
+def parse_timeout(text: str) -> float:
+    """Seconds, or a duration such as 90s, 45m, 1h30m."""
+    if text.isdigit():
+        seconds = float(text)
+    elif _DURATION.match(text):
+        seconds = duration_seconds(text)
+    else:
+        raise UsageError(f"--timeout {text}: not a duration", hint="write seconds or e.g. 90s, 45m, 1h30m")
+    if seconds <= 0:
+        raise UsageError("--timeout must be more than zero")
+    return seconds

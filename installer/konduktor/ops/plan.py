@@ -1,0 +1,78 @@
+"""`plan`: what `up` would change, without changing it: the release's objects (a server-side dry run of the upgrade
+with the same values, against the deployed release; a client-side render when the simulated cluster is not running
+yet) and the quota objects; and the exit code that sums it up."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from konduktor.burnin.runner import Say
+from konduktor.config.model import Config
+from konduktor.errors import ExitCode
+from konduktor.helm.diff import ObjectChange, release_changes
+from konduktor.helm.release import NAMESPACE, RELEASE, Release, render_new, render_upgrade
+from konduktor.helm.schema import ValuesFile
+from konduktor.kube.documents import load_documents
+from konduktor.kube.sync import Change
+from konduktor.ops.chart import chart_for
+from konduktor.ops.target import Target
+from konduktor.ops.values import check_values
+from konduktor.quotas.sync import Takeover, pending_code, plan_quotas
+
+
+@dataclass(frozen=True)
+class UpPlan:
+    """The release as it is (None: not installed), the chart `up` would install (name, version), the release's
+    objects it would add, remove or change, and the quota objects it would change."""
+
+    installed: Release | None
+    chart: str
+    version: str
+    changes: list[ObjectChange]
+    quotas: list[Change]
+
+    @property
+    def code(self) -> int:
+        return plan_code(self.installed, self.changes, self.quotas)
+
+
+def plan_up(
+    target: Target, config: Config, extra: dict[str, Any], files: Sequence[ValuesFile], takeover: Takeover, say: Say
+) -> UpPlan:
+    """Reads only. A values file the charts' schemas refuse is bad input, found before the cluster is read."""
+    if files:
+        checked, checked_values = chart_for(target.simulated, config, extra)
+        check_values(checked, RELEASE, NAMESPACE, checked_values, files, target.toolbox())
+    quotas: list[Change] = []
+    if target.sim is not None and target.kubeconfig is not None and not target.kubeconfig.exists():
+        say(f"plan: the simulated cluster {target.sim!r} is not running; up creates it")
+        chart, chart_values = chart_for(target.simulated, config, extra)
+        rendered = render_new(chart, RELEASE, NAMESPACE, chart_values, target.toolbox())
+    else:
+        # A kubeconfig that does not load is bad input (2); then the cluster is read (unreachable: 5) before the
+        # chart is looked at, so that an outage is never reported as a local problem.
+        with target.connect() as kube:
+            quotas = [c for c in plan_quotas(kube, config, takeover) if c.action != "unchanged"]
+            chart, chart_values = chart_for(target.simulated, config, extra)
+            rendered = render_upgrade(
+                target.kubeconfig,
+                chart,
+                RELEASE,
+                NAMESPACE,
+                chart_values,
+                toolbox=target.toolbox(),
+                context=target.context,
+            )
+    wanted = load_documents(chart / "Chart.yaml")[0]
+    changes = release_changes(rendered.deployed, rendered.wanted)
+    return UpPlan(rendered.installed, f"{wanted['name']}", str(wanted["version"]), changes, quotas)
+
+
+def plan_code(installed: Release | None, changes: list[ObjectChange], quotas: list[Change]) -> int:
+    """3 when `up` would refuse a quota change; 1 when it would install, change the release or the quotas; else 0.
+    A release that is not `deployed` (a failed or interrupted upgrade) is pending: `up` would finish it."""
+    code = pending_code(quotas)
+    release_pending = installed is None or installed.status != "deployed" or bool(changes)
+    return ExitCode.NEGATIVE if code == ExitCode.OK and release_pending else code
