@@ -92,6 +92,11 @@ class InstallerCommands(LazyGroup):
             "Run a local simulated GPU cluster: etcd, kube-apiserver, scheduler, Kueue, kwok GPU nodes.",
         ),
         LazyCommand(
+            "whatif",
+            "konduktor.cli.whatif:whatif",
+            "Replay a job trace against a config (and another) on a fresh simulated cluster: waits, use, preemptions.",
+        ),
+        LazyCommand(
             "quotas",
             "konduktor.cli.cluster_quotas:app",
             "Apply team quotas to a cluster, show pending changes, explain a team's usage.",
