@@ -40,7 +40,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "controller": frozenset({"gpu", "config", "kube", "burnin", "observability"}),
     "sim": frozenset({"gpu", "config", "kube", "helm", "quotas", "burnin", "tools"}),
     "queueing": frozenset({"gpu", "config", "kube", "quotas"}),
-    "whatif": frozenset({"config", "kube", "quotas", "sim"}),
+    "whatif": frozenset({"gpu", "config", "kube", "quotas", "sim"}),
     "ops": frozenset({"gpu", "config", "tools", "kube", "quotas", "helm", "burnin", "controller"}),
     "cli": frozenset(
         {

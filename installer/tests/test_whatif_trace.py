@@ -3,8 +3,11 @@ every bad row reported at its file:line with exit 2."""
 
 from __future__ import annotations
 
+import csv
 import io
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import EXAMPLE
@@ -14,7 +17,8 @@ from konduktor.config.findings import ConfigError
 from konduktor.config.load import load_config
 from konduktor.errors import ExitCode
 from konduktor.whatif.alibaba import import_alibaba, team_of
-from konduktor.whatif.trace import TraceJob, check_against, load_trace, write_csv
+from konduktor.whatif.export import jobs_from_workloads
+from konduktor.whatif.trace import TraceJob, check_against, load_trace, parse_rows, write_csv
 
 DATA = Path(__file__).parent / "data" / "whatif"
 
@@ -153,3 +157,63 @@ def test_alibaba_bad_rows_exit_2_with_lines(tmp_path: Path) -> None:
     assert [(f.line, f.path) for f in raised.value.findings] == [(2, ("num_gpu",)), (3, ("qos",))]
     with pytest.raises(ConfigError, match="header must be"):
         import_alibaba(written(tmp_path, "other.csv", "a,b\n1,2\n"), ["team-a"])
+
+
+def workload(
+    name: str, created: str, admitted: str | None, finished: str | None, gpus: int = 4, count: int = 2
+) -> dict[str, Any]:
+    """A Workload as Kueue (v1beta2) keeps it for a Job: pod sets, priority, admission and conditions."""
+    conditions = []
+    if admitted:
+        conditions.append({"type": "QuotaReserved", "status": "True", "lastTransitionTime": admitted})
+        conditions.append({"type": "Admitted", "status": "True", "lastTransitionTime": admitted})
+    if finished:
+        conditions.append({"type": "Finished", "status": "True", "reason": "Succeeded", "lastTransitionTime": finished})
+    resources = {"nvidia.com/gpu": str(gpus), "cpu": "1"} if gpus else {"cpu": "1"}
+    return {
+        "metadata": {
+            "name": f"job-{name}-1a2b3",
+            "namespace": "team-a",
+            "creationTimestamp": created,
+            "ownerReferences": [{"kind": "Job", "name": name}],
+        },
+        "spec": {
+            "priorityClassName": "urgent",
+            "priorityClassSource": "kueue.x-k8s.io/workloadpriorityclass",
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": count,
+                    "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": resources}}]}},
+                }
+            ],
+        },
+        "status": {
+            "conditions": conditions,
+            "admission": {"podSetAssignments": [{"name": "main", "flavors": {"nvidia.com/gpu": "h100"}}]},
+        },
+    }
+
+
+def test_export_turns_finished_workloads_into_jobs() -> None:
+    since = datetime(2026, 5, 1, tzinfo=UTC).timestamp()
+    exported = jobs_from_workloads(
+        [
+            workload("late", "2026-05-02T10:00:00Z", "2026-05-02T10:30:00Z", "2026-05-02T12:30:00Z"),
+            workload("early", "2026-05-02T09:00:00Z", "2026-05-02T09:00:05Z", "2026-05-02T09:10:05Z", gpus=1, count=1),
+            workload("running", "2026-05-02T09:00:00Z", "2026-05-02T09:00:05Z", None),
+            workload("cpu", "2026-05-02T09:00:00Z", "2026-05-02T09:00:05Z", "2026-05-02T09:10:05Z", gpus=0),
+            workload("old", "2026-04-01T09:00:00Z", "2026-04-01T09:00:05Z", "2026-04-01T09:10:05Z"),
+        ],
+        since,
+    )
+    assert exported.jobs == [
+        TraceJob("team-a/early", 0.0, 600.0, "team-a", 1, 1, "h100", "urgent"),
+        TraceJob("team-a/late", 3600.0, 7200.0, "team-a", 2, 4, "h100", "urgent"),
+    ]
+    assert (exported.unfinished, exported.without_gpus, exported.before) == (1, 1, 1)
+    # Written as a trace, it reads back, and its namespaces are the config's teams.
+    out = io.StringIO()
+    write_csv(exported.jobs, out)
+    jobs = parse_rows("exported.csv", enumerate(csv.DictReader(out.getvalue().splitlines()), start=2))
+    assert [j.team for j in check_against("exported.csv", jobs, load_config(EXAMPLE).config)] == ["team-a"] * 2

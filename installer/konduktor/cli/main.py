@@ -97,6 +97,11 @@ class InstallerCommands(LazyGroup):
             "Replay a job trace against a config (and another) on a fresh simulated cluster: waits, use, preemptions.",
         ),
         LazyCommand(
+            "trace",
+            "konduktor.cli.trace:app",
+            "Make a what-if trace: from the cluster's finished jobs, or from the Alibaba GPU trace.",
+        ),
+        LazyCommand(
             "quotas",
             "konduktor.cli.cluster_quotas:app",
             "Apply team quotas to a cluster, show pending changes, explain a team's usage.",

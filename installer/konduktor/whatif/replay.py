@@ -36,6 +36,7 @@ from konduktor.whatif.trace import TraceJob
 CLUSTER_NAME = "konduktor-whatif"
 DEFAULT_SPEEDUP = 60.0
 JOB_LABEL = "konduktor.ai/whatif"
+PODS_READY_FLOOR = 30.0  # wall seconds: a loaded 2-core machine takes several seconds to start a job's pods
 TICK = 0.1  # wall seconds between submission checks
 
 
@@ -62,14 +63,15 @@ def scaled_settings(settings: dict[str, Any], speedup: float) -> tuple[dict[str,
     """Kueue's time-valued settings divided by the speedup, and what was scaled (`name: before -> after`).
 
     waitForPodsReady's timeout and recoveryTimeout and its requeuing backoff; admission fair sharing's usage
-    half-life and sampling interval when the config sets them. Kueue's backoff is whole seconds: at least 1.
+    half-life and sampling interval when the config sets them. Kueue's backoff is whole seconds: at least 1; the
+    pods-ready timeouts at least PODS_READY_FLOOR wall seconds.
     """
     result = copy.deepcopy(settings)
     said: list[str] = []
 
-    def duration(section: dict[str, Any], key: str, path: str) -> None:
+    def duration(section: dict[str, Any], key: str, path: str, floor: float = 0.001) -> None:
         if isinstance(section.get(key), str) and section[key]:
-            seconds = max(duration_seconds(section[key]) / speedup, 0.001)
+            seconds = max(duration_seconds(section[key]) / speedup, floor)
             after = f"{int(seconds * 1000)}ms"
             said.append(f"{path}: {section[key]} -> {after}")
             section[key] = after
@@ -82,8 +84,10 @@ def scaled_settings(settings: dict[str, Any], speedup: float) -> tuple[dict[str,
 
     ready = result.get("waitForPodsReady")
     if isinstance(ready, dict):
-        duration(ready, "timeout", "waitForPodsReady.timeout")
-        duration(ready, "recoveryTimeout", "waitForPodsReady.recoveryTimeout")
+        # Not below PODS_READY_FLOOR: pods becoming ready take the control plane's own time, which no speedup
+        # shortens; a shorter timeout would evict jobs that a real cluster lets start.
+        duration(ready, "timeout", "waitForPodsReady.timeout", PODS_READY_FLOOR)
+        duration(ready, "recoveryTimeout", "waitForPodsReady.recoveryTimeout", PODS_READY_FLOOR)
         backoff = ready.get("requeuingStrategy")
         if isinstance(backoff, dict):
             whole_seconds(backoff, "backoffBaseSeconds", "waitForPodsReady.requeuingStrategy.backoffBaseSeconds")
