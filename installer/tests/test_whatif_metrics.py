@@ -3,9 +3,15 @@ borrowing and lending, utilisation."""
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+from conftest import EXAMPLE
+
+from konduktor.config.load import load_config
 from konduktor.whatif.metrics import Event, cause_of, measure, percentile
+from konduktor.whatif.replay import Replay
+from konduktor.whatif.run import Run, columns, document, rows
 from konduktor.whatif.trace import TraceJob
 
 HOUR = 3600.0
@@ -122,3 +128,37 @@ def test_a_job_parked_behind_the_teams_head_shares_its_cause() -> None:
     # a2 waited 1 h: the first half hour beside a1's quota verdict, then no verdict at all; b's cause is its own.
     assert result.teams["a"].wait_hours == pytest.approx({"quota": 1.0, "fragmentation": 0.0, "other": 0.5})
     assert result.teams["b"].wait_hours == pytest.approx({"quota": 0.0, "fragmentation": 1.0, "other": 0.0})
+
+
+def test_two_configs_side_by_side_with_the_difference() -> None:
+    jobs = [job("a1", "a", 4)]
+
+    def run(name: str, admitted: float) -> Run:
+        events = [
+            Event(0, "a1", "submitted"),
+            Event(admitted, "a1", "admitted"),
+            Event(admitted + HOUR, "a1", "finished"),
+        ]
+        replay = Replay(events, 2 * HOUR, 60, ["waitForPodsReady.timeout: 10m -> 30000ms"])
+        config = load_config(EXAMPLE).config
+        return Run(Path(name), config, replay, measure(jobs, events, 2 * HOUR, {"a": 8}))
+
+    runs = [run("now.yaml", 600), run("proposed.yaml", 60)]
+    assert columns(runs) == ["scope", "figure", "now.yaml", "proposed.yaml", "difference"]
+    wait = next(r for r in rows(runs) if r["scope"] == "a" and r["figure"] == "wait p50")
+    assert wait == {"scope": "a", "figure": "wait p50", "now.yaml": "10m", "proposed.yaml": "60s", "difference": "-9m"}
+    cluster = [r for r in rows(runs) if r["scope"] == "cluster"]
+    assert {r["figure"] for r in cluster} >= {"preemptions", "borrowed GPU-hours", "utilisation (of quota)"}
+    data = document(runs)
+    assert [c["config"] for c in data["configs"]] == ["now.yaml", "proposed.yaml"]
+    assert data["configs"][1]["teams"]["a"]["wait_p50"] == 60
+    assert data["configs"][0]["jobs"] == [
+        {
+            "job": "a1",
+            "evictions": 0,
+            "events": [[0, "submitted"], [600, "admitted"], [4200, "finished"]],
+            "submitted": 0,
+            "admitted": 600,
+            "finished": 4200,
+        }
+    ]

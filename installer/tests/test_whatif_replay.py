@@ -102,3 +102,17 @@ def test_whatif_eight_gpu_pod_waits_for_a_node_not_for_quota() -> None:
     assert admitted >= first_done  # only once holders ended did a node have 8 free GPUs
     assert result.teams["team-b"].wait_hours["fragmentation"] > 0
     held_hours_add_up(result)
+
+
+# Two speedups give the same per-team p50 wait within this fraction. What differs between them is the control
+# plane's own latency (a few wall seconds a job), which is worth more trace time at the higher speedup.
+SPEEDUP_TOLERANCE = 0.2
+
+
+def test_whatif_two_speedups_give_the_same_p50_wait_within_tolerance() -> None:
+    slow = run_one(EXAMPLE, DATA / "queue.csv", SPEEDUP / 2, horizon=1100).result.teams["team-a"]
+    fast = run_one(EXAMPLE, DATA / "queue.csv", SPEEDUP, horizon=1100).result.teams["team-a"]
+    assert slow.wait_p50 is not None and fast.wait_p50 is not None
+    # The 7th job waits for the first six to end: about the jobs' 900 s, at either speed.
+    assert slow.wait_p50 >= 900 and fast.wait_p50 >= 900
+    assert abs(fast.wait_p50 - slow.wait_p50) <= SPEEDUP_TOLERANCE * max(fast.wait_p50, slow.wait_p50)
