@@ -81,6 +81,8 @@ def test_unfinished_and_never_admitted_jobs_at_the_horizon() -> None:
     assert team.gpu_hours == pytest.approx(4.0) and team.useful_gpu_hours == 0
     assert team.wait_hours["fragmentation"] == pytest.approx((HOUR / 2 - 60) / HOUR)
     assert team.trace_gpu_hours == 16
+    # The job never admitted counts with its wait so far: a config that admits nothing shows no short waits.
+    assert team.wait_max == HOUR / 2 - 60 and team.wait_p50 == pytest.approx((HOUR / 2 - 60) / 2)
     assert result.cluster.utilisation == pytest.approx(4.0 / 8)
 
 

@@ -110,8 +110,8 @@ SPEEDUP_TOLERANCE = 0.2
 
 
 def test_whatif_two_speedups_give_the_same_p50_wait_within_tolerance() -> None:
-    slow = run_one(EXAMPLE, DATA / "queue.csv", SPEEDUP / 2, horizon=1100).result.teams["team-a"]
-    fast = run_one(EXAMPLE, DATA / "queue.csv", SPEEDUP, horizon=1100).result.teams["team-a"]
+    slow = run_one(EXAMPLE, DATA / "queue.csv", SPEEDUP / 2, horizon=2000).result.teams["team-a"]
+    fast = run_one(EXAMPLE, DATA / "queue.csv", SPEEDUP, horizon=2000).result.teams["team-a"]
     assert slow.wait_p50 is not None and fast.wait_p50 is not None
     # The 7th job waits for the first six to end: about the jobs' 900 s, at either speed.
     assert slow.wait_p50 >= 900 and fast.wait_p50 >= 900

@@ -54,7 +54,7 @@ class Answer:
     gpu_hours: float = 0.0  # held: every admitted run, finished or evicted or still running at the end
     useful_gpu_hours: float = 0.0  # the runs that finished
     trace_gpu_hours: float = 0.0  # what the trace's jobs ask for (pods x GPUs x duration)
-    wait_p50: float | None = None  # seconds from submission to first admission, over jobs admitted
+    wait_p50: float | None = None  # seconds from submission to first admission (never admitted: to the end)
     wait_p95: float | None = None
     wait_max: float | None = None
     preemptions: int = 0
@@ -120,7 +120,7 @@ def measure(
     segments, changes = ledger.segments, ledger.changes
 
     for job in by_name.values():
-        _count(answers[job.team], job, finished, first_admission, submitted, waits[job.team])
+        _count(answers[job.team], job, finished, first_admission, submitted, waits[job.team], end)
 
     for team, hours in _wait_hours(segments).items():
         for cause, amount in hours.items():
@@ -203,6 +203,7 @@ def _count(
     first_admission: Mapping[str, float],
     submitted: Mapping[str, float],
     waits: list[float],
+    end: float,
 ) -> None:
     answer.jobs += 1
     answer.trace_gpu_hours += job.gpu_hours
@@ -212,6 +213,11 @@ def _count(
         answer.unfinished += 1
     if job.name in first_admission and job.name in submitted:
         waits.append(first_admission[job.name] - submitted[job.name])
+    elif job.name in submitted:
+        # Never admitted: it waited at least until the end, and counts so (a lower bound), or a config that admits
+        # nothing would show no wait at all.
+        waits.append(end - submitted[job.name])
+        answer.never_admitted += 1
     else:
         answer.never_admitted += 1
 
