@@ -2,7 +2,7 @@
 jobs of 20 teams on 1,000 nodes; wall time by phase (cluster start, replay), jobs finished, per-team p50 waits,
 and how far each job's held time exceeds its duration (the control plane's latency x the speedup).
 
-    .venv/bin/python bench/whatif_bench.py [--speedup 4000] [--jobs 2000] [--days 14] [--large]
+    .venv/bin/python bench/whatif_bench.py [--speedup N] [--jobs 2000] [--days 14] [--horizon S] [--large]
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ def main() -> None:
     parser.add_argument("--load", type=float, default=0.7, help="the trace's GPU-hours / the cluster's")
     parser.add_argument("--large", action="store_true", help="1,000 nodes x 8 GPUs, 20 teams, 10,000 jobs")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--horizon", type=float, default=None, help="trace seconds (default: the trace's days)")
     args = parser.parse_args()
     os.environ.setdefault("KONDUKTOR_STATE", tempfile.mkdtemp(prefix="konduktor-whatif-bench-"))
     work = Path(tempfile.mkdtemp(prefix="whatif-bench-"))
@@ -102,7 +103,8 @@ def main() -> None:
             print(f"  replayed {step.replayed / 3600:.1f} h, {step.done}/{step.total} done, ETA {step.eta or 0:.0f}s")
 
     started = time.monotonic()
-    run = run_one(config, trace_path, speedup, progress=progress, say=steps.append)
+    horizon = args.horizon or args.days * 86400
+    run = run_one(config, trace_path, speedup, horizon, progress=progress, say=steps.append)
     total = time.monotonic() - started
     result = run.result
     print(
