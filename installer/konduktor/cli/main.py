@@ -94,6 +94,16 @@ class InstallerCommands(LazyGroup):
             "Run a local simulated GPU cluster: etcd, kube-apiserver, scheduler, Kueue, kwok GPU nodes.",
         ),
         LazyCommand(
+            "whatif",
+            "konduktor.cli.whatif:whatif",
+            "Replay a job trace against a config (and another) on a fresh simulated cluster: waits, use, preemptions.",
+        ),
+        LazyCommand(
+            "trace",
+            "konduktor.cli.trace:app",
+            "Make a what-if trace: from the cluster's finished jobs, or from the Alibaba GPU trace.",
+        ),
+        LazyCommand(
             "quotas",
             "konduktor.cli.quotas:app",
             "Apply team quotas to a cluster, show pending changes, explain a team's usage.",

@@ -1,0 +1,164 @@
+"""`whatif`: load a config (and another to compare), load the trace, replay it on each, and measure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from konduktor.config.load import load_config
+from konduktor.config.model import Config
+from konduktor.whatif.metrics import Answer, Result, measure
+from konduktor.whatif.replay import DEFAULT_SPEEDUP, Progress, Replay, replay
+from konduktor.whatif.trace import TraceJob, check_against, load_trace
+
+# The figures of the answer, in table order: (key, label, how to show it).
+FIGURES: tuple[tuple[str, str, str], ...] = (
+    ("jobs", "jobs", "int"),
+    ("finished", "finished", "int"),
+    ("unfinished", "unfinished", "int"),
+    ("gpu_hours", "GPU-hours held", "float"),
+    ("useful_gpu_hours", "GPU-hours of finished runs", "float"),
+    ("wait_p50", "wait p50", "duration"),
+    ("wait_p95", "wait p95", "duration"),
+    ("wait_max", "wait max", "duration"),
+    ("preemptions", "preemptions", "int"),
+    ("lost_gpu_hours", "GPU-hours lost to preemption", "float"),
+    ("borrowed_gpu_hours", "borrowed GPU-hours", "float"),
+    ("lent_gpu_hours", "lent GPU-hours", "float"),
+    ("utilisation", "utilisation (of quota)", "percent"),
+    ("wait_quota", "job-hours waiting for quota", "float"),
+    ("wait_fragmentation", "job-hours waiting for a node (fragmentation)", "float"),
+)
+
+
+@dataclass
+class Run:
+    config_path: Path
+    config: Config
+    replay: Replay
+    result: Result
+
+
+def quotas_of(config: Config) -> tuple[dict[str, int], dict[str, int], int]:
+    """Each team's nominal GPUs, the GPUs it may lend, and the cluster's GPUs."""
+    quotas = {name: sum(q.quota for q in team.gpus.values()) for name, team in config.teams.items()}
+    lendable = {
+        name: sum(q.quota if q.lend_limit is None else min(q.lend_limit, q.quota) for q in team.gpus.values())
+        for name, team in config.teams.items()
+    }
+    return quotas, lendable, sum(gpu_type.capacity for gpu_type in config.gpu_types.values())
+
+
+def load(config_path: Path, trace_path: Path) -> tuple[Config, list[TraceJob]]:
+    """The config and the trace's jobs checked against it: every error exits 2 with its file:line."""
+    config = load_config(config_path).config
+    return config, check_against(str(trace_path), load_trace(trace_path), config)
+
+
+def run_one(
+    config_path: Path,
+    trace_path: Path,
+    speedup: float = DEFAULT_SPEEDUP,
+    horizon: float | None = None,
+    progress: Callable[[Progress], None] | None = None,
+    say: Callable[[str], None] | None = None,
+) -> Run:
+    config, jobs = load(config_path, trace_path)
+    replayed = replay(config, jobs, speedup, horizon, progress, say)
+    quotas, lendable, gpus = quotas_of(config)
+    return Run(config_path, config, replayed, measure(jobs, replayed.events, replayed.end, quotas, lendable, gpus))
+
+
+def figure(answer: Answer, key: str) -> float | None:
+    if key.startswith("wait_") and key.removeprefix("wait_") in answer.wait_hours:
+        return answer.wait_hours[key.removeprefix("wait_")]
+    value = getattr(answer, key)
+    return None if value is None else float(value)
+
+
+def shown(value: float | None, kind: str) -> str:
+    if value is None:
+        return "-"
+    if kind == "int":
+        return str(round(value))
+    if kind == "percent":
+        return f"{value * 100:.0f}%"
+    if kind == "duration":
+        return _duration(value)
+    return f"{value:.1f}"
+
+
+def _duration(seconds: float) -> str:
+    sign = "-" if seconds < 0 else ""
+    seconds = abs(seconds)
+    if seconds < 90:
+        return f"{sign}{seconds:.0f}s"
+    if seconds < 5400:
+        return f"{sign}{seconds / 60:.0f}m"
+    return f"{sign}{seconds / 3600:.1f}h"
+
+
+def rows(runs: list[Run]) -> list[dict[str, str]]:
+    """Table rows: one per team and figure (and the cluster's), a column per config, and the difference."""
+    scopes = [*sorted({team for run in runs for team in run.result.teams}), "cluster"]
+    table = []
+    for scope in scopes:
+        for key, label, kind in FIGURES:
+            row = {"scope": scope, "figure": label}
+            values = []
+            for index, run in enumerate(runs):
+                answer = run.result.cluster if scope == "cluster" else run.result.teams.get(scope)
+                value = figure(answer, key) if answer is not None else None
+                values.append(value)
+                row[_column(runs, index)] = shown(value, kind)
+            if len(runs) == 2:
+                before, after = values
+                row["difference"] = shown(after - before, kind) if before is not None and after is not None else "-"
+            table.append(row)
+    return table
+
+
+def _column(runs: list[Run], index: int) -> str:
+    names = [run.config_path.name for run in runs]
+    return names[index] if len(set(names)) == len(names) else str(runs[index].config_path)
+
+
+def columns(runs: list[Run]) -> list[str]:
+    return [
+        "scope",
+        "figure",
+        *[_column(runs, i) for i in range(len(runs))],
+        *(["difference"] if len(runs) == 2 else []),
+    ]
+
+
+def document(runs: list[Run]) -> dict[str, Any]:
+    """`whatif -o json`: one entry per config, in the order given."""
+    return {
+        "configs": [
+            {
+                "config": str(run.config_path),
+                "speedup": run.replay.speedup,
+                "scaled": run.replay.scaled,
+                "wall_seconds": round(run.replay.wall_seconds, 1),
+                "jobs": job_rows(run),
+                **run.result.as_json(),
+            }
+            for run in runs
+        ]
+    }
+
+
+def job_rows(run: Run) -> list[dict[str, Any]]:
+    """What happened to each job: submitted, first admitted, finished (trace seconds), evictions."""
+    seen: dict[str, dict[str, Any]] = {}
+    for event in sorted(run.replay.events, key=lambda e: e.time):
+        row = seen.setdefault(event.job, {"job": event.job, "evictions": 0, "events": []})
+        row["events"].append([round(event.time, 1), event.kind, *([event.detail] if event.detail else [])])
+        if event.kind == "evicted":
+            row["evictions"] += 1
+        if event.kind in ("submitted", "admitted", "finished"):
+            row.setdefault(event.kind, round(event.time, 1))
+    return list(seen.values())
