@@ -84,7 +84,7 @@ def _first_run(kube: Kube, job: dict[str, Any], namespace: str, start: float) ->
         if event.get("involvedObject", {}).get("kind") == "Pod"
         and (assigned := _ASSIGNED.search(event.get("message", ""))) is not None
         and assigned["pod"].startswith(f"{name}-")
-        and _when(event) >= created - 1
+        and _when(event) >= created  # whole seconds rounded down: this Job's pods are never scheduled before
     ]
     return min([start, *scheduled])
 
@@ -98,8 +98,10 @@ def _pods_by_node(kube: Kube, job: dict[str, Any], namespace: str, start: float)
     for event in kube.list("v1", "Event", namespace):
         involved = event.get("involvedObject", {})
         message = event.get("message", "")
-        if _when(event) < start - 1:
-            continue  # an earlier Job of the same name
+        if _when(event) < start:
+            # An earlier Job of the same name: this Job's pods are scheduled at `start` or after (the first of them
+            # defines it); only a Job deleted and created again within one second is mistaken for this one.
+            continue
         if involved.get("kind") == "Pod" and event.get("reason") == "Scheduled" and involved["name"].startswith(name):
             assigned = _ASSIGNED.search(message)
             if assigned and assigned["pod"].startswith(f"{name}-"):
