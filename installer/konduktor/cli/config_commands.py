@@ -17,7 +17,6 @@ from konduktor.config.load import LoadedConfig, load_config
 from konduktor.config.model import Config
 from konduktor.config.schema import config_schema_text
 from konduktor.errors import ExitCode, UsageError
-from konduktor.paths import product_dir
 from konduktor.quotas.manifests import ManifestFormat, serialize, write_directory
 from konduktor.quotas.multikueue import render_clusters
 from konduktor.quotas.render import render
@@ -187,10 +186,9 @@ def _render_clusters(
 def umbrella_values_of(config: Config) -> dict[str, Any]:
     """The values `up` passes over the umbrella chart's own, for a config."""
     # Imported here: only this output reads the chart, and `render` starts without the helm package.
-    from konduktor.helm.values import umbrella_values
+    from konduktor.helm.values import umbrella_defaults, umbrella_values
 
-    defaults = yaml.safe_load((product_dir("charts") / "konduktor" / "values.yaml").read_text(encoding="utf-8"))
-    return umbrella_values(config, defaults)
+    return umbrella_values(config, umbrella_defaults())
 
 
 def schema() -> None:

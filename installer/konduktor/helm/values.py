@@ -118,6 +118,14 @@ def merge_values(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any
 
 def kueue_frameworks() -> list[str]:
     """The Kueue integrations the umbrella chart runs (its Kueue Configuration's integrations.frameworks)."""
-    values = yaml.safe_load((product_dir("charts") / "konduktor" / "values.yaml").read_text(encoding="utf-8"))
+    values = umbrella_defaults()
     configuration = yaml.safe_load(values["kueue"]["managerConfig"]["controllerManagerConfigYaml"])
     return list(configuration["integrations"]["frameworks"])
+
+
+def umbrella_defaults() -> dict[str, Any]:
+    """The umbrella chart's own values.yaml, as the wheel carries it."""
+    loaded: dict[str, Any] = yaml.safe_load(
+        (product_dir("charts") / "konduktor" / "values.yaml").read_text(encoding="utf-8")
+    )
+    return loaded
