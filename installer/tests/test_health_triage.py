@@ -40,6 +40,7 @@ def fault(at: float | None, reason: str = "Xid79") -> Sighting:
         (END + LATE_SECONDS - 1, True),  # reported after the job died of it
         (END + LATE_SECONDS + 1, False),  # much later: another story
         (START - 60, False),  # before the job: it cannot have run there through a quarantine
+        (START - 1, False),  # the second before it started
         (None, True),  # an undated condition counts
     ],
 )
@@ -47,6 +48,13 @@ def test_a_node_fault_in_the_window_names_the_culprit(at: float | None, blamed: 
     found = judge("train", "team-a", START, END, [node("gpu-1", fault(at)), node("gpu-0")])
     assert found.culprits == (("gpu-1",) if blamed else ())
     assert [n.node for n in found.nodes] == ["gpu-0", "gpu-1"]
+
+
+def test_a_fault_stamped_in_the_jobs_first_second_is_in_its_window() -> None:
+    # The job's start read to the microsecond (the scheduler's Event), the quarantine in whole seconds, rounded down.
+    scheduled = START + 0.479
+    found = judge("train", "team-a", scheduled, END, [node("gpu-1", fault(START))])
+    assert found.culprits == ("gpu-1",) and found.evidence(found.nodes[0])
 
 
 def test_an_application_fault_is_shown_but_never_blamed() -> None:

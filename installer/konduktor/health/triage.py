@@ -7,6 +7,7 @@ health controller's `decide` quarantines the culprits.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -133,8 +134,12 @@ def one_per_fact(signals: Sequence[Sighting]) -> list[Sighting]:
 
 
 def in_window(sighting: Sighting, start: float, end: float) -> bool:
-    """During the job or shortly after it; an undated signal (a condition without a time) counts."""
-    return sighting.at is None or start <= sighting.at <= end + LATE_SECONDS
+    """During the job or shortly after it; an undated signal (a condition without a time) counts.
+
+    From the whole second the job started in: the cluster stamps its records (annotations, conditions, core Events)
+    in whole seconds, rounded down, so a fault in the job's first second is stamped before a start read to the
+    microsecond from the scheduler's Event."""
+    return sighting.at is None or math.floor(start) <= sighting.at <= end + LATE_SECONDS
 
 
 def judge(job: str, namespace: str, start: float, end: float, nodes: Sequence[NodeRecord]) -> Triage:
