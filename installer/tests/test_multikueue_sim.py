@@ -1,7 +1,7 @@
 """MultiKueue on simulated clusters: a manager and two workers, each its own control plane, Kueue and kwok nodes, set
 up from one config's rendered objects. A job submitted on the manager runs on the first worker in dispatch order and
 its status comes back; once that worker is full the next job goes to the second; the team's quota holds on the
-manager.
+manager; with a worker stopped, new jobs go to the other.
 
 Three clusters of their own (not the session's), started once for this module and removed after it. The tests run in
 file order on the same clusters, each one's jobs still running for the next.
@@ -200,6 +200,13 @@ def test_a_stopped_worker_turns_inactive_and_new_jobs_go_to_the_other(fleet_up: 
         manager.delete("batch/v1", "Job", job, TEAM, propagation="Background")
     wait_until("the second worker to be free", lambda: not running_on(second, TEAM, "spill"), timeout=120)
 
+    # The admin turns to the all-at-once dispatcher (`dispatch: allAtOnce`): the manager's Kueue restarts with it.
+    # The incremental one would nominate the first worker in order even while it is away and reach the second after
+    # a 5-minute round (docs/design/multikueue.md#a-worker-that-goes-away).
+    clusters = fleet_up.config.clusters
+    assert clusters is not None
+    all_at_once = fleet_up.config.model_copy(update={"clusters": clusters.model_copy(update={"dispatch": "allAtOnce"})})
+    fleet_up.sims[MANAGER].up(SimSpec(pools=[], kueue_settings=manager_kueue_settings(all_at_once)))
     fleet_up.sims[WORKER].down(keep=True)  # its API server, and everything else of it, stops
     wait_until(
         "the first worker's MultiKueueCluster to be inactive",
@@ -212,7 +219,6 @@ def test_a_stopped_worker_turns_inactive_and_new_jobs_go_to_the_other(fleet_up: 
         found = workload_of(manager, TEAM, "after-loss")
         return found is not None and found.get("status", {}).get("clusterName") == SECOND
 
-    # Kueue's incremental dispatcher nominates the first worker in order even while it is away, so the job reaches
-    # the second one after a round (docs/design/multikueue.md#a-worker-that-goes-away).
-    wait_until("the new job to be admitted on the second worker", on_second, timeout=ROUND + 180)
+    # Copied at once to every worker still connected: the second.
+    wait_until("the new job to be admitted on the second worker", on_second, timeout=180)
     wait_until("its pod to run there", lambda: len(running_on(second, TEAM, "after-loss")) == 1, timeout=120)
