@@ -10,8 +10,9 @@ from typing import Annotated, Literal
 import typer
 
 from konduktor.cli.console import err, print_document, print_rows, say
+from konduktor.errors import UsageError
 from konduktor.whatif.replay import DEFAULT_SPEEDUP, Progress
-from konduktor.whatif.run import columns, document, rows, run_one
+from konduktor.whatif.run import columns, document, report, rows, run_one
 
 _last_line = [0.0]
 
@@ -47,11 +48,17 @@ def whatif(
         typer.Option("--horizon", help="Stop at this trace second (default: three times the trace's last job end)."),
     ] = None,
     output: Annotated[Literal["table", "json"], typer.Option("-o", "--output", help="table or json.")] = "table",
+    page: Annotated[
+        Path | None,
+        typer.Option("--report", help="Also write an HTML page: GPUs in use per team over time, waits per team."),
+    ] = None,
 ) -> None:
     """Replay a job trace against a config (and another) on a fresh simulated cluster: waits, use, preemptions.
 
     Each config gets a cluster of its own (its nodes, queues and Kueue settings, as `up` renders them), made
     and removed by the replay. Bad trace rows exit 2 with their file:line."""
+    if page is not None and not page.parent.is_dir():
+        raise UsageError(f"--report {page}: no directory {page.parent}", hint="name a file in an existing directory")
     runs = []
     for path in [config, *([against] if against is not None else [])]:
         say(f"whatif: replaying {trace} against {path}")
@@ -63,3 +70,6 @@ def whatif(
         print_document(document(runs), "json")
     else:
         print_rows(rows(runs), columns(runs), "table")
+    if page is not None:
+        page.write_text(report(runs, trace))
+        say(f"whatif: report written to {page}")

@@ -11,6 +11,7 @@ from konduktor.config.load import load_config
 from konduktor.config.model import Config
 from konduktor.whatif.metrics import Answer, Result, measure
 from konduktor.whatif.replay import DEFAULT_SPEEDUP, Progress, Replay, replay
+from konduktor.whatif.report import Replayed, render
 from konduktor.whatif.trace import TraceJob, check_against, load_trace
 
 # The figures of the answer, in table order: (key, label, how to show it).
@@ -162,3 +163,9 @@ def job_rows(run: Run) -> list[dict[str, Any]]:
         if event.kind in ("submitted", "admitted", "finished"):
             row.setdefault(event.kind, round(event.time, 1))
     return list(seen.values())
+
+
+def report(runs: list[Run], trace: Path) -> str:
+    """`whatif --report`: the page of the runs, their columns named as in the table."""
+    replayed = [Replayed(_column(runs, index), run.result) for index, run in enumerate(runs)]
+    return render(replayed, str(trace), rows(runs), columns(runs))
