@@ -9,14 +9,16 @@ file order on the same clusters, each one's jobs still running for the next.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from konduktor.cli.team import main as team_main
 from konduktor.config.model import Config
-from konduktor.kube.client import Kube
+from konduktor.kube.client import ApiError, Identity, Kube
 from konduktor.kube.conditions import is_true
 from konduktor.ops.multicluster import apply_all, connect_worker, endpoint_of
 from konduktor.quotas.multikueue import manager_kueue_settings, render_clusters, worker_config
@@ -55,7 +57,7 @@ def fleet() -> Config:
                     "nodeAllocatable": {"cpu": "96", "memory": "1000Gi"},
                 }
             },
-            "teams": {TEAM: {"namespaces": [TEAM], "gpus": {"h100": {"quota": 16}}}},
+            "teams": {TEAM: {"namespaces": [TEAM], "groups": [TEAM], "gpus": {"h100": {"quota": 16}}}},
         }
     )
 
@@ -100,13 +102,24 @@ def copy_on(kube: Kube, manager: Kube, job: str) -> dict[str, Any] | None:
     return None if local is None else kube.get(KUEUE_API, "Workload", local["metadata"]["name"], TEAM)
 
 
+def member_why(fleet_up: Fleet, job: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """`konduktor why JOB -o json` as a member of the team, with the manager's kubeconfig only."""
+    capsys.readouterr()
+    kubeconfig = str(fleet_up.sims[MANAGER].kubeconfig)
+    team_main(["why", job, "-n", TEAM, "--kubeconfig", kubeconfig, "--as", "alice", "--as-group", TEAM, "-o", "json"])
+    answer: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return answer
+
+
 def workload(kube: Kube, job: str) -> dict[str, Any]:
     found = workload_of(kube, TEAM, job)
     assert found is not None
     return found
 
 
-def test_the_manager_connects_to_the_worker_and_a_job_runs_there(fleet_up: Fleet) -> None:
+def test_the_manager_connects_to_the_worker_and_a_job_runs_there(
+    fleet_up: Fleet, capsys: pytest.CaptureFixture[str]
+) -> None:
     manager, worker = fleet_up.manager, fleet_up.worker
     for name in (WORKER, SECOND):
         wait_until(
@@ -146,8 +159,20 @@ def test_the_manager_connects_to_the_worker_and_a_job_runs_there(fleet_up: Fleet
     checks = workload(manager, "dispatched")["status"]["admissionChecks"]
     assert [(check["name"], check["state"]) for check in checks] == [(f"multikueue-{TEAM}", "Ready")]
 
+    # A team member reads on the manager where the job runs, and can read nothing on the workers.
+    answer = member_why(fleet_up, "dispatched", capsys)
+    assert answer["state"] == "admitted" and answer["workerCluster"] == WORKER
+    for name in (WORKER, SECOND):
+        member = Kube(fleet_up.sims[name].kubeconfig, impersonate=Identity("alice", TEAM))
+        with pytest.raises(ApiError) as refused:
+            member.list(KUEUE_API, "Workload", TEAM)
+        assert refused.value.status == 403
+        member.close()
 
-def test_the_next_job_goes_to_the_second_worker_once_the_first_is_full(fleet_up: Fleet) -> None:
+
+def test_the_next_job_goes_to_the_second_worker_once_the_first_is_full(
+    fleet_up: Fleet, capsys: pytest.CaptureFixture[str]
+) -> None:
     manager, worker, second = fleet_up.manager, fleet_up.worker, fleet_up.second
     assert len(running_on(worker, TEAM, "dispatched")) == 1  # the first worker's 8 GPUs are taken
     manager.create(gpu_job("spill", TEAM, gpus=8, pods=1, run_for="3600s"))
@@ -161,6 +186,10 @@ def test_the_next_job_goes_to_the_second_worker_once_the_first_is_full(fleet_up:
     wait_until("its copy on the first worker", lambda: copy_on(worker, manager, "spill") is not None, timeout=60)
     assert not is_true(copy_on(worker, manager, "spill"), "QuotaReserved")  # no room there
     assert copy_on(second, manager, "spill") is None
+    # Its owner is told it holds the team's quota and waits for the worker it was offered to.
+    answer = member_why(fleet_up, "spill", capsys)
+    assert answer["state"] == "pending" and answer["reasons"][0]["kind"] == "dispatching"
+    assert f"offered to {WORKER}" in answer["reasons"][0]["message"]
 
     # After the dispatcher's round, the second worker too, which admits and runs it.
     def on_second() -> bool:

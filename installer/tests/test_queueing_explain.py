@@ -161,6 +161,36 @@ def test_admitted_on_borrowed_gpus_warns_of_reclaim() -> None:
     assert answer["state"] == "admitted" and "borrowing" in kinds(answer)
 
 
+def test_a_job_dispatched_by_multikueue_names_its_worker_cluster() -> None:
+    # On the manager: Kueue writes the worker that admitted it into the Workload's status.
+    dispatched = workload("train", gpus=8, conditions=ADMITTED)
+    dispatched["status"]["clusterName"] = "west"
+    answer = explanation(dispatched, [], None)
+    assert answer["state"] == "admitted" and answer["workerCluster"] == "west"
+    assert "dispatched" in kinds(answer) and "worker cluster west" in answer["reasons"][-1]["message"]
+    assert [r.cluster for r in running_jobs([dispatched])] == ["west"]
+
+
+def test_a_job_waiting_for_a_worker_says_where_it_was_offered_and_holds_its_quota() -> None:
+    waiting = workload("spill", gpus=8, conditions=[{"type": "QuotaReserved", "status": "True"}])
+    waiting["status"]["nominatedClusterNames"] = ["west"]
+    waiting["status"]["admissionChecks"] = [{"name": "multikueue-team-a", "state": "Pending", "message": ""}]
+    answer = explanation(waiting, [], None)
+    assert answer["state"] == "pending" and answer["workerCluster"] is None
+    (reason,) = answer["reasons"]
+    assert reason["kind"] == "dispatching" and "offered to west" in reason["message"]
+    assert answer["remedies"]
+    # It holds its quota on the manager: not in Kueue's pending queue, and not running anywhere yet.
+    assert pending_order([waiting], LOCAL_QUEUES) == [] and running_jobs([waiting]) == []
+
+
+def test_another_admission_check_is_named_as_it_is() -> None:
+    waiting = workload("provisioned", gpus=8, conditions=[{"type": "QuotaReserved", "status": "True"}])
+    waiting["status"]["admissionChecks"] = [{"name": "capacity", "state": "Retry", "message": "no capacity yet"}]
+    (reason,) = explanation(waiting, [], None)["reasons"]
+    assert reason == {"kind": "admission-check", "message": "admission check capacity is Retry: no capacity yet"}
+
+
 def test_quota_used_by_the_teams_own_jobs_names_them() -> None:
     # team-a holds its 20 and may borrow 10, but team-b uses all of its own: nothing to borrow.
     capacity = Capacity(nodes(0, 0, 0, 0), (usage("team-a", used=20), usage("team-b", used=20)))

@@ -115,7 +115,8 @@ def queue(
         err.print(f"pending, in Kueue's order ({_source_text(team.source)}):", markup=False)
         print_rows([vars(p) for p in team.pending], PENDING_COLUMNS, "table")
         err.print("running (admitted by Kueue, earliest first):", markup=False)
-        print_rows([vars(r) for r in team.running], RUNNING_COLUMNS, "table")
+        dispatched = ["cluster"] if any(r.cluster for r in team.running) else []  # several clusters: where it runs
+        print_rows([vars(r) for r in team.running], [*RUNNING_COLUMNS, *dispatched], "table")
 
 
 def _source_text(source: str) -> str:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from konduktor.gpu.pod import pod_gpus
 from konduktor.kube.conditions import condition, is_true
 from konduktor.queueing.capacity import Capacity, NodeCapacity
+from konduktor.quotas.multikueue import is_dispatch_check
 from konduktor.quotas.usage import TeamUsage
 from konduktor.vocabulary import PODS_REFUSED_REASON
 
@@ -66,6 +67,7 @@ class Running:
     priority: int
     gpus: int
     admitted: str  # when Kueue admitted it
+    cluster: str = ""  # the worker cluster MultiKueue dispatched it to; empty on a single cluster
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ class Explanation:
     remedies: list[str] = field(default_factory=list)
     kueue_message: str = ""
     source: Source = "derived"
+    worker: str | None = None  # the worker cluster MultiKueue dispatched it to (its `status.clusterName`)
 
 
 def job_name(workload: dict[str, Any]) -> str:
@@ -165,6 +168,7 @@ def running_jobs(workloads: list[dict[str, Any]]) -> list[Running]:
             priority=int(w.get("spec", {}).get("priority", 0)),
             gpus=total_gpus(w),
             admitted=str((condition(w, "Admitted") or {}).get("lastTransitionTime", "")),
+            cluster=str(w.get("status", {}).get("clusterName", "")),
         )
         for w in workloads
         if is_true(w, "Admitted") and not is_true(w, "Finished")
@@ -251,7 +255,19 @@ def why(
         explanation.state = "admitted"
         admission = workload.get("status", {}).get("admission", {})
         explanation.reasons.append(Reason("admitted", f"admitted by ClusterQueue {admission.get('clusterQueue', '?')}"))
+        explanation.worker = workload.get("status", {}).get("clusterName")
+        if explanation.worker:
+            explanation.reasons.append(
+                Reason(
+                    "dispatched",
+                    f"MultiKueue dispatched it to worker cluster {explanation.worker}, where it runs; "
+                    "its status here mirrors the worker's",
+                )
+            )
         _borrowing_risk(explanation, workload, capacity)
+        return explanation
+    if is_true(workload, "QuotaReserved"):
+        _awaiting_checks(explanation, workload)
         return explanation
     if workload.get("spec", {}).get("active", True) is False:
         explanation.reasons.append(Reason("deactivated", "the workload is deactivated (spec.active=false)"))
@@ -294,6 +310,31 @@ def why(
         return explanation
     _explain_pending(explanation, workload, workloads, capacity)
     return explanation
+
+
+def _awaiting_checks(explanation: Explanation, workload: dict[str, Any]) -> None:
+    """Quota reserved, admission waiting for its checks: with MultiKueue, for a worker cluster to admit the job
+    (Kueue names the workers it was offered to in `status.nominatedClusterNames`, and each check's state)."""
+    status = workload.get("status", {})
+    offered = status.get("nominatedClusterNames") or []
+    waiting = [c for c in status.get("admissionChecks", []) if c.get("state") != "Ready"]
+    for check in waiting:
+        name, state = check.get("name", "?"), check.get("state", "Pending")
+        said = f": {check['message']}" if check.get("message") else ""
+        if is_dispatch_check(name):
+            text = "your team's quota is reserved; waiting for a worker cluster to admit it" + (
+                f" (offered to {', '.join(offered)})" if offered else ""
+            )
+            explanation.reasons.append(Reason("dispatching", f"{text}; MultiKueue's check is {state}{said}"))
+        else:
+            explanation.reasons.append(Reason("admission-check", f"admission check {name} is {state}{said}"))
+    if not waiting:
+        explanation.reasons.append(Reason("kueue", "quota reserved; Kueue admits it on its next pass"))
+    if any(r.kind == "dispatching" for r in explanation.reasons):
+        explanation.remedies.append(
+            "nothing to do: it runs when a worker cluster has room; a worker that is away or full is passed over "
+            "(with the incremental dispatcher, after a 5-minute round)"
+        )
 
 
 def with_policy(explanation: Explanation, findings: Sequence[str]) -> Explanation:
@@ -621,4 +662,5 @@ def as_json(explanation: Explanation) -> dict[str, Any]:
         "remedies": explanation.remedies,
         "kueueMessage": explanation.kueue_message,
         "source": explanation.source,
+        "workerCluster": explanation.worker,
     }

@@ -113,7 +113,15 @@ def render_clusters(config: Config, frameworks: Sequence[str]) -> list[ClusterOb
 
 def check_name(team_name: str) -> str:
     """The AdmissionCheck and MultiKueueConfig of a team on the manager."""
-    return f"multikueue-{team_name}"
+    return f"{_CHECK_PREFIX}{team_name}"
+
+
+def is_dispatch_check(name: str) -> bool:
+    """A team's MultiKueue AdmissionCheck (`check_name`), as a Workload's status names it."""
+    return name.startswith(_CHECK_PREFIX)
+
+
+_CHECK_PREFIX = "multikueue-"
 
 
 def kubeconfig_secret_name(worker_name: str) -> str:
