@@ -114,12 +114,11 @@ def release_nodes(kube: Kube, names: Sequence[str]) -> None:
 def sim() -> Iterator[Sim]:
     os.environ.setdefault("KONDUKTOR_STATE", tempfile.mkdtemp(prefix="konduktor-test-state-"))
     cluster = SimCluster("konduktor-test")
-    cluster.up(spec_from(EXAMPLE, None, job_seconds=2))
-    kube = Kube(cluster.kubeconfig)
-    try:
-        yield Sim(cluster, kube)
+    try:  # a start that fails midway leaves no process behind either
+        cluster.up(spec_from(EXAMPLE, None, job_seconds=2))
+        with Kube(cluster.kubeconfig) as kube:
+            yield Sim(cluster, kube)
     finally:
-        kube.close()
         cluster.down()
 
 

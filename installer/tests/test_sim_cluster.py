@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -206,6 +207,14 @@ def test_down_leaves_nothing_behind_and_up_works_again(tmp_path: Path) -> None:
         cluster = SimCluster(name)
     finally:
         os.environ["KONDUKTOR_STATE"] = session_state
+    try:
+        up_down_twice(cli, cluster, name)
+    finally:  # a failed round leaves no cluster running
+        cli("sim", "down", "--name", name)
+    assert cli("sim", "status", "--name", name).returncode == 1
+
+
+def up_down_twice(cli: Callable[..., subprocess.CompletedProcess[str]], cluster: SimCluster, name: str) -> None:
     for round_ in range(2):
         result = cli("sim", "up", "--name", name, "--nodes", "2x8:A100")
         assert result.returncode == 0, result.stderr
@@ -237,7 +246,6 @@ def test_down_leaves_nothing_behind_and_up_works_again(tmp_path: Path) -> None:
         # (So its ports are free; not asked of the ports themselves, which another cluster on this machine may
         # take the moment they are.)
         assert not cluster.root.exists()
-    assert cli("sim", "status", "--name", name).returncode == 1
 
 
 def test_a_watch_the_server_ended_closes_quietly(sim: Sim) -> None:

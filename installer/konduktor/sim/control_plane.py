@@ -57,6 +57,11 @@ class ControlPlane:
         logs = sorted((self.cluster_dir / "logs").glob("*.log"))
         return "\n".join(f"--- {log.name} (last lines)\n{tail(log, 8)}" for log in logs) or "(no component logs)"
 
+    def port_taken(self) -> bool:
+        """A component found a port kwokctl picked for it taken by another process."""
+        logs = (self.cluster_dir / "logs").glob("*.log")
+        return any("address already in use" in log.read_text(errors="replace") for log in logs)
+
     def created(self) -> bool:
         return (self.cluster_dir / "kwok.yaml").exists()
 
@@ -128,13 +133,17 @@ class ControlPlane:
         if self.created() and self.api_ready():
             self.progress("control plane: already running")
             return
-        for attempt in range(2):
+        for attempt in range(3):
+            fresh = not self.created()
             result = self.launch(spec)
-            if result.returncode == 0 and self.api_ready():
+            # kwokctl picks free ports a moment before the components bind them; another cluster starting at the
+            # same time (a parallel test run) can take one. The component exits, even when the API server came up
+            # (no service account tokens without kube-controller-manager, no Ready nodes without kwok). A new
+            # cluster gets new ports, so that race is worth a retry.
+            raced = fresh and self.port_taken()
+            if result.returncode == 0 and self.api_ready() and not raced:
                 return
-            # kwokctl picks free ports a moment before the components bind them; another process starting at
-            # the same time can take one. A new cluster gets new ports, so that race is worth one retry.
-            if attempt == 0 and "address already in use" in self.component_logs():
+            if raced and attempt < 2:
                 self.progress("control plane: a port was taken meanwhile; starting again on new ports")
                 self.kwokctl("delete", "cluster")
                 continue
