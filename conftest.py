@@ -9,8 +9,11 @@ from __future__ import annotations
 import os
 import tempfile
 
-# Set before any test imports code that reads it: clusters started by tests never touch the user's own.
-os.environ.setdefault("KONDUKTOR_STATE", tempfile.mkdtemp(prefix="konduktor-test-state-"))
+# Set before any test imports code that reads it: clusters started by tests never touch the user's own, and each
+# test process (pytest-xdist's workers inherit the controller's environment) has clusters of its own.
+os.environ["KONDUKTOR_STATE"] = tempfile.mkdtemp(
+    prefix=f"konduktor-test-state-{os.environ.get('PYTEST_XDIST_WORKER', '')}"
+)
 
 from admission import enforcing
 from loki_api import loki, loki_server
