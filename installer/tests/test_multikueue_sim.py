@@ -15,16 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import yaml
 
+from konduktor.cli.main import main
 from konduktor.cli.team import main as team_main
 from konduktor.config.model import Config
 from konduktor.kube.client import ApiError, Identity, Kube
 from konduktor.kube.conditions import is_true
-from konduktor.ops.multicluster import apply_all, connect_worker, endpoint_of
-from konduktor.quotas.multikueue import manager_kueue_settings, render_clusters, worker_config
+from konduktor.quotas.multikueue import manager_kueue_settings
 from konduktor.sim.cluster import SimCluster, SimSpec
-from konduktor.sim.kueue import FRAMEWORKS
-from konduktor.sim.pools import spec_of
 from konduktor.sim.workloads import gpu_job, running_on, workload_of
 from konduktor.vocabulary import KUEUE_API
 from konduktor.waiting import wait_until
@@ -36,30 +35,27 @@ ROUND = 5 * 60  # Kueue's incremental dispatcher offers a job to the next worker
 TEAM = "mk-team"
 
 
-def fleet() -> Config:
-    """Two workers of 1 node x 8 H100 each behind a manager, in that order; one team holding all 16 GPUs (8 on each,
-    by the split rule)."""
-    return Config.model_validate(
-        {
-            "version": 1,
-            "cluster": {"name": MANAGER},
-            "kueue": {"sharing": "none"},
-            "clusters": {
-                "dispatch": "incremental",
-                "workers": [{"name": WORKER, "gpuTypes": {"h100": 1}}, {"name": SECOND, "gpuTypes": {"h100": 1}}],
-            },
-            "topology": {"levels": ["kubernetes.io/hostname"]},
-            "gpuTypes": {
-                "h100": {
-                    "product": "NVIDIA-H100-80GB-HBM3",
-                    "nodes": 2,
-                    "gpusPerNode": 8,
-                    "nodeAllocatable": {"cpu": "96", "memory": "1000Gi"},
-                }
-            },
-            "teams": {TEAM: {"namespaces": [TEAM], "groups": [TEAM], "gpus": {"h100": {"quota": 16}}}},
+# Two workers of 1 node x 8 H100 each behind a manager, in that order; one team holding all 16 GPUs (8 on each, by
+# the split rule).
+FLEET: dict[str, Any] = {
+    "version": 1,
+    "cluster": {"name": MANAGER},
+    "kueue": {"sharing": "none"},
+    "clusters": {
+        "dispatch": "incremental",
+        "workers": [{"name": WORKER, "gpuTypes": {"h100": 1}}, {"name": SECOND, "gpuTypes": {"h100": 1}}],
+    },
+    "topology": {"levels": ["kubernetes.io/hostname"]},
+    "gpuTypes": {
+        "h100": {
+            "product": "NVIDIA-H100-80GB-HBM3",
+            "nodes": 2,
+            "gpusPerNode": 8,
+            "nodeAllocatable": {"cpu": "96", "memory": "1000Gi"},
         }
-    )
+    },
+    "teams": {TEAM: {"namespaces": [TEAM], "groups": [TEAM], "gpus": {"h100": {"quota": 16}}}},
+}
 
 
 @dataclass
@@ -72,23 +68,15 @@ class Fleet:
 
 
 @pytest.fixture(scope="module")
-def fleet_up() -> Iterator[Fleet]:
-    config = fleet()
-    assert config.clusters is not None
-    sets = {one.name: one for one in render_clusters(config, FRAMEWORKS)}
+def fleet_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """Started as an admin tries it: `sim up --config` with the fleet's config."""
+    path = tmp_path_factory.mktemp("fleet") / "config.yaml"
+    path.write_text(yaml.safe_dump(FLEET))
     sims = {name: SimCluster(name) for name in (MANAGER, WORKER, SECOND)}
     try:
-        for worker in config.clusters.workers:
-            sims[worker.name].up(spec_of(worker_config(config, worker), job_seconds=600))
-        # The manager has no GPU nodes: the jobs run on the workers.
-        sims[MANAGER].up(SimSpec(pools=[], kueue_settings=manager_kueue_settings(config)))
+        assert main(["sim", "up", "--config", str(path), "--job-seconds", "600"]) == 0
         kubes = {name: Kube(sim.kubeconfig) for name, sim in sims.items()}
-        manager = kubes[MANAGER]
-        for worker in config.clusters.workers:
-            apply_all(kubes[worker.name], sets[worker.name].objects)
-            connect_worker(config, worker.name, kubes[worker.name], endpoint_of(sims[worker.name].kubeconfig), manager)
-        apply_all(manager, sets[MANAGER].objects)
-        yield Fleet(config, manager, kubes[WORKER], kubes[SECOND], sims)
+        yield Fleet(Config.model_validate(FLEET), kubes[MANAGER], kubes[WORKER], kubes[SECOND], sims)
         for kube in kubes.values():
             kube.close()
     finally:

@@ -7,12 +7,14 @@ from typing import Annotated
 
 import typer
 
+from konduktor.cli.arguments import load_checked
 from konduktor.cli.console import OutputFormat, err, print_rows, progress
 from konduktor.errors import ExitCode, UsageError
 from konduktor.kube.client import Kube
+from konduktor.ops.multicluster import start_sim_fleet
 from konduktor.sim.cluster import DEFAULT_NAME, SimCluster
 from konduktor.sim.faults import KINDS, clear, fault_kind, inject
-from konduktor.sim.pools import spec_from
+from konduktor.sim.pools import spec_from, spec_of
 
 app = typer.Typer(help="Run a local simulated GPU cluster: etcd, kube-apiserver, scheduler, Kueue, kwok GPU nodes.")
 
@@ -30,8 +32,22 @@ def up(
     ] = 5.0,
     name: NameOption = DEFAULT_NAME,
 ) -> None:
-    """Start the simulated cluster, or bring an existing one back to the requested shape."""
-    spec = spec_from(config, nodes, job_seconds)
+    """Start the simulated cluster, or bring an existing one back to the requested shape.
+
+    A config with `clusters:` starts a cluster for its manager and each worker, named as it names them, connected
+    as MultiKueue needs (docs/multicluster.md)."""
+    if config is not None and nodes is not None:
+        raise UsageError("give --config or --nodes, not both")
+    loaded = load_checked(config, several_clusters=True) if config is not None else None
+    if loaded is not None and loaded.config.clusters is not None:
+        if name != DEFAULT_NAME:
+            raise UsageError("--name: a config with clusters: names its clusters itself")
+        with progress("sim") as reporter:
+            fleet = start_sim_fleet(loaded.config, job_seconds, reporter)
+        for member, sim in fleet.items():
+            err.print(f"sim {member}: ready\n  export KUBECONFIG={sim.kubeconfig}", markup=False)
+        return
+    spec = spec_of(loaded.config, job_seconds) if loaded is not None else spec_from(None, nodes, job_seconds)
     with progress(f"sim {name}") as reporter:
         sim = SimCluster(name, progress=reporter)
         sim.up(spec)

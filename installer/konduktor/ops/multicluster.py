@@ -17,7 +17,17 @@ import yaml
 from konduktor.config.model import Config
 from konduktor.errors import UsageError
 from konduktor.kube.client import Kube
-from konduktor.quotas.multikueue import TOKEN_SECRET, kubeconfig_secret, worker_kubeconfig
+from konduktor.quotas.multikueue import (
+    TOKEN_SECRET,
+    kubeconfig_secret,
+    manager_kueue_settings,
+    render_clusters,
+    worker_config,
+    worker_kubeconfig,
+)
+from konduktor.sim.cluster import Progress, SimCluster, SimSpec
+from konduktor.sim.kueue import FRAMEWORKS
+from konduktor.sim.pools import spec_of
 from konduktor.vocabulary import KUEUE_NAMESPACE
 from konduktor.waiting import wait_until
 
@@ -77,3 +87,30 @@ def apply_all(kube: Kube, objects: Sequence[dict[str, Any]]) -> None:
     """A rendered cluster's objects, in their order."""
     for obj in objects:
         kube.apply(obj)
+
+
+def start_sim_fleet(config: Config, job_seconds: float, progress: Progress | None = None) -> dict[str, SimCluster]:
+    """A simulated cluster for the manager and each worker of a checked config with `clusters:`, named as the config
+    names them, each one's rendered objects applied and the workers connected: the workers' GPU nodes as the config
+    describes them, the manager without GPU nodes (jobs run on the workers) and with the config's dispatcher. Safe
+    to re-run: a start that failed midway is finished by the next; `SimCluster.down` stops each."""
+    assert config.clusters is not None
+    say = progress or (lambda _message: None)
+    sets = {one.name: one for one in render_clusters(config, FRAMEWORKS)}
+    sims = {name: SimCluster(name, progress=_named(say, name)) for name in sets}
+    for worker in config.clusters.workers:
+        sims[worker.name].up(spec_of(worker_config(config, worker), job_seconds=job_seconds))
+    sims[config.cluster.name].up(SimSpec(pools=[], kueue_settings=manager_kueue_settings(config)))
+    with Kube(sims[config.cluster.name].kubeconfig) as manager:
+        for worker in config.clusters.workers:
+            say(f"{worker.name}: applying its objects and connecting it to the manager")
+            with Kube(sims[worker.name].kubeconfig) as kube:
+                apply_all(kube, sets[worker.name].objects)
+                connect_worker(config, worker.name, kube, endpoint_of(sims[worker.name].kubeconfig), manager)
+        say(f"{config.cluster.name}: applying the manager's objects")
+        apply_all(manager, sets[config.cluster.name].objects)
+    return sims
+
+
+def _named(say: Progress, cluster: str) -> Progress:
+    return lambda message: say(f"{cluster}: {message}")

@@ -1,0 +1,144 @@
+"""MultiKueue dispatch on simulated clusters: a manager and three workers (each its own control plane, Kueue and kwok
+nodes, 4 nodes x 8 H100), one team holding the workers' 96 GPUs. Two figures:
+
+1. latency: a 1-GPU job created on the manager -> its pod Running on a worker, p50/p99/max over N jobs submitted
+   one at a time (all kept running);
+2. the manager's admission rate: M 1-GPU jobs of S seconds created at once, far beyond the quota, so that up to M
+   workloads wait on the manager and are dispatched as GPUs free: dispatched per second, and the time until all
+   finished.
+
+    .venv/bin/python bench/multikueue_dispatch_bench.py [--samples 20] [--jobs 1000] [--seconds 30]
+        [--dispatch allAtOnce|incremental]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+from konduktor.config.model import Config
+from konduktor.kube.client import Kube
+from konduktor.kube.conditions import is_true
+from konduktor.ops.multicluster import start_sim_fleet
+from konduktor.sim.cluster import SimCluster
+from konduktor.sim.workloads import gpu_job
+from konduktor.vocabulary import KUEUE_API
+
+MANAGER, WORKERS, TEAM = "bench-hub", ["bench-w1", "bench-w2", "bench-w3"], "bench-team"
+
+
+def fleet(dispatch: str) -> Config:
+    return Config.model_validate(
+        {
+            "version": 1,
+            "cluster": {"name": MANAGER},
+            "kueue": {"sharing": "none"},
+            "clusters": {"dispatch": dispatch, "workers": [{"name": w, "gpuTypes": {"h100": 4}} for w in WORKERS]},
+            "topology": {"levels": ["kubernetes.io/hostname"]},
+            "gpuTypes": {
+                "h100": {
+                    "product": "NVIDIA-H100-80GB-HBM3",
+                    "nodes": 4 * len(WORKERS),
+                    "gpusPerNode": 8,
+                    "nodeAllocatable": {"cpu": "96", "memory": "1000Gi"},
+                }
+            },
+            "teams": {TEAM: {"namespaces": [TEAM], "gpus": {"h100": {"quota": 32 * len(WORKERS)}}}},
+        }
+    )
+
+
+def running_pod(workers: list[Kube], job: str) -> bool:
+    for worker in workers:
+        pods = worker.list("v1", "Pod", TEAM, label_selector=f"batch.kubernetes.io/job-name={job}")
+        if any(p.get("status", {}).get("phase") == "Running" for p in pods):
+            return True
+    return False
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def latency(manager: Kube, workers: list[Kube], samples: int) -> list[float]:
+    found = []
+    for i in range(samples):
+        name = f"latency-{i}"
+        started = time.monotonic()
+        manager.create(gpu_job(name, TEAM, gpus=1, run_for="3600s"))
+        while not running_pod(workers, name):
+            if time.monotonic() - started > 300:
+                raise SystemExit(f"{name}: no pod running on a worker after 300 s")
+            time.sleep(0.1)
+        found.append(time.monotonic() - started)
+    return found
+
+
+def workloads(manager: Kube) -> list[dict[str, Any]]:
+    return [w for w in manager.list(KUEUE_API, "Workload", TEAM) if w["metadata"]["name"].startswith("job-rate-")]
+
+
+def rate(manager: Kube, jobs: int, seconds: int) -> dict[str, float]:
+    started = time.monotonic()
+    for i in range(jobs):
+        manager.create(gpu_job(f"rate-{i}", TEAM, gpus=1, run_for=f"{seconds}s"))
+    created = time.monotonic() - started
+    dispatched_at: dict[str, float] = {}
+    while True:
+        found = workloads(manager)
+        now = time.monotonic() - started
+        for w in found:
+            if w.get("status", {}).get("clusterName") and w["metadata"]["name"] not in dispatched_at:
+                dispatched_at[w["metadata"]["name"]] = now
+        finished = sum(1 for w in found if is_true(w, "Finished"))
+        if finished == jobs:
+            break
+        if now > 3 * 3600:
+            raise SystemExit(f"only {finished} of {jobs} jobs finished after 3 h")
+        time.sleep(2)
+    last = max(dispatched_at.values())
+    return {"created": created, "dispatched": len(dispatched_at), "last_dispatch": last, "all_finished": now}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=20)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--seconds", type=int, default=30, help="each rate job's run time")
+    parser.add_argument("--dispatch", default="allAtOnce", choices=["allAtOnce", "incremental"])
+    args = parser.parse_args()
+    config = fleet(args.dispatch)
+    began = time.monotonic()
+    sims = {name: SimCluster(name) for name in (MANAGER, *WORKERS)}
+    try:
+        start_sim_fleet(config, job_seconds=600)
+        print(f"fleet: a manager and {len(WORKERS)} workers started and connected in {time.monotonic() - began:.0f} s")
+        manager = Kube(sims[MANAGER].kubeconfig)
+        workers = [Kube(sims[w].kubeconfig) for w in WORKERS]
+        while not all(is_true(manager.get(KUEUE_API, "MultiKueueCluster", w), "Active") for w in WORKERS):
+            time.sleep(0.5)
+        waits = latency(manager, workers, args.samples)
+        print(
+            f"latency, created on the manager -> pod Running on a worker ({args.dispatch}, {args.samples} jobs): "
+            f"p50 {statistics.median(waits):.2f} s, p99 {percentile(waits, 0.99):.2f} s, max {max(waits):.2f} s"
+        )
+        for i in range(args.samples):
+            manager.delete("batch/v1", "Job", f"latency-{i}", TEAM, propagation="Background")
+        figures = rate(manager, args.jobs, args.seconds)
+        capacity = 32 * len(WORKERS)
+        print(
+            f"admission rate, {args.jobs} jobs of 1 GPU x {args.seconds} s on {capacity} GPUs: created in "
+            f"{figures['created']:.0f} s; all dispatched by {figures['last_dispatch']:.0f} s "
+            f"({figures['dispatched'] / figures['last_dispatch']:.2f} workloads/s); all finished at "
+            f"{figures['all_finished']:.0f} s (the GPUs alone allow {args.jobs * args.seconds / capacity:.0f} s)"
+        )
+    finally:
+        for sim in sims.values():
+            sim.down()
+
+
+if __name__ == "__main__":
+    main()
