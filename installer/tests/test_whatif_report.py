@@ -13,7 +13,7 @@ from conftest import EXAMPLE
 
 from konduktor.cli.main import main
 from konduktor.whatif.metrics import Event, Result, measure
-from konduktor.whatif.report import Replayed, render
+from konduktor.whatif.report import Replayed, common_steps, render
 from konduktor.whatif.trace import TraceJob
 
 HOUR = 3600.0
@@ -72,6 +72,15 @@ def test_the_report_draws_use_per_team_and_waits_per_config_in_a_browser(tmp_pat
     assert len(re.findall(r'class="trace boxes"', dom)) == 2  # a box plot per config
     assert "GPUs in use per team: now.yaml" in dom and "Wait before admission per team" in dom
     assert '<table id="answer">' in dom and "<td>wait p50</td>" in dom
+
+
+def test_teams_are_stacked_on_common_times_each_holding_its_last_value() -> None:
+    usage = {"team-a": [(0.0, 8), (HOUR, 0)], "team-b": [(0.0, 8), (HOUR, 0), (HOUR, 8), (2 * HOUR, 0)]}
+    times, held = common_steps(usage, 3 * HOUR)
+    assert times == [0.0, HOUR, 2 * HOUR, 3 * HOUR]
+    # At one hour team-b's first job ended and its second started: it holds 8 from then on, not 0.
+    assert held == {"team-a": [8, 0, 0, 0], "team-b": [8, 8, 0, 0]}
+    assert common_steps(replayed("x", HOUR).result.usage, 3 * HOUR)[1]["team-b"] == [8, 8, 0, 0]
 
 
 def test_a_report_path_that_cannot_be_written_is_refused_before_the_replay(tmp_path: Path) -> None:

@@ -30,11 +30,10 @@ class Replayed:
 def usage_figure(run: Replayed) -> go.Figure:
     """GPUs held per team over trace hours, stacked: the top line is the cluster's GPUs in use."""
     figure = go.Figure()
-    for team, steps in sorted(run.result.usage.items()):
-        times = [t / HOUR for t, _ in steps] + [run.result.span / HOUR]
-        gpus = [held for _, held in steps]
-        gpus = [*gpus, gpus[-1] if gpus else 0]
-        figure.add_trace(go.Scatter(x=times, y=gpus, name=team, mode="lines", line_shape="hv", stackgroup="teams"))
+    times, held = common_steps(run.result.usage, run.result.span)
+    for team, gpus in held.items():
+        hours = [t / HOUR for t in times]
+        figure.add_trace(go.Scatter(x=hours, y=gpus, name=team, mode="lines", line_shape="hv", stackgroup="teams"))
     figure.update_layout(
         title=f"GPUs in use per team: {run.label}",
         xaxis_title="trace time (hours)",
@@ -42,6 +41,22 @@ def usage_figure(run: Replayed) -> go.Figure:
         legend_title="team",
     )
     return figure
+
+
+def common_steps(usage: dict[str, list[tuple[float, int]]], span: float) -> tuple[list[float], dict[str, list[int]]]:
+    """Each team's GPUs held at every time any team's changed (and at the end): stacked traces add up point by
+    point, so they must share their times; between its own changes a team holds what it held at the last."""
+    times = sorted({t for steps in usage.values() for t, _ in steps if t <= span} | {0.0, span})
+    held: dict[str, list[int]] = {}
+    for team, steps in sorted(usage.items()):
+        ordered, values, current, index = sorted(steps, key=lambda step: step[0]), [], 0, 0
+        for t in times:
+            while index < len(ordered) and ordered[index][0] <= t:
+                current = ordered[index][1]
+                index += 1
+            values.append(current)
+        held[team] = values
+    return times, held
 
 
 def waits_figure(runs: Sequence[Replayed]) -> go.Figure:
