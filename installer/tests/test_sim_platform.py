@@ -120,6 +120,17 @@ def test_the_sim_runs_the_charts_processes_as_their_service_accounts(sim: Sim, i
     assert platform.pid(PUBLISHER) == pids[PUBLISHER] and platform.pid(CONTROLLER) not in (None, pids[CONTROLLER])
     assert load_settings(platform.dir(CONTROLLER) / "mounts" / "0" / "health.yaml").breaker.max_nodes == 7
 
+    # Its service account gone (a namespace being deleted, `down` midway): no pod could start, so neither does the
+    # process, and nothing fails; the account back, it runs again.
+    account = installed.get("v1", "ServiceAccount", "konduktor-capacity-publisher", SYSTEM_NAMESPACE)
+    assert account is not None
+    installed.delete("v1", "ServiceAccount", "konduktor-capacity-publisher", SYSTEM_NAMESPACE)
+    assert platform.ensure(installed) == []
+    assert platform.status() == {CONTROLLER: "running"}
+    meta = {k: account["metadata"][k] for k in ("name", "namespace", "labels", "annotations")}
+    installed.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta})
+    assert platform.ensure(installed) == [PUBLISHER]
+
     uninstall(sim.kubeconfig, RELEASE, SYSTEM_NAMESPACE)
     assert platform.ensure(installed) == []
     assert platform.status() == {}  # the chart's gone, and its processes with it

@@ -190,15 +190,23 @@ class SimPlatform:
     def ensure(self, kube: Kube) -> list[str]:
         """Every Deployment of konduktor-core running as a local process, started or restarted when the chart's
         settings changed or the token is due; those the chart no longer has stopped. Returns what was started."""
+        # A Deployment being deleted (the namespace going, `down` midway) runs no new pod, nor does one whose
+        # service account is missing: the ReplicaSet's pod creation is refused until it exists.
         deployments = [
             d
             for d in kube.list("apps/v1", "Deployment", SYSTEM_NAMESPACE, label_selector=PART_OF)
-            if d["spec"].get("replicas", 1) > 0
+            if d["spec"].get("replicas", 1) > 0 and not d["metadata"].get("deletionTimestamp")
         ]
         config_maps = {c["metadata"]["name"]: c for c in kube.list("v1", "ConfigMap", SYSTEM_NAMESPACE)}
-        wanted = {p.component: p for p in (program_of(d, config_maps) for d in deployments)}
+        accounts = {a["metadata"]["name"] for a in kube.list("v1", "ServiceAccount", SYSTEM_NAMESPACE)}
+        wanted = {}
+        for program in (program_of(d, config_maps) for d in deployments):
+            if program.service_account in accounts:
+                wanted[program.component] = program
+            else:
+                self.progress(f"platform: {program.component} waits for its service account {program.service_account}")
         for component in set(self.components()) - wanted.keys():
-            self.progress(f"platform: stopping {component} (the chart no longer runs it)")
+            self.progress(f"platform: stopping {component} (the cluster does not run it)")
             self.stop_one(component, forget=True)
         started = []
         now = time.time()
