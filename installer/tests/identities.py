@@ -3,13 +3,13 @@ only the rights its RoleBindings give, none by default) and an API server that d
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
 
 from konduktor.kube.client import Kube
+from konduktor.sim.processes import free_port
 
 
 def _write(path: Path, server: str, user: dict[str, Any], cluster: dict[str, Any]) -> Path:
@@ -28,9 +28,7 @@ def _write(path: Path, server: str, user: dict[str, Any], cluster: dict[str, Any
 
 def unreachable_kubeconfig(directory: Path) -> Path:
     """A kubeconfig whose API server port nothing listens on: connection refused."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     return _write(
         directory / "unreachable.yaml",
         f"https://127.0.0.1:{port}",

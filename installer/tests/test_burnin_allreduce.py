@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from konduktor.burnin import allreduce
 from konduktor.burnin.parsers.allreduce import parse_allreduce_bench
 from konduktor.burnin.results import Verdict
 from konduktor.burnin.verdict.collective import judge_collective
+from konduktor.sim.processes import free_port
 
 SCRIPT = Path(allreduce.__file__)
 
@@ -28,13 +28,6 @@ def test_bus_bandwidth_factor_follows_nccl_tests() -> None:
 
 def test_expected_sum_is_exact() -> None:
     assert allreduce.expected_sum(16) == 136.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def test_two_ranks_over_gloo_report_one_clean_result() -> None:

@@ -4,6 +4,7 @@ and the supervisor that restarts a process that exits, as a kubelet restarts a c
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from test_charts import CORE, render
 
 from konduktor.health.settings import parse_settings
 from konduktor.sim.platform import SUPERVISOR, Running, SimPlatform, local_argv, program_of, with_kernel_logs
-from konduktor.sim.processes import alive, gone, stop_process
+from konduktor.sim.processes import EPHEMERAL_RANGE, alive, free_port, gone, stop_process
 from konduktor.waiting import wait_until
 
 
@@ -92,3 +93,15 @@ def test_the_processes_it_owns_are_its_supervisors_and_programs(tmp_path: Path) 
     assert platform.owns(["python", "-m", SUPERVISOR, "--", "python", "-m", "konduktor.cli.main", kubeconfig])
     assert not platform.owns(["kubectl", "--kubeconfig", kubeconfig])  # a user's command naming the file
     assert not platform.owns(["python", "-m", "konduktor.cli.health", "run", "--kubeconfig", "/elsewhere.yaml"])
+
+
+def test_a_free_port_is_below_the_ephemeral_range_and_free() -> None:
+    """Outgoing connections take their local ports from the ephemeral range, so a server's port is picked below it:
+    no client's connect() takes it before the server binds."""
+    ephemeral_low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    ports = {free_port() for _ in range(50)}
+    assert all(port < ephemeral_low for port in ports)
+    assert len(ports) > 40  # picked at random, so clusters starting at once rarely pick the same one
+    for port in ports:
+        with socket.socket() as server:
+            server.bind(("127.0.0.1", port))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -11,12 +12,29 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+# Listening ports are picked below the kernel's ephemeral range (net.ipv4.ip_local_port_range), where every
+# outgoing connection takes its local port: a port picked there can be taken by any client's connect() between
+# the pick and the server's bind, which happens when several clusters start at once.
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PORT = 10000
+
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A port free on 127.0.0.1 now, for a server started next; outside the ephemeral range when it can be."""
+    try:
+        ephemeral_low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = LOWEST_PORT
+    for _ in range(100):
+        port = random.randrange(LOWEST_PORT, ephemeral_low) if ephemeral_low > LOWEST_PORT + 1000 else 0
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            chosen: int = probe.getsockname()[1]
+            return chosen
+    raise OSError("no free port below the ephemeral range")
 
 
 def tail(path: Path, lines: int = 15) -> str:
