@@ -4,6 +4,7 @@ objects their cases assume: the `enforcing` fixture, shared by the policy cases 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,26 @@ def stored(kube: Kube, api_version: str, kind: str, name: str, namespace: str | 
         return None
     meta = {k: v for k, v in obj["metadata"].items() if k in ("name", "namespace", "labels", "annotations")}
     return {**{k: v for k, v in obj.items() if k not in ("status", "metadata")}, "metadata": meta}
+
+
+@contextmanager
+def policies_lifted(kube: Kube) -> Iterator[None]:
+    """No binding of konduktor's policies while a module runs the health controller's work in a test namespace of
+    its own (an earlier `up` may have left the chart's, which let only the chart's burn-in account tolerate the
+    health taint); put back as they were afterwards. The API server drops a binding asynchronously: a request in
+    the first moments may still be judged by it, which the controller's next poll retries."""
+    bindings = [
+        found
+        for name in POLICIES
+        if (found := stored(kube, ADMISSION, "ValidatingAdmissionPolicyBinding", name)) is not None
+    ]
+    for binding in bindings:
+        kube.delete(ADMISSION, "ValidatingAdmissionPolicyBinding", binding["metadata"]["name"])
+    try:
+        yield
+    finally:
+        for binding in bindings:
+            kube.create(binding)
 
 
 @pytest.fixture(scope="module")

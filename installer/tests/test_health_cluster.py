@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import requests
+from admission import policies_lifted
 from conftest import EXAMPLE, Sim
 from garbage_api import serving
 from loki_api import LokiApi
@@ -171,22 +172,25 @@ def health_events(kube: Kube, namespace: str, name: str | None = None) -> list[d
 
 def with_team_queues(sim: Sim) -> Iterator[Kube]:
     """For a module whose jobs Kueue admits: the controller's namespace and examples/config.yaml's team queues,
-    active; the cluster left as found after."""
-    controller_namespace(sim.kube)
-    sync_quotas(sim.kube, load_config(EXAMPLE).config, prune=False, dry_run=False)
-    wait_until(
-        "team-a's ClusterQueue to be active",
-        lambda: is_true(sim.kube.get(KUEUE_API, "ClusterQueue", "team-a"), "Active"),
-    )
-    yield sim.kube
-    leave_cluster(sim.kube)
+    active, and no admission policy; the cluster left as found after."""
+    with policies_lifted(sim.kube):
+        controller_namespace(sim.kube)
+        sync_quotas(sim.kube, load_config(EXAMPLE).config, prune=False, dry_run=False)
+        wait_until(
+            "team-a's ClusterQueue to be active",
+            lambda: is_true(sim.kube.get(KUEUE_API, "ClusterQueue", "team-a"), "Active"),
+        )
+        yield sim.kube
+        leave_cluster(sim.kube)
 
 
 @pytest.fixture(scope="module")
 def kube(sim: Sim) -> Iterator[Kube]:
-    controller_namespace(sim.kube)
-    yield sim.kube
-    leave_cluster(sim.kube)
+    """The controller's namespace, with no admission policy (an earlier module may have installed the chart's)."""
+    with policies_lifted(sim.kube):
+        controller_namespace(sim.kube)
+        yield sim.kube
+        leave_cluster(sim.kube)
 
 
 @pytest.fixture(autouse=True)
