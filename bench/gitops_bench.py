@@ -48,7 +48,7 @@ def main() -> None:
     example = product_dir("examples") / "config.yaml"
     toolbox = Toolbox()
     cluster = SimCluster("bench-gitops")
-    cluster.up(spec_from(example, None, job_seconds=2))
+    cluster.up(spec_from(example, job_seconds=2))
     kube = Kube(cluster.kubeconfig)
     home = Path(tempfile.mkdtemp(prefix="argocd-"))
     instance = ArgoCD.pinned(toolbox, cluster.kubeconfig, home)

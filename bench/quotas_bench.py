@@ -91,7 +91,7 @@ def reclaim_figures(rounds: int) -> None:
 
     example = Path(__file__).resolve().parents[1] / "examples" / "config.yaml"
     cluster = SimCluster("bench-reclaim")
-    cluster.up(spec_from(example, None, job_seconds=600))
+    cluster.up(spec_from(example, job_seconds=600))
     kube = Kube(cluster.kubeconfig)
     try:
         sync_quotas(kube, load_config(example).config, prune=True, dry_run=False)

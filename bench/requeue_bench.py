@@ -28,7 +28,7 @@ from konduktor.health.settings import AffectedWorkSettings, BreakerSettings, Hea
 from konduktor.kube.client import Kube
 from konduktor.quotas.sync import sync_quotas
 from konduktor.sim.cluster import SimCluster
-from konduktor.sim.pools import spec_from
+from konduktor.sim.pools import spec_of_nodes
 from konduktor.sim.workloads import gpu_job, is_true, running_on, workload_of
 from konduktor.waiting import wait_until
 
@@ -74,7 +74,7 @@ def main() -> None:
     args = parser.parse_args()
 
     cluster = SimCluster("bench-requeue")
-    cluster.up(spec_from(None, f"{2 * args.samples + 2}x10:H100", job_seconds=600))
+    cluster.up(spec_of_nodes(f"{2 * args.samples + 2}x10:H100", job_seconds=600))
     kube = Kube(cluster.kubeconfig)
     stop = threading.Event()
     loop: threading.Thread | None = None

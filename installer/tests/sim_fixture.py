@@ -115,7 +115,7 @@ def sim() -> Iterator[Sim]:
     os.environ.setdefault("KONDUKTOR_STATE", tempfile.mkdtemp(prefix="konduktor-test-state-"))
     cluster = SimCluster("konduktor-test")
     try:  # a start that fails midway leaves no process behind either
-        cluster.up(spec_from(EXAMPLE, None, job_seconds=2))
+        cluster.up(spec_from(EXAMPLE, job_seconds=2))
         with Kube(cluster.kubeconfig) as kube:
             yield Sim(cluster, kube)
     finally:

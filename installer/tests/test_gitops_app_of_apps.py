@@ -58,7 +58,7 @@ def bootstrap_objects(repo: GitRepo, kustomize: Path) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def gitops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Kube, ArgoCD, GitRepo]]:
     cluster = SimCluster("konduktor-gitops")
-    cluster.up(spec_from(EXAMPLE, None, job_seconds=2))
+    cluster.up(spec_from(EXAMPLE, job_seconds=2))
     kube = Kube(cluster.kubeconfig)
     instance = ArgoCD.pinned(Toolbox(), cluster.kubeconfig, tmp_path_factory.mktemp("argocd"))
     try:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from conftest import Sim
 
+from konduktor.cli.main import main
 from konduktor.config.quantity import parse_quantity
 from konduktor.kube.client import Kube
 from konduktor.kube.conditions import condition
@@ -341,3 +342,9 @@ def test_sim_status_and_kubeconfig_of_the_session_cluster(sim: Sim) -> None:
 def test_sim_up_with_spec_round_trips() -> None:
     spec = SimSpec(pools=parse_nodes_spec("2x8:A100"), job_seconds=1.5, kueue_ports={"webhook": 1})
     assert SimSpec.from_json(spec.to_json()) == spec
+
+
+def test_sim_up_takes_a_config_or_nodes_not_both(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["sim", "up", "--config", "examples/config.yaml", "--nodes", "2x8:A100"])
+    assert code == 2
+    assert "give --config or --nodes, not both" in capsys.readouterr().err

@@ -14,7 +14,7 @@ from konduktor.kube.client import Kube
 from konduktor.ops.multicluster import start_sim_fleet
 from konduktor.sim.cluster import DEFAULT_NAME, SimCluster
 from konduktor.sim.faults import KINDS, clear, fault_kind, inject
-from konduktor.sim.pools import spec_from, spec_of
+from konduktor.sim.pools import spec_of, spec_of_nodes
 
 app = typer.Typer(help="Run a local simulated GPU cluster: etcd, kube-apiserver, scheduler, Kueue, kwok GPU nodes.")
 
@@ -47,7 +47,7 @@ def up(
         for member, sim in fleet.items():
             err.print(f"sim {member}: ready\n  export KUBECONFIG={sim.kubeconfig}", markup=False)
         return
-    spec = spec_of(loaded.config, job_seconds) if loaded is not None else spec_from(None, nodes, job_seconds)
+    spec = spec_of(loaded.config, job_seconds) if loaded is not None else spec_of_nodes(nodes, job_seconds)
     with progress(f"sim {name}") as reporter:
         sim = SimCluster(name, progress=reporter)
         sim.up(spec)

@@ -6,18 +6,18 @@ from pathlib import Path
 
 from konduktor.config.load import LoadedConfig, load_config
 from konduktor.config.model import Config, Toleration
-from konduktor.errors import UsageError
 from konduktor.quotas.render import kueue_manager_settings
 from konduktor.sim.cluster import SimSpec
 from konduktor.sim.nodes import NodePool, parse_nodes_spec
 
 
-def spec_from(config: Path | None, nodes: str | None, job_seconds: float) -> SimSpec:
-    """The cluster a config describes (its GPU types, topology and Kueue settings), or one of `--nodes` pools."""
-    if config is not None and nodes is not None:
-        raise UsageError("give --config or --nodes, not both")
-    if config is not None:
-        return spec_of(load_config(config).config, job_seconds)
+def spec_from(config: Path, job_seconds: float) -> SimSpec:
+    """The cluster a config file describes."""
+    return spec_of(load_config(config).config, job_seconds)
+
+
+def spec_of_nodes(nodes: str | None, job_seconds: float) -> SimSpec:
+    """A cluster of `--nodes` pools (COUNTxGPUS[:PRODUCT],...), by default 4 nodes of 10 H100."""
     return SimSpec(pools=parse_nodes_spec(nodes or "4x10:H100"), job_seconds=job_seconds)
 
 
