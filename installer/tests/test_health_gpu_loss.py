@@ -21,8 +21,8 @@ from konduktor.health.gpu_loss import (
 )
 from konduktor.health.prometheus import PrometheusSource, attribution
 from konduktor.health.settings import AffectedWorkSettings, HealthSettings, PrometheusSettings
-from konduktor.health.sources import SourceError
 from konduktor.health.telemetry import HealthMetrics
+from konduktor.observability.answers import SourceError
 
 NOW = 1_750_000_000.0
 OPT_OUT = HealthSettings().opt_out_label

@@ -18,8 +18,8 @@ from konduktor.health.classify import classify_dcgm, classify_report
 from konduktor.health.loki import LokiSource, entries, unseen
 from konduktor.health.prometheus import Novelty, PrometheusSource, matrix, moved, signal
 from konduktor.health.settings import HealthSettings, LokiSettings, PrometheusSettings
-from konduktor.health.sources import SourceError
 from konduktor.health.telemetry import HealthMetrics
+from konduktor.observability.answers import SourceError
 
 SETTINGS = HealthSettings()
 LOKI = LokiSettings(url="http://loki.invalid", query='{job="kernel"}', node_label="node")

@@ -18,8 +18,8 @@ import requests
 
 from konduktor.health.logs import log
 from konduktor.health.settings import LokiSettings
-from konduktor.health.sources import SourceError, array, labels, mapping, success_data, text, whole_number
 from konduktor.health.telemetry import HealthMetrics
+from konduktor.observability.answers import SourceError, array, labels, mapping, success_data, text, whole_number
 
 QUERY_RANGE = "/loki/api/v1/query_range"
 _NS = 1_000_000_000

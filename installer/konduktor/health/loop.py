@@ -59,11 +59,11 @@ from konduktor.health.refused import decide_give_back
 from konduktor.health.refused_writes import give_back, refused_creates
 from konduktor.health.requalification import PodLogs, Requalifier, Result, StepLogs
 from konduktor.health.settings import HealthSettings
-from konduktor.health.sources import SourceError
 from konduktor.health.telemetry import HealthMetrics
 from konduktor.health.workloads import requeuing, workloads_on
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.timestamps import format_time, parse_time
+from konduktor.observability.answers import SourceError
 from konduktor.vocabulary import KUEUE_API, QUARANTINE_REASON, REQUALIFIED_AT
 
 CURSOR_ANNOTATION = "konduktor.ai/loki-cursor"

@@ -24,8 +24,8 @@ from konduktor.gpu.catalog import DCGM_RULES, DCGM_XID_FIELD
 from konduktor.health.classify import DcgmSample
 from konduktor.health.gpu_loss import Attribution, LostGpu, is_device_plugin_xid
 from konduktor.health.settings import PrometheusSettings
-from konduktor.health.sources import SourceError, array, finite_number, labels, mapping, success_data
 from konduktor.health.telemetry import HealthMetrics
+from konduktor.observability.answers import SourceError, array, finite_number, labels, mapping, success_data
 from konduktor.observability.metrics import MetricType, lookup
 
 HEALTH_FIELDS = (DCGM_XID_FIELD, *DCGM_RULES)

@@ -19,7 +19,6 @@ from konduktor.health.loki import LokiSource
 from konduktor.health.node_writes import EVENT_NAMESPACE
 from konduktor.health.prometheus import PrometheusSource
 from konduktor.health.settings import HealthSettings, parse_settings
-from konduktor.health.sources import SourceError
 from konduktor.health.telemetry import HealthMetrics
 from konduktor.health.triage import (
     LATE_SECONDS,
@@ -33,6 +32,7 @@ from konduktor.health.triage import (
 )
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.timestamps import parse_time
+from konduktor.observability.answers import SourceError
 from konduktor.vocabulary import (
     JOB_NAME_LABEL,
     QUARANTINE_REASON,

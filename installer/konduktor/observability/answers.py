@@ -1,9 +1,10 @@
-"""The shape of the answers of the controller's HTTP signal sources (Loki, Prometheus), checked at the edge.
+"""The shape of the answers of Loki's and Prometheus's HTTP APIs, checked at the edge: the health controller's
+signal sources and `trace export`'s Prometheus read.
 
-An answer of the wrong shape (a bare list, a timestamp that is not a number, a label that is not a string) is a
-failed poll of that source, like an HTTP 500 or a closed port: each source's parse function returns typed data
-or raises the one `SourceError`, and the watch loop logs it, sets `konduktor_signal_source_up{source=...}` to 0
-and goes on with the other signals.
+An answer of the wrong shape (a bare list, a timestamp that is not a number, a label that is not a string) is as
+failed as an HTTP 500 or a closed port: each reader's parse function returns typed data or raises the one
+`SourceError`. The controller's watch loop logs it, sets `konduktor_signal_source_up{source=...}` to 0 and goes on
+with the other signals.
 """
 
 from __future__ import annotations
