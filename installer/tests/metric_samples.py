@@ -160,6 +160,21 @@ def _kube_state_metrics() -> list[Series]:
         for each in PHASES:
             labels = {**KSM, "namespace": namespace, "pod": pod, "uid": uid, "phase": each}
             found.append(Series("kube_pod_status_phase", labels, constant(int(each == phase))))
+        job = pod.rsplit("-", 1)[0]
+        owner = {"owner_kind": "Job", "owner_name": job, "owner_is_controller": "true"}
+        found.append(
+            Series("kube_pod_owner", {**KSM, "namespace": namespace, "pod": pod, "uid": uid, **owner}, constant(1))
+        )
+        of_job = {**KSM, "namespace": namespace, "job_name": job}
+        created = 1_780_000_000 + 600 * index
+        found += [
+            Series("kube_job_created", of_job, constant(created)),
+            Series("kube_job_status_start_time", of_job, constant(created + 30)),
+            Series("kube_job_spec_parallelism", of_job, constant(1)),
+            Series("kube_job_labels", {**of_job, "label_kueue_x_k8s_io_priority_class": "standard"}, constant(1)),
+        ]
+        if phase == "Succeeded":
+            found.append(Series("kube_job_status_completion_time", of_job, constant(created + 3630)))
     return found
 
 

@@ -22,6 +22,7 @@ from konduktor.observability.metrics import (
     lookup,
 )
 from konduktor.observability.promql import metric_names, substitute
+from konduktor.whatif.job_series import queries as job_series_queries
 
 DASHBOARD_DIR = REPO / "dashboards"
 ALERT_RULES = REPO / "charts" / "konduktor-core" / "files" / "alerts" / "konduktor.rules.yaml"
@@ -151,6 +152,7 @@ def test_queries_replace_variables_with_their_opening_values() -> None:
         ('sum by (node) (rate(foo_total{a="b"}[5m]))', {"foo_total"}),
         ('label_replace(DCGM_FI_DEV_GPU_UTIL, "node", "$1", "Hostname", "(.+)") > 5', {"DCGM_FI_DEV_GPU_UTIL"}),
         ("a * on (node) group_left (label_x) max by (node, label_x) (b) / 1e6", {"a", "b"}),
+        ("a * on (pod) group_left sum by (pod) (b) + c * ignoring (x) group_right d", {"a", "b", "c", "d"}),
         ("histogram_quantile(0.9, sum by (le) (rate(h_bucket[5m]))) and c offset 1h", {"h_bucket", "c"}),
         ('{__name__="x_total", job="j"} or absent(up{job="k"} == 1)', {"x_total", "up"}),
         ("count(m1 > bool 0) unless ignoring(x) m2 atan2 m3", {"m1", "m2", "m3"}),
@@ -176,8 +178,9 @@ def test_dashboard_queries_name_only_inventory_metrics(name: str) -> None:
     assert {where: names for where, names in unknown.items() if names} == {}
 
 
-def test_every_inventory_metric_is_used_by_a_dashboard_or_an_alert() -> None:
+def test_every_inventory_metric_is_used_by_a_dashboard_an_alert_or_the_trace_export() -> None:
     exprs = [q.expr for doc in DASHBOARDS.values() for q in queries(doc)] + alert_expressions()
+    exprs += list(job_series_queries(3600).values())
     used = {metric.name for expr in exprs for name in metric_names(expr) if (metric := lookup(name))}
     assert sorted(set(INVENTORY) - used) == []
 

@@ -16,8 +16,11 @@ from konduktor.cli.main import main
 from konduktor.config.findings import ConfigError
 from konduktor.config.load import load_config
 from konduktor.errors import ExitCode
+from konduktor.observability.metrics import Exporter, lookup
+from konduktor.observability.promql import metric_names
 from konduktor.whatif.alibaba import import_alibaba, team_of
-from konduktor.whatif.export import jobs_from_workloads
+from konduktor.whatif.export import JobSeries, job_name, jobs_from_series, jobs_from_workloads, merged, rebased
+from konduktor.whatif.job_series import PRIORITY_LABEL, queries
 from konduktor.whatif.trace import TraceJob, check_against, load_trace, parse_rows, write_csv
 
 DATA = Path(__file__).parent / "data" / "whatif"
@@ -197,15 +200,19 @@ def workload(
 
 def test_export_turns_finished_workloads_into_jobs() -> None:
     since = datetime(2026, 5, 1, tzinfo=UTC).timestamp()
-    exported = jobs_from_workloads(
-        [
-            workload("late", "2026-05-02T10:00:00Z", "2026-05-02T10:30:00Z", "2026-05-02T12:30:00Z"),
-            workload("early", "2026-05-02T09:00:00Z", "2026-05-02T09:00:05Z", "2026-05-02T09:10:05Z", gpus=1, count=1),
-            workload("running", "2026-05-02T09:00:00Z", "2026-05-02T09:00:05Z", None),
-            workload("cpu", "2026-05-02T09:00:00Z", "2026-05-02T09:00:05Z", "2026-05-02T09:10:05Z", gpus=0),
-            workload("old", "2026-04-01T09:00:00Z", "2026-04-01T09:00:05Z", "2026-04-01T09:10:05Z"),
-        ],
-        since,
+    exported = rebased(
+        jobs_from_workloads(
+            [
+                workload("late", "2026-05-02T10:00:00Z", "2026-05-02T10:30:00Z", "2026-05-02T12:30:00Z"),
+                workload(
+                    "early", "2026-05-02T09:00:00Z", "2026-05-02T09:00:05Z", "2026-05-02T09:10:05Z", gpus=1, count=1
+                ),
+                workload("running", "2026-05-02T09:00:00Z", "2026-05-02T09:00:05Z", None),
+                workload("cpu", "2026-05-02T09:00:00Z", "2026-05-02T09:00:05Z", "2026-05-02T09:10:05Z", gpus=0),
+                workload("old", "2026-04-01T09:00:00Z", "2026-04-01T09:00:05Z", "2026-04-01T09:10:05Z"),
+            ],
+            since,
+        )
     )
     assert exported.jobs == [
         TraceJob("team-a/early", 0.0, 600.0, "team-a", 1, 1, "h100", "urgent"),
@@ -217,3 +224,47 @@ def test_export_turns_finished_workloads_into_jobs() -> None:
     write_csv(exported.jobs, out)
     jobs = parse_rows("exported.csv", enumerate(csv.DictReader(out.getvalue().splitlines()), start=2))
     assert [j.team for j in check_against("exported.csv", jobs, load_config(EXAMPLE).config)] == ["team-a"] * 2
+
+
+def test_export_adds_the_jobs_only_kube_state_metrics_series_still_show() -> None:
+    """A Job whose Workload is gone is taken from its series; one the Workloads have is not counted twice."""
+    since = datetime(2026, 5, 1, tzinfo=UTC).timestamp()
+    at = datetime(2026, 5, 2, 9, tzinfo=UTC).timestamp()
+    workloads = [workload("kept", "2026-05-02T09:00:00Z", "2026-05-02T09:00:05Z", "2026-05-02T09:10:05Z")]
+    keys = [("team-a", "kept"), ("team-b", "gone"), ("team-b", "failed"), ("team-b", "cpu"), ("team-b", "old")]
+    series = JobSeries(
+        created={("team-a", "kept"): at, ("team-b", "gone"): at + 60, ("team-b", "failed"): at,
+                 ("team-b", "cpu"): at, ("team-b", "old"): since - 1},
+        started=dict.fromkeys(keys, at + 120),
+        completed={k: at + 1920 for k in keys if k[1] != "failed"},
+        parallelism={("team-b", "gone"): 2},
+        gpus_per_pod={k: 8 for k in keys if k[1] != "cpu"},
+        priority={("team-b", "gone"): "urgent"},
+    )  # fmt: skip
+    known = {job_name(w) for w in workloads}
+    assert known == {"team-a/kept"}
+    from_series = jobs_from_series(series, since, known)
+    assert from_series.jobs == [TraceJob("team-b/gone", at + 60, 1800.0, "team-b", 2, 8, None, "urgent")]
+    assert (from_series.unfinished, from_series.without_gpus, from_series.before) == (1, 1, 1)
+    both = rebased(merged(jobs_from_workloads(workloads, since), from_series))
+    assert [(j.name, j.submit) for j in both.jobs] == [("team-a/kept", 0.0), ("team-b/gone", 60.0)]
+    assert both.from_prometheus == 1
+
+
+def test_the_export_reads_kube_state_metrics_series_the_inventory_knows() -> None:
+    """Every series `trace export --prometheus` reads is kube-state-metrics' as the pinned version names it, and the
+    one that needs a label allowlisted is served by the umbrella's values (test_umbrella checks the allowlist)."""
+    read = set().union(*(metric_names(query) for query in queries(14 * 86400).values()))
+    assert read == {
+        "kube_job_created",
+        "kube_job_status_start_time",
+        "kube_job_status_completion_time",
+        "kube_job_spec_parallelism",
+        "kube_job_labels",
+        "kube_pod_owner",
+        "kube_pod_container_resource_requests",
+    }
+    for name in read:
+        known = lookup(name)
+        assert known is not None and known.exporter is Exporter.KUBE_STATE_METRICS, name
+    assert PRIORITY_LABEL in (lookup("kube_job_labels") or pytest.fail()).labels

@@ -15,6 +15,7 @@ from konduktor.config.model import duration_seconds
 from konduktor.errors import UsageError
 from konduktor.whatif.alibaba import DEFAULT_PRIORITIES, import_alibaba
 from konduktor.whatif.export import export as export_jobs
+from konduktor.whatif.job_series import read_job_series
 from konduktor.whatif.trace import TraceJob, write_csv
 
 app = typer.Typer(help="Make a what-if trace: from the cluster's finished jobs, or from the Alibaba GPU trace.")
@@ -40,16 +41,30 @@ def export(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
     sim: SimOption = None,
+    prometheus: Annotated[
+        str | None,
+        typer.Option(
+            "--prometheus",
+            help="Also read kube-state-metrics' Job series from this Prometheus (URL): jobs whose Workloads are gone.",
+        ),
+    ] = None,
 ) -> None:
     """The cluster's finished GPU jobs since then, from the Workloads Kueue keeps (docs/whatif.md: what is lost)."""
     days = since.endswith("d") and since[:-1].isdigit()
     seconds = int(since[:-1]) * 86400 if days else duration_seconds(since)
     if seconds <= 0:
         raise UsageError(f"--since {since!r} is not a duration (e.g. 14d, 36h, 90m)")
+    if prometheus is not None and not prometheus.startswith(("http://", "https://")):
+        raise UsageError(f"--prometheus {prometheus!r}: give an http:// or https:// URL")
     kube = connect(kubeconfig, context, sim, read_only=True)
-    exported = export_jobs(kube, time.time() - seconds)
+    now = time.time()
+    series = None if prometheus is None else (lambda: read_job_series(prometheus, now - seconds, now))
+    exported = export_jobs(kube, now - seconds, series)
+    found = f"{len(exported.jobs)} finished GPU jobs"
+    if prometheus is not None:
+        found += f" ({exported.from_prometheus} of them only in Prometheus)"
     say(
-        f"{len(exported.jobs)} finished GPU jobs; left out: {exported.unfinished} pending or running, "
+        f"{found}; left out: {exported.unfinished} pending, running or failed, "
         f"{exported.without_gpus} without GPUs, {exported.before} created before the window"
     )
     _write(exported.jobs, output)

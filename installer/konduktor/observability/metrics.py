@@ -344,6 +344,38 @@ KUBE_STATE_METRICS = (
         "The pod's current phase: 1 for exactly one of Pending, Running, Succeeded, Failed, Unknown.",
         "workload/pod-metrics.md",
     ),
+    _ksm(
+        "kube_pod_owner",
+        ("namespace", "pod", "uid", "owner_kind", "owner_name", "owner_is_controller"),
+        "The pod's owner; a Job's pods name it (trace export counts a Job's GPUs through them).",
+        "workload/pod-metrics.md",
+    ),
+    _ksm("kube_job_created", ("namespace", "job_name"), "When the Job was created.", "workload/job-metrics.md"),
+    _ksm(
+        "kube_job_status_start_time",
+        ("namespace", "job_name"),
+        "When the Job was started: set again when a suspended Job (Kueue's) is resumed.",
+        "workload/job-metrics.md",
+    ),
+    _ksm(
+        "kube_job_status_completion_time",
+        ("namespace", "job_name"),
+        "When the Job completed; only a Job that succeeded has it.",
+        "workload/job-metrics.md",
+    ),
+    _ksm(
+        "kube_job_spec_parallelism",
+        ("namespace", "job_name"),
+        "How many pods of the Job run at once.",
+        "workload/job-metrics.md",
+    ),
+    _ksm(
+        "kube_job_labels",
+        ("namespace", "job_name", "label_kueue_x_k8s_io_priority_class"),
+        "Job labels as Prometheus labels; kueue.x-k8s.io/priority-class names the Job's WorkloadPriorityClass.",
+        "workload/job-metrics.md",
+        requires=KSM_LABELS_ALLOWLIST.format("jobs=[kueue.x-k8s.io/priority-class]"),
+    ),
 )
 
 

@@ -18,7 +18,8 @@ _RANGE = re.compile(r"\[[^\[\]]*\]")
 _OFFSET = re.compile(r"\boffset\s+-?[0-9][0-9smhdwy]*")
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_:.])(?:0x[0-9a-fA-F]+|[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?[smhdwy]*)")
 _IDENTIFIER = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
-KEYWORDS = frozenset({"and", "or", "unless", "bool", "offset", "inf", "nan", "atan2"})
+# group_left/group_right may stand without a label list (`* on (pod) group_left sum(...)`).
+KEYWORDS = frozenset({"and", "or", "unless", "bool", "offset", "inf", "nan", "atan2", "group_left", "group_right"})
 
 # Grafana writes a variable as $name, ${name}, ${name:format} or [[name]]; "$1" in label_replace is not one.
 _VARIABLE = re.compile(r"\$\{([A-Za-z_]\w*)(?::\w+)?\}|\$([A-Za-z_]\w*)|\[\[([A-Za-z_]\w*)\]\]")
