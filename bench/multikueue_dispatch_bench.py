@@ -7,24 +7,53 @@ nodes, 4 nodes x 8 H100), one team holding the workers' 96 GPUs. Two figures:
    workloads wait on the manager and are dispatched as GPUs free: dispatched per second, and the time until all
    finished.
 
+With `--audit`, each worker's kube-apiserver logs the requests of the manager's identity there (the token
+MultiKueue's client uses), and the bench prints their rate while the jobs are dispatched: requests per second,
+p50 and max over one-second steps, and the share of seconds at 5 or more. MultiKueue builds its client for a worker
+from the kubeconfig alone (Kueue's multikueuecluster.go: clientcmd.RESTConfigFromKubeConfig), so client-go's default
+rate limit applies: 5 requests a second after a burst of 10.
+
     .venv/bin/python bench/multikueue_dispatch_bench.py [--samples 20] [--jobs 1000] [--seconds 30]
-        [--dispatch allAtOnce|incremental]
+        [--dispatch allAtOnce|incremental] [--audit]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import tempfile
 import time
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
 from typing import Any
+
+# Before any cluster is made: clusters of this process live apart from the user's, and kwokctl reads the audit
+# policy's path when it creates a cluster.
+os.environ["KONDUKTOR_STATE"] = tempfile.mkdtemp(prefix="konduktor-bench-")
 
 from konduktor.config.model import Config
 from konduktor.kube.client import Kube
 from konduktor.kube.conditions import is_true
 from konduktor.ops.multicluster import start_sim_fleet
+from konduktor.quotas.multikueue import MULTIKUEUE_SERVICE_ACCOUNT
 from konduktor.sim.cluster import SimCluster
 from konduktor.sim.workloads import gpu_job
-from konduktor.vocabulary import KUEUE_API
+from konduktor.vocabulary import KUEUE_API, KUEUE_NAMESPACE
+
+AUDIT_POLICY = Path(os.environ["KONDUKTOR_STATE"]) / "audit-policy.yaml"
+MANAGER_IDENTITY = f"system:serviceaccount:{KUEUE_NAMESPACE}:{MULTIKUEUE_SERVICE_ACCOUNT}"
+POLICY = f"""\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    users: ["{MANAGER_IDENTITY}"]
+  - level: None
+"""
 
 MANAGER, WORKERS, TEAM = "bench-hub", ["bench-w1", "bench-w2", "bench-w3"], "bench-team"
 
@@ -110,13 +139,41 @@ def rate(manager: Kube, jobs: int, seconds: int, capacity: int) -> dict[str, flo
     }
 
 
+def request_rate(audit_logs: list[Path], since: float, until: float) -> dict[str, float]:
+    """The manager identity's requests to each worker, per wall second between `since` and `until` (Unix times):
+    p50 and max over the seconds and workers, and the share of seconds at 5 or more (client-go's default QPS)."""
+    per_second: Counter[tuple[int, int]] = Counter()
+    verbs: Counter[str] = Counter()
+    for index, path in enumerate(audit_logs):
+        for line in path.read_text().splitlines():
+            entry = json.loads(line)
+            if entry.get("user", {}).get("username") != MANAGER_IDENTITY or entry.get("stage") != "ResponseComplete":
+                continue
+            at = datetime.fromisoformat(entry["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+            if since <= at < until:
+                per_second[(index, int(at))] += 1
+                verbs[entry.get("verb", "")] += 1
+    seconds = [per_second[(i, s)] for i in range(len(audit_logs)) for s in range(int(since), int(until))]
+    return {
+        "p50": statistics.median(seconds),
+        "max": max(seconds),
+        "at_limit": sum(1 for n in seconds if n >= 5) / len(seconds),
+        "requests": sum(seconds),
+        "watches": verbs["watch"],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=20)
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--seconds", type=int, default=30, help="each rate job's run time")
     parser.add_argument("--dispatch", default="allAtOnce", choices=["allAtOnce", "incremental"])
+    parser.add_argument("--audit", action="store_true", help="the manager's request rate to each worker")
     args = parser.parse_args()
+    if args.audit:
+        AUDIT_POLICY.write_text(POLICY)
+        os.environ["KWOK_KUBE_AUDIT_POLICY"] = str(AUDIT_POLICY)
     config = fleet(args.dispatch)
     began = time.monotonic()
     sims = {name: SimCluster(name) for name in (MANAGER, *WORKERS)}
@@ -135,6 +192,7 @@ def main() -> None:
         for i in range(args.samples):
             manager.delete("batch/v1", "Job", f"latency-{i}", TEAM, propagation="Background")
         capacity = 32 * len(WORKERS)
+        burst_began = time.time()
         figures = rate(manager, args.jobs, args.seconds, capacity)
         print(
             f"admission rate, {args.jobs} jobs of 1 GPU x {args.seconds} s on {capacity} GPUs: created in "
@@ -143,6 +201,15 @@ def main() -> None:
             f"({figures['dispatched'] / figures['last_dispatch']:.2f} workloads/s); all finished at "
             f"{figures['all_finished']:.0f} s (the GPUs alone allow {args.jobs * args.seconds / capacity:.0f} s)"
         )
+        if args.audit:
+            logs = [sims[w].cluster_dir / "logs" / "audit.log" for w in WORKERS]
+            until = burst_began + figures["last_dispatch"]
+            found = request_rate(logs, burst_began, until)
+            print(
+                f"the manager's requests to each worker while dispatching ({found['requests']:.0f} in all): "
+                f"p50 {found['p50']:.0f}/s, max {found['max']:.0f}/s, {100 * found['at_limit']:.0f}% of the seconds "
+                f"at 5/s or more"
+            )
     finally:
         for sim in sims.values():
             sim.down()
