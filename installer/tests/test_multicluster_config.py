@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from quota_samples import DELETE, EXAMPLES, edited, seed
 
+from konduktor.cli.main import main
 from konduktor.config import ConfigError, load_config, parse_config
 from konduktor.config.clusters import dispatch_workers, split, worker_quotas
 from konduktor.config.lint import lint
@@ -231,3 +232,17 @@ def test_the_dispatch_mode_is_one_of_kueues() -> None:
     data = fleet({"clusters": {"dispatch": "roundRobin"}})
     [found] = errors_of(data)
     assert "clusters.dispatch: must be 'incremental' or 'allAtOnce'" in found
+
+
+@pytest.mark.parametrize(
+    ("config", "more", "said"),
+    [
+        (EXAMPLES / "config.yaml", [], "no clusters: section"),
+        (EXAMPLE, ["--sim", "konduktor"], "--config names every cluster itself"),
+    ],
+)
+def test_status_config_takes_a_fleet_and_nothing_else(
+    config: Any, more: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["status", "--config", str(config), *more]) == 2
+    assert said in capsys.readouterr().err

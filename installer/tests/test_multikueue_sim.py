@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -65,6 +66,7 @@ class Fleet:
     worker: Kube
     second: Kube
     sims: dict[str, SimCluster]
+    path: Path  # its config file
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +78,7 @@ def fleet_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     try:
         assert main(["sim", "up", "--config", str(path), "--job-seconds", "600"]) == 0
         kubes = {name: Kube(sim.kubeconfig) for name, sim in sims.items()}
-        yield Fleet(Config.model_validate(FLEET), kubes[MANAGER], kubes[WORKER], kubes[SECOND], sims)
+        yield Fleet(Config.model_validate(FLEET), kubes[MANAGER], kubes[WORKER], kubes[SECOND], sims, path)
         for kube in kubes.values():
             kube.close()
     finally:
@@ -97,6 +99,15 @@ def member_why(fleet_up: Fleet, job: str, capsys: pytest.CaptureFixture[str]) ->
     team_main(["why", job, "-n", TEAM, "--kubeconfig", kubeconfig, "--as", "alice", "--as-group", TEAM, "-o", "json"])
     answer: dict[str, Any] = json.loads(capsys.readouterr().out)
     return answer
+
+
+def fleet_read(
+    fleet_up: Fleet, command: str, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, dict[str, dict[str, Any]]]:
+    """`status` or `nodes` with `--config FLEET -o json`: the exit code and each cluster's document by name."""
+    capsys.readouterr()
+    code = main([command, "--config", str(fleet_up.path), "-o", "json"])
+    return code, {d["cluster"]: d for d in json.loads(capsys.readouterr().out)["clusters"]}
 
 
 def workload(kube: Kube, job: str) -> dict[str, Any]:
@@ -158,6 +169,26 @@ def test_the_manager_connects_to_the_worker_and_a_job_runs_there(
         member.close()
 
 
+def test_status_reads_every_cluster_of_the_config(fleet_up: Fleet, capsys: pytest.CaptureFixture[str]) -> None:
+    code, clusters = fleet_read(fleet_up, "status", capsys)
+    assert code == 1  # the queues are set up, but Konduktor's chart is installed on none of them
+    assert [(name, d["role"]) for name, d in clusters.items()] == [
+        (MANAGER, "manager"), (WORKER, "worker"), (SECOND, "worker")
+    ]  # fmt: skip
+    assert [(w["name"], w["active"]) for w in clusters[MANAGER]["workers"]] == [(SECOND, True), (WORKER, True)]
+    # The manager holds the team's whole quota, each worker its share, and the job running on the first.
+    queues = {name: {q["team"]: q for q in d["queues"]} for name, d in clusters.items()}
+    assert (queues[MANAGER][TEAM]["nominal"], queues[MANAGER][TEAM]["used"]) == (16, 8)
+    assert (queues[WORKER][TEAM]["nominal"], queues[WORKER][TEAM]["used"]) == (8, 8)
+    assert (queues[SECOND][TEAM]["nominal"], queues[SECOND][TEAM]["used"]) == (8, 0)
+    assert [c["gpus"] for c in clusters[WORKER]["gpus"]] == [8] and clusters[MANAGER]["gpus"] == []
+    # `nodes` too: each worker's GPU node and its health; the manager has none.
+    code, found = fleet_read(fleet_up, "nodes", capsys)
+    assert code == 0
+    nodes = {name: [(n["state"], n["gpus"]) for n in d["nodes"]] for name, d in found.items()}
+    assert nodes == {MANAGER: [], WORKER: [("healthy", 8)], SECOND: [("healthy", 8)]}
+
+
 def test_the_next_job_goes_to_the_second_worker_once_the_first_is_full(
     fleet_up: Fleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -210,7 +241,9 @@ def test_the_team_quota_holds_on_the_manager(fleet_up: Fleet) -> None:
     assert copy_on(worker, manager, "over") is None and copy_on(second, manager, "over") is None
 
 
-def test_a_stopped_worker_turns_inactive_and_new_jobs_go_to_the_other(fleet_up: Fleet) -> None:
+def test_a_stopped_worker_turns_inactive_and_new_jobs_go_to_the_other(
+    fleet_up: Fleet, capsys: pytest.CaptureFixture[str]
+) -> None:
     manager, second = fleet_up.manager, fleet_up.second
     # Room for one more job: the second worker's job and the waiting one go.
     for job in ("over", "spill"):
@@ -239,3 +272,13 @@ def test_a_stopped_worker_turns_inactive_and_new_jobs_go_to_the_other(fleet_up: 
     # Copied at once to every worker still connected: the second.
     wait_until("the new job to be admitted on the second worker", on_second, timeout=180)
     wait_until("its pod to run there", lambda: len(running_on(second, TEAM, "after-loss")) == 1, timeout=120)
+
+    # `status` says the worker is away: the manager no longer reaches it, nor does `status`; the others still read.
+    code, clusters = fleet_read(fleet_up, "status", capsys)
+    assert code == 1
+    assert "error" in clusters[WORKER] and "error" not in clusters[SECOND]
+    connections = {w["name"]: w for w in clusters[MANAGER]["workers"]}
+    assert connections[WORKER]["active"] is False and connections[SECOND]["active"] is True
+    code, found = fleet_read(fleet_up, "nodes", capsys)
+    assert code == 5  # could not reach a cluster
+    assert "error" in found[WORKER] and [n["state"] for n in found[SECOND]["nodes"]] == ["healthy"]

@@ -6,19 +6,22 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
 
 from konduktor.burnin.tiers import Tier, options_for_tier
-from konduktor.cli.arguments import parse_timeout
+from konduktor.cli.arguments import load_checked, parse_timeout
 from konduktor.cli.console import print_document, progress, say
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
-from konduktor.errors import ExitCode
-from konduktor.health.health_status import read_health, reset_breaker
+from konduktor.errors import ExitCode, UsageError
+from konduktor.health.health_status import HealthReport, read_health, reset_breaker
 from konduktor.health.health_view import capacity, note, render_next, render_table
 from konduktor.health.release import release_node, requalify_node
 from konduktor.ops.burnin import configured_tier
+from konduktor.ops.multicluster import members
+from konduktor.ops.status import read_fleet_health
 from konduktor.vocabulary import BURNIN_NAMESPACE
 
 NodesFormat = Literal["table", "wide", "json", "yaml"]
@@ -37,6 +40,10 @@ def nodes(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
     sim: SimOption = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="A config with `clusters:`: the GPU nodes of every worker (and manager)."),
+    ] = None,
 ) -> None:
     """Every GPU node with its health: state, reason, since when, quarantine owner, last burn-in verdict, and what
     happens next to a node out of service; then the fleet breaker and the health controller.
@@ -44,15 +51,51 @@ def nodes(
     States: healthy, quarantined, requalifying, cordoned (by someone else), unhealthy (GPUHealthy=False without a
     quarantine), opted-out. Owners: konduktor-health (the controller), konduktor-install (burnin --quarantine),
     konduktor (ours, its Event expired), other (a gpu-health taint someone else placed). JSON: {nodes, breaker,
-    controller}.
+    controller}; with --config {clusters: [{cluster, role, nodes, breaker, controller} or {cluster, role, error}]},
+    exit 5 when a cluster could not be read.
     """
     if invocation.invoked_subcommand is not None:
+        return
+    if config is not None:
+        if kubeconfig is not None or context is not None or sim is not None:
+            raise UsageError("--config names every cluster itself: leave out --kubeconfig, --context and --sim")
+        loaded = load_checked(config, several_clusters=True)
+        if loaded.config.clusters is None:
+            raise UsageError(f"{config}: no clusters: section", hint="leave out --config to read one cluster")
+        found = read_fleet_health(members(loaded.config, config.parent))
+        if output in ("json", "yaml"):
+            print_document(
+                {
+                    "clusters": [
+                        {
+                            "cluster": each.member.name,
+                            "role": each.member.role,
+                            **(each.found.document() if each.found else {"error": each.problem}),
+                        }
+                        for each in found
+                    ]
+                },
+                output,
+            )
+        else:
+            for each in found:
+                sys.stdout.write(f"== {each.member.name} ({each.member.role})\n")
+                if each.found is None:
+                    sys.stdout.write(f"not read: {each.problem}\n")
+                else:
+                    _show(each.found, output)
+        if any(each.found is None for each in found):
+            raise typer.Exit(ExitCode.UNREACHABLE)
         return
     with connect(kubeconfig, context, sim, read_only=True) as kube:
         report = read_health(kube, BURNIN_NAMESPACE)
     if output in ("json", "yaml"):
         print_document(report.document(), output)
         return
+    _show(report, output)
+
+
+def _show(report: HealthReport, output: NodesFormat) -> None:
     sys.stdout.write(render_table(report.nodes, time.time(), wide=output == "wide"))
     sys.stdout.write(render_next(report.nodes))
     for line in capacity(report.nodes):

@@ -30,8 +30,9 @@ from konduktor.kube.documents import load_documents
 from konduktor.kube.sync import WRITES, Change
 from konduktor.ops.chart import skipped_on_sim
 from konduktor.ops.down import DOWN_TIMEOUT, lost_with_crds, plan_down, take_down
+from konduktor.ops.multicluster import members
 from konduktor.ops.plan import UpPlan, plan_up
-from konduktor.ops.status import application_state, installed_release, read_status
+from konduktor.ops.status import PlatformStatus, application_state, installed_release, read_fleet_status, read_status
 from konduktor.ops.target import Confirm, Target, resolve_target, running_target
 from konduktor.ops.up import UpReport, UpRequest, run_up
 from konduktor.ops.values import merged, read_values_files
@@ -276,15 +277,85 @@ def status(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
     sim: SimOption = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="A config with `clusters:`: the status of its manager and every worker, each reached as it names it.",
+        ),
+    ] = None,
     output: Annotated[OutputFormat, typer.Option("-o", "--output")] = "table",
 ) -> None:
     """The release, the team queues and the health controller. Exit 1 when Konduktor is not installed."""
+    if config is not None:
+        _fleet_status(config, kubeconfig, context, sim, output)
+        return
     target = running_target(kubeconfig, context, sim, read_only=True)
     found = read_status(target)
-    release, health = found.release, found.health
+    document = status_document(found)
+    if output == "table":
+        print_rows(status_rows(document), ["component", "state"], output)
+    else:
+        print_document(document, output)
+    if found.release is None:
+        raise typer.Exit(ExitCode.NEGATIVE)
+
+
+def _fleet_status(
+    path: Path, kubeconfig: Path | None, context: str | None, sim: str | None, output: OutputFormat
+) -> None:
+    """`status --config`: every cluster of the config; exit 1 when any lacks Konduktor or cannot be read."""
+    if kubeconfig is not None or context is not None or sim is not None:
+        raise UsageError("--config names every cluster itself: leave out --kubeconfig, --context and --sim")
+    loaded = load_checked(path, several_clusters=True)
+    if loaded.config.clusters is None:
+        raise UsageError(
+            f"{path}: no clusters: section, so the config names one cluster",
+            hint="leave out --config to read that cluster's status",
+        )
+    found = read_fleet_status(members(loaded.config, path.parent))
+    documents = [
+        {
+            "cluster": each.member.name,
+            "role": each.member.role,
+            **({"error": each.problem} if each.found is None else status_document(each.found[0])),
+            **(
+                {"workers": [asdict(w) for w in (each.found[1] if each.found else [])]}
+                if each.member.role == "manager"
+                else {}
+            ),
+        }
+        for each in found
+    ]
+    if output == "table":
+        rows = [
+            {"cluster": f"{d['cluster']} ({d['role']})", **row}
+            for d in documents
+            for row in (
+                [{"component": "cluster", "state": f"not read: {d['error']}"}] if "error" in d else status_rows(d)
+            )
+            + [
+                {
+                    "component": f"worker {w['name']}",
+                    "state": "connected" if w["active"] else f"not connected: {w['reason']}",
+                }
+                for w in d.get("workers", [])
+            ]
+        ]
+        print_rows(rows, ["cluster", "component", "state"], output)
+    else:
+        print_document({"clusters": documents}, output)
+    if any(each.found is None or each.found[0].release is None for each in found):
+        raise typer.Exit(ExitCode.NEGATIVE)
+
+
+def status_document(found: PlatformStatus) -> dict[str, Any]:
+    """One cluster's status as `status -o json` shows it."""
+    health = found.health
     nodes = health.nodes
-    document = {
-        "release": release_document(release),
+    return {
+        "release": release_document(found.release),
         "health_controllers": [
             {
                 "namespace": d["metadata"]["namespace"],
@@ -306,12 +377,6 @@ def status(
             for app in found.applications
         ],
     }
-    if output == "table":
-        print_rows(status_rows(document), ["component", "state"], output)
-    else:
-        print_document(document, output)
-    if release is None:
-        raise typer.Exit(ExitCode.NEGATIVE)
 
 
 def release_document(release: Release | None) -> dict[str, Any]:

@@ -1,7 +1,8 @@
-"""Connecting a MultiKueue manager to a worker: the worker's kubeconfig Secret on the manager, built from the token of
-the identity `render` gives the manager's Kueue on the worker (docs/multicluster.md).
+"""Several clusters from one config: each member reached as the config names it, the simulated fleet started and
+connected, and a worker connected to the manager: the worker's kubeconfig Secret on the manager, built from the
+token of the identity `render` gives the manager's Kueue on the worker (docs/multicluster.md).
 
-The first edge of `up` across clusters; what is not built yet is listed in docs/multicluster.md.
+What is not built yet across clusters (`up`, `plan`, `down`) is listed in docs/multicluster.md.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from typing import Any
 
 import yaml
 
-from konduktor.config.model import Config
+from konduktor.config.model import ClusterAccess, Config
 from konduktor.errors import UsageError
 from konduktor.kube.client import Kube
+from konduktor.ops.target import Target, resolve_target
 from konduktor.quotas.multikueue import (
     TOKEN_SECRET,
+    Role,
     kubeconfig_secret,
     manager_kueue_settings,
     render_clusters,
@@ -30,6 +33,36 @@ from konduktor.sim.kueue import FRAMEWORKS
 from konduktor.sim.pools import spec_of
 from konduktor.vocabulary import KUEUE_NAMESPACE
 from konduktor.waiting import wait_until
+
+
+@dataclass(frozen=True)
+class Member:
+    """One cluster of a config with `clusters:`: its name there, its role, and how it is reached."""
+
+    name: str
+    role: Role
+    target: Target
+
+
+def members(config: Config, config_dir: Path) -> list[Member]:
+    """The manager, then each worker in dispatch order, reached as the config says: its kubeconfig (~ expanded, a
+    relative path taken from the config's directory) and context. A member that names neither is the simulated
+    cluster of its name when that one runs (`sim up --config` names them so), else the current context of
+    $KUBECONFIG or ~/.kube/config, as kubectl reads them."""
+    assert config.clusters is not None
+    accesses: list[tuple[str, Role, ClusterAccess]] = [
+        (config.cluster.name, "manager", config.clusters.manager),
+        *((worker.name, "worker", worker) for worker in config.clusters.workers),
+    ]
+    found = []
+    for name, role, access in accesses:
+        if access.kubeconfig is None and access.context is None and SimCluster(name).kubeconfig.exists():
+            target = resolve_target(sim=name)
+        else:
+            path = None if access.kubeconfig is None else config_dir / Path(access.kubeconfig).expanduser()
+            target = resolve_target(path, access.context, read_only=True)
+        found.append(Member(name, role, target))
+    return found
 
 
 @dataclass(frozen=True)
