@@ -33,6 +33,7 @@ LONGEST_FIRST = (
     "test_multikueue_sim.py",
     "test_whatif_replay.py",
     "test_up.py",
+    "test_whatif_compare.py",
     "test_umbrella_install.py",
     "test_image.py",
     "test_health_work_cluster.py",

@@ -139,27 +139,37 @@ def rate(manager: Kube, jobs: int, seconds: int, capacity: int) -> dict[str, flo
     }
 
 
-def request_rate(audit_logs: list[Path], since: float, until: float) -> dict[str, float]:
+def request_rate(audit_logs: list[Path], since: float, until: float) -> dict[str, Any]:
     """The manager identity's requests to each worker, per wall second between `since` and `until` (Unix times):
-    p50 and max over the seconds and workers, and the share of seconds at 5 or more (client-go's default QPS)."""
+    p50 and max over the seconds and workers, in all and per resource (client-go limits each REST client, and
+    controller-runtime makes one per kind), and the share of seconds at 5 or more."""
     per_second: Counter[tuple[int, int]] = Counter()
-    verbs: Counter[str] = Counter()
+    per_kind: dict[str, Counter[tuple[int, int]]] = {}
     for index, path in enumerate(audit_logs):
         for line in path.read_text().splitlines():
             entry = json.loads(line)
             if entry.get("user", {}).get("username") != MANAGER_IDENTITY or entry.get("stage") != "ResponseComplete":
                 continue
+            if entry.get("verb") == "watch":
+                continue  # a watch is one long request, not limited
             at = datetime.fromisoformat(entry["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
             if since <= at < until:
+                ref = entry.get("objectRef", {})
+                kind = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
                 per_second[(index, int(at))] += 1
-                verbs[entry.get("verb", "")] += 1
-    seconds = [per_second[(i, s)] for i in range(len(audit_logs)) for s in range(int(since), int(until))]
+                per_kind.setdefault(f"{entry.get('verb')} {kind}", Counter())[(index, int(at))] += 1
+    keys = [(i, s) for i in range(len(audit_logs)) for s in range(int(since), int(until))]
+    seconds = [per_second[key] for key in keys]
+    kinds = {
+        kind: (sum(counts.values()), statistics.median(counts[k] for k in keys), max(counts.values()))
+        for kind, counts in sorted(per_kind.items(), key=lambda item: -sum(item[1].values()))
+    }
     return {
         "p50": statistics.median(seconds),
         "max": max(seconds),
         "at_limit": sum(1 for n in seconds if n >= 5) / len(seconds),
         "requests": sum(seconds),
-        "watches": verbs["watch"],
+        "kinds": kinds,
     }
 
 
@@ -210,6 +220,8 @@ def main() -> None:
                 f"p50 {found['p50']:.0f}/s, max {found['max']:.0f}/s, {100 * found['at_limit']:.0f}% of the seconds "
                 f"at 5/s or more"
             )
+            for kind, (total, p50, peak) in list(found["kinds"].items())[:8]:
+                print(f"  {kind}: {total}, p50 {p50:.0f}/s, max {peak}/s per worker")
     finally:
         for sim in sims.values():
             sim.down()
