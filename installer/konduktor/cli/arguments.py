@@ -55,3 +55,16 @@ def parse_timeout(text: str) -> float:
     if seconds <= 0:
         raise UsageError("--timeout must be more than zero")
     return seconds
+
+
+def load_fleet(path: Path, kubeconfig: Path | None, context: str | None, sim: str | None) -> LoadedConfig:
+    """A `--config` that names several clusters, for a command that reads each (`status`, `nodes`): the config names
+    every cluster itself, so no other option may name one (exit 2)."""
+    if kubeconfig is not None or context is not None or sim is not None:
+        raise UsageError("--config names every cluster itself: leave out --kubeconfig, --context and --sim")
+    loaded = load_checked(path, several_clusters=True)
+    if loaded.config.clusters is None:
+        raise UsageError(
+            f"{path}: no clusters: section, so the config names one cluster", hint="leave out --config to read it"
+        )
+    return loaded

@@ -12,10 +12,10 @@ from typing import Annotated, Literal
 import typer
 
 from konduktor.burnin.tiers import Tier, options_for_tier
-from konduktor.cli.arguments import load_checked, parse_timeout
+from konduktor.cli.arguments import load_fleet, parse_timeout
 from konduktor.cli.console import print_document, progress, say
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
-from konduktor.errors import ExitCode, UsageError
+from konduktor.errors import ExitCode
 from konduktor.health.health_status import HealthReport, read_health, reset_breaker
 from konduktor.health.health_view import capacity, note, render_next, render_table
 from konduktor.health.release import release_node, requalify_node
@@ -57,11 +57,7 @@ def nodes(
     if invocation.invoked_subcommand is not None:
         return
     if config is not None:
-        if kubeconfig is not None or context is not None or sim is not None:
-            raise UsageError("--config names every cluster itself: leave out --kubeconfig, --context and --sim")
-        loaded = load_checked(config, several_clusters=True)
-        if loaded.config.clusters is None:
-            raise UsageError(f"{config}: no clusters: section", hint="leave out --config to read one cluster")
+        loaded = load_fleet(config, kubeconfig, context, sim)
         found = read_fleet_health(members(loaded.config, config.parent))
         if output in ("json", "yaml"):
             print_document(

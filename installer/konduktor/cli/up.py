@@ -17,7 +17,7 @@ import typer
 
 from konduktor.burnin.record import Policy
 from konduktor.burnin.results import BurnInReport, NodeVerdict, Verdict
-from konduktor.cli.arguments import ConfigArgument, load_checked
+from konduktor.cli.arguments import ConfigArgument, load_checked, load_fleet
 from konduktor.cli.console import OutputFormat, err, print_document, print_rows, progress, say
 from konduktor.cli.quota_options import AdoptOption, DrainOption, DrainTimeoutOption
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption
@@ -306,14 +306,7 @@ def _fleet_status(
     path: Path, kubeconfig: Path | None, context: str | None, sim: str | None, output: OutputFormat
 ) -> None:
     """`status --config`: every cluster of the config; exit 1 when any lacks Konduktor or cannot be read."""
-    if kubeconfig is not None or context is not None or sim is not None:
-        raise UsageError("--config names every cluster itself: leave out --kubeconfig, --context and --sim")
-    loaded = load_checked(path, several_clusters=True)
-    if loaded.config.clusters is None:
-        raise UsageError(
-            f"{path}: no clusters: section, so the config names one cluster",
-            hint="leave out --config to read that cluster's status",
-        )
+    loaded = load_fleet(path, kubeconfig, context, sim)
     found = read_fleet_status(members(loaded.config, path.parent))
     documents = [
         {
