@@ -164,12 +164,17 @@ def request_rate(audit_logs: list[Path], since: float, until: float) -> dict[str
         kind: (sum(counts.values()), statistics.median(counts[k] for k in keys), max(counts.values()))
         for kind, counts in sorted(per_kind.items(), key=lambda item: -sum(item[1].values()))
     }
+    by_resource: Counter[str] = Counter()
+    for kind, counts in per_kind.items():
+        by_resource[kind.split(" ", 1)[1]] += sum(counts.values())
     return {
         "p50": statistics.median(seconds),
         "max": max(seconds),
         "at_limit": sum(1 for n in seconds if n >= 5) / len(seconds),
         "requests": sum(seconds),
         "kinds": kinds,
+        # client-go limits each kind's client: its mean rate per worker against the 5/s.
+        "per_resource": {r: n / len(keys) for r, n in by_resource.most_common()},
     }
 
 
@@ -222,6 +227,8 @@ def main() -> None:
             )
             for kind, (total, p50, peak) in list(found["kinds"].items())[:8]:
                 print(f"  {kind}: {total}, p50 {p50:.0f}/s, max {peak}/s per worker")
+            rates = ", ".join(f"{r} {rate:.1f}/s" for r, rate in found["per_resource"].items())
+            print(f"  mean per worker, by resource: {rates}")
     finally:
         for sim in sims.values():
             sim.down()
