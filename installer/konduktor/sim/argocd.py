@@ -25,7 +25,8 @@ from ruamel.yaml import YAML
 from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
 from konduktor.kube.documents import load_documents
-from konduktor.sim.cluster import free_port, stop_process, tail
+from konduktor.sim.cluster import stop_process, tail
+from konduktor.sim.processes import distinct_free_ports
 from konduktor.tools.gobuild import module_dir
 from konduktor.tools.toolbox import Toolbox
 from konduktor.waiting import wait_until
@@ -379,7 +380,7 @@ class ArgoCD:
         self.render_command = render_command
         self.reconciliation_seconds = reconciliation_seconds
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
-        self.ports = Ports(free_port(), free_port(), free_port(), free_port())
+        self.ports = Ports(*distinct_free_ports(4))
 
     @classmethod
     def pinned(cls, toolbox: Toolbox, kubeconfig: Path, home: Path) -> ArgoCD:

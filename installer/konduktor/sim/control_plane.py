@@ -14,10 +14,20 @@ from ruamel.yaml import YAML
 from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
 from konduktor.sim import kueue
-from konduktor.sim.processes import alive, tail
+from konduktor.sim.processes import alive, distinct_free_ports, tail
 from konduktor.sim.spec import SimSpec
 from konduktor.tools.gobuild import Progress, module_dir
 from konduktor.tools.toolbox import Toolbox
+
+# kwokctl's options for the ports of the binary runtime's components (KwokctlConfiguration, kwok v0.8).
+COMPONENT_PORTS = (
+    "kubeApiserverPort",
+    "etcdPort",
+    "etcdPeerPort",
+    "kubeControllerManagerPort",
+    "kubeSchedulerPort",
+    "kwokControllerPort",
+)
 
 
 class ControlPlane:
@@ -104,6 +114,9 @@ class ControlPlane:
             # Pod logs come from Logs objects in the API (one per pod, naming a file on this machine), so a test
             # or a burn-in on the sim reads step output through the real pods/log endpoint.
             "enableCRDs": ["Logs"],
+            # The components' ports, picked below the ephemeral range (free_port): left to kwokctl, they come from
+            # that range, where any client's connect() may take one before its component binds it.
+            **dict(zip(COMPONENT_PORTS, distinct_free_ports(len(COMPONENT_PORTS)), strict=True)),
         }
         documents: list[dict[str, Any]] = [
             {

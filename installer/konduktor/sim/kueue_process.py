@@ -17,7 +17,7 @@ from konduktor.kube.client import Kube
 from konduktor.kube.conditions import is_true
 from konduktor.sim import kueue
 from konduktor.sim.pki import write_serving_pki
-from konduktor.sim.processes import PidFile, free_port, tail
+from konduktor.sim.processes import PidFile, distinct_free_ports, tail
 from konduktor.sim.spec import SimSpec
 from konduktor.tools.gobuild import Progress, module_dir
 from konduktor.tools.toolbox import Toolbox
@@ -100,7 +100,7 @@ class KueueProcess:
         kubeconfig = self.kubeconfig(kube)
         ca = write_serving_pki(self.directory / "certs", "kueue-webhook", ["kueue-webhook-service.kueue-system.svc"])
         config_path = self.directory / "config.yaml"
-        ports = spec.kueue_ports or {"webhook": free_port(), "health": free_port(), "metrics": free_port()}
+        ports = spec.kueue_ports or dict(zip(("webhook", "health", "metrics"), distinct_free_ports(3), strict=True))
         configuration = kueue.manager_configuration(
             ports["webhook"], ports["health"], ports["metrics"], self.directory / "certs", spec.kueue_settings
         )

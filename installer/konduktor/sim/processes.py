@@ -37,6 +37,16 @@ def free_port() -> int:
     raise OSError("no free port below the ephemeral range")
 
 
+def distinct_free_ports(count: int) -> list[int]:
+    """`count` ports, each free now and none the same, for servers started together."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
