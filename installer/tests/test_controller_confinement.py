@@ -84,6 +84,10 @@ def controller(sim: Sim, tmp_path_factory: pytest.TempPathFactory) -> Iterator[K
     # leaving them enforcing here would judge the later modules' pods.
     values["policies"] = {"enabled": False}
     install_or_upgrade(sim.kubeconfig, CORE, "konduktor", RELEASE_NAMESPACE, values)
+    # The Lease as a new controller finds it: an earlier module's platform (`up` runs the chart's controller on the
+    # sim) may have left it held for another few seconds.
+    sim.cluster.platform.stop()
+    sim.kube.delete("coordination.k8s.io/v1", "Lease", LEASE_NAME, RELEASE_NAMESPACE)
     path = tmp_path_factory.mktemp("controller") / "kubeconfig.yaml"
     kube = Kube(service_account_kubeconfig(sim.kube, sim.kubeconfig, RELEASE_NAMESPACE, SERVICE_ACCOUNT, path))
     node_path = kube.resource("v1", "Node").path(None, NODE)
