@@ -149,10 +149,10 @@ class ControlPlane:
         for attempt in range(3):
             fresh = not self.created()
             result = self.launch(spec)
-            # kwokctl picks free ports a moment before the components bind them; another cluster starting at the
-            # same time (a parallel test run) can take one. The component exits, even when the API server came up
-            # (no service account tokens without kube-controller-manager, no Ready nodes without kwok). A new
-            # cluster gets new ports, so that race is worth a retry.
+            # The components' ports are picked free a moment before they bind them; another cluster starting at
+            # the same time can still take one, rarely, as they come from outside the ephemeral range. The component
+            # exits, even when the API server came up (no service account tokens without kube-controller-manager,
+            # no Ready nodes without kwok). A new cluster gets new ports, so that race is worth a retry.
             raced = fresh and self.port_taken()
             if result.returncode == 0 and self.api_ready() and not raced:
                 return
