@@ -107,8 +107,8 @@ def jobs_from_series(series: JobSeries, since: float, known: Collection[str]) ->
     in `known` (the Workloads' jobs), as trace jobs at their own times; the duration is the last run."""
     found: list[TraceJob] = []
     unfinished = without_gpus = before = 0
-    for (namespace, name), created in sorted(series.created.items()):
-        key = (namespace, name)
+    for key, created in sorted(series.created.items()):
+        namespace, name = key
         if f"{namespace}/{name}" in known:
             continue
         if created < since:

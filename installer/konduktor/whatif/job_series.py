@@ -16,8 +16,6 @@ docs/metrics/workload/job-metrics.md and pod-metrics.md):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import requests
 
 from konduktor.errors import KonduktorError
@@ -91,15 +89,12 @@ def read_job_series(url: str, since: float, now: float, timeout: float = 60) -> 
                     hint="give the URL of the Prometheus that scrapes kube-state-metrics",
                 ) from problem
     try:
-        by_value: Mapping[str, dict[JobKey, float]] = {
-            field: values_by_job(answers[field]) for field in answers if field != "priority"
-        }
         return JobSeries(
-            created=by_value["created"],
-            started=by_value["started"],
-            completed=by_value["completed"],
-            parallelism=by_value["parallelism"],
-            gpus_per_pod=by_value["gpus_per_pod"],
+            created=values_by_job(answers["created"]),
+            started=values_by_job(answers["started"]),
+            completed=values_by_job(answers["completed"]),
+            parallelism=values_by_job(answers["parallelism"]),
+            gpus_per_pod=values_by_job(answers["gpus_per_pod"]),
             priority=labels_by_job(answers["priority"], PRIORITY_LABEL),
         )
     except SourceError as problem:
