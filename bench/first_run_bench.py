@@ -5,11 +5,12 @@
 - tool builds: each pinned tool's cold build time from its cache manifest, summed for what `up` needs
   (`scripts/up` builds these) and for the test-only tools (`scripts/test` adds them);
 - bootstrap: `scripts/bootstrap runtime` (and `dev`: test tools and torch) into a new virtualenv in a copy of
-  the committed tree, with an empty pip cache (every distribution downloaded), then again (warm);
+  the committed tree, with empty pip and uv caches (every distribution downloaded), then in another copy with the
+  caches warm (as a fresh CI clone);
 - with --up, `scripts/up` end to end with warm tools, in its own state directory: a new simulated cluster,
   then again;
 - with --cold-up, what a new machine pays: `scripts/up` end to end in a copy of the committed tree with empty
-  pip, Go module, Go build and tool caches (every download and every compile of the tools `up` needs; about
+  pip, uv, Go module, Go build and tool caches (every download and every compile of the tools `up` needs; about
   11 minutes of both cores), and each tool's build time from that run's manifests.
 
 Without --cold-up nothing is built: the manifests of ~/.cache/konduktor keep each tool's cold build time.
@@ -56,18 +57,21 @@ def tool_builds() -> dict[str, float]:
 
 
 def bootstrap(kind: str) -> tuple[float, float, int]:
-    """Cold and warm `scripts/bootstrap KIND` in a copy of the committed tree; the virtualenv's size in MiB."""
+    """`scripts/bootstrap KIND` in a copy of the committed tree with empty pip and uv caches (every distribution
+    downloaded), then in a second copy with those caches warm (a fresh CI clone); the virtualenv's size in MiB."""
     with tempfile.TemporaryDirectory(prefix="konduktor-first-run-") as scratch:
-        tree, cache = Path(scratch) / "tree", Path(scratch) / "pip-cache"
-        tree.mkdir()
-        archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-        env = {**os.environ, "PIP_CACHE_DIR": str(cache), "PYTHON": sys.executable}
+        caches = {"PIP_CACHE_DIR": Path(scratch) / "pip-cache", "UV_CACHE_DIR": Path(scratch) / "uv-cache"}
+        env = {**os.environ, **{name: str(path) for name, path in caches.items()}, "PYTHON": sys.executable}
         env.pop("VIRTUAL_ENV", None)
-        cold = timed(["scripts/bootstrap", kind], tree, env)
-        warm = timed(["scripts/bootstrap", kind], tree, env)
+        seconds = []
+        for copy in ("cold", "warm"):
+            tree = Path(scratch) / copy
+            tree.mkdir()
+            archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+            seconds.append(timed(["scripts/bootstrap", kind], tree, env))
         size = subprocess.run(["du", "-sm", str(tree / ".venv")], capture_output=True, text=True, check=True)
-        return cold, warm, int(size.stdout.split()[0])
+        return seconds[0], seconds[1], int(size.stdout.split()[0])
 
 
 def scripts_up() -> tuple[float, float]:
@@ -88,6 +92,7 @@ def cold_scripts_up() -> None:
         scratch / "tree",
         {
             "PIP_CACHE_DIR": scratch / "pip",
+            "UV_CACHE_DIR": scratch / "uv",
             "GOCACHE": scratch / "go-build",
             "GOMODCACHE": scratch / "go-mod",
             "KONDUKTOR_CACHE": scratch / "konduktor",
@@ -101,7 +106,7 @@ def cold_scripts_up() -> None:
     env.pop("VIRTUAL_ENV", None)
     try:
         seconds = timed(["scripts/up"], tree, env)
-        print(f"cold scripts/up (empty pip, Go and tool caches): {seconds:.0f} s")
+        print(f"cold scripts/up (empty pip, uv, Go and tool caches): {seconds:.0f} s")
         for tool in load_tools().values():
             manifest = caches["KONDUKTOR_CACHE"] / "tools" / f"{tool.name}-{tool.version}" / "manifest.json"
             if manifest.exists():

@@ -68,6 +68,14 @@ def test_the_dev_lock_agrees_with_the_runtime_lock() -> None:
     assert {n: v for n, v in runtime.items() if dev.get(n) != v} == {}
 
 
+def test_the_bootstrap_lock_is_uv_alone_at_the_version_asked() -> None:
+    """scripts/bootstrap installs it through pip before anything else; uv then installs the other locks."""
+    asked = [Requirement(line) for line in (ROOT / "requirements" / "bootstrap.in").read_text().splitlines()
+             if line and not line.startswith("#")]  # fmt: skip
+    assert [(r.name, str(r.specifier)) for r in asked] == [("uv", f"=={locked('bootstrap.lock')['uv']}")]
+    assert list(locked("bootstrap.lock")) == ["uv"]
+
+
 def test_committed_go_modules_agree_with_versions_toml() -> None:
     assert lock_problems(load_tools()) == []
 
