@@ -238,7 +238,7 @@ def test_the_dispatch_mode_is_one_of_kueues() -> None:
     ("config", "more", "said"),
     [
         (EXAMPLES / "config.yaml", [], "no clusters: section"),
-        (EXAMPLE, ["--sim", "konduktor"], "--config names every cluster itself"),
+        (EXAMPLE, ["--sim", "konduktor"], "the config names every cluster itself"),
     ],
 )
 def test_status_config_takes_a_fleet_and_nothing_else(
@@ -246,3 +246,10 @@ def test_status_config_takes_a_fleet_and_nothing_else(
 ) -> None:
     assert main(["status", "--config", str(config), *more]) == 2
     assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["up", "plan"])
+def test_up_and_plan_of_a_fleet_take_no_cluster_option(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # The config names every cluster; an option naming one more is refused before anything is read or started.
+    assert main([command, str(EXAMPLE), "--context", "somewhere"]) == 2
+    assert "the config names every cluster itself" in capsys.readouterr().err

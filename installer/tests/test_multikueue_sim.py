@@ -1,7 +1,7 @@
 """MultiKueue on simulated clusters: a manager and two workers, each its own control plane, Kueue and kwok nodes, set
-up from one config's rendered objects. A job submitted on the manager runs on the first worker in dispatch order and
-its status comes back; once that worker is full the next job goes to the second; the team's quota holds on the
-manager; with a worker stopped, new jobs go to the other.
+up from one config (`sim up --config`, then `up`). A job submitted on the manager runs on the first worker in
+dispatch order and its status comes back; once that worker is full the next job goes to the second; the team's quota
+holds on the manager; with a worker stopped, new jobs go to the other.
 
 Three clusters of their own (not the session's), started once for this module and removed after it. The tests run in
 file order on the same clusters, each one's jobs still running for the next.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,9 @@ from konduktor.config.model import Config
 from konduktor.kube.client import ApiError, Identity, Kube
 from konduktor.kube.conditions import is_true
 from konduktor.quotas.multikueue import manager_kueue_settings
-from konduktor.sim.cluster import SimCluster, SimSpec
+from konduktor.sim.cluster import SimCluster
 from konduktor.sim.workloads import gpu_job, running_on, workload_of
-from konduktor.vocabulary import KUEUE_API
+from konduktor.vocabulary import HEALTH_TAINT_KEY, KUEUE_API
 from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim
@@ -45,6 +45,7 @@ FLEET: dict[str, Any] = {
     "clusters": {
         "dispatch": "incremental",
         "workers": [{"name": WORKER, "gpuTypes": {"h100": 1}}, {"name": SECOND, "gpuTypes": {"h100": 1}}],
+        "workerLostTimeout": "90s",  # a job on a lost worker is requeued after this (the default is 15 minutes)
     },
     "topology": {"levels": ["kubernetes.io/hostname"]},
     "gpuTypes": {
@@ -116,6 +117,56 @@ def workload(kube: Kube, job: str) -> dict[str, Any]:
     return found
 
 
+def test_up_installs_every_cluster_in_order_and_plan_then_finds_nothing_to_do(
+    fleet_up: Fleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert main(["up", str(fleet_up.path), "--burnin", "none", "-o", "json"]) == 0
+    clusters = json.loads(capsys.readouterr().out)["clusters"]
+    # The workers first, in dispatch order (the manager's MultiKueueClusters need their identities), then the manager.
+    assert [(c["name"], c["role"]) for c in clusters] == [(WORKER, "worker"), (SECOND, "worker"), (MANAGER, "manager")]
+    assert all(c["release"]["status"] == "deployed" for c in clusters)
+    # `sim up --config` applied the same objects from the same render: `up` finds them all in place.
+    assert [c["quotas"] for c in clusters] == [[], [], []]
+    # Kueue on the manager runs the config's dispatcher and lost-worker timeout; the workers' Kueue neither.
+    specs = {name: sim.spec() for name, sim in fleet_up.sims.items()}
+    assert [None if spec is None else spec.kueue_settings.get("multiKueue") for spec in specs.values()] == [
+        {
+            "dispatcherName": "kueue.x-k8s.io/multikueue-dispatcher-incremental",
+            "workerLostTimeout": "90s",
+            "incrementalDispatcherConfig": {"stepSize": 1},
+        },
+        None,
+        None,
+    ]
+
+    capsys.readouterr()
+    assert main(["plan", str(fleet_up.path), "-o", "json"]) == 0
+    planned = json.loads(capsys.readouterr().out)["clusters"]
+    assert [(c["name"], c["release"]["changes"], c["quotas"]) for c in planned] == [
+        (WORKER, [], []), (SECOND, [], []), (MANAGER, [], [])
+    ]  # fmt: skip
+
+    # `down` on one cluster removes what Konduktor made there, the fleet's objects too: a worker's identity, the
+    # manager's MultiKueue objects and the kubeconfig Secrets (a dry run: the tests below use them).
+    planned = {}
+    for name in (SECOND, MANAGER):
+        capsys.readouterr()
+        assert main(["down", "--sim", name, "--dry-run"]) == 0
+        planned[name] = set(capsys.readouterr().out.splitlines())
+    assert {
+        "delete ServiceAccount kueue-system/konduktor-multikueue",
+        "delete Secret kueue-system/konduktor-multikueue-token",
+        "delete ClusterRole konduktor-multikueue-read",
+        f"delete RoleBinding {TEAM}/konduktor-multikueue-write",
+    } <= planned[SECOND]
+    assert {
+        f"delete MultiKueueCluster {WORKER}",
+        f"delete AdmissionCheck multikueue-{TEAM}",
+        f"delete Secret kueue-system/multikueue-{SECOND}",
+    } <= planned[MANAGER]
+
+
 def test_the_manager_connects_to_the_worker_and_a_job_runs_there(
     fleet_up: Fleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -171,7 +222,7 @@ def test_the_manager_connects_to_the_worker_and_a_job_runs_there(
 
 def test_status_reads_every_cluster_of_the_config(fleet_up: Fleet, capsys: pytest.CaptureFixture[str]) -> None:
     code, clusters = fleet_read(fleet_up, "status", capsys)
-    assert code == 1  # the queues are set up, but Konduktor's chart is installed on none of them
+    assert code == 0  # Konduktor is installed on every cluster (`up`, above)
     assert [(name, d["role"]) for name, d in clusters.items()] == [
         (MANAGER, "manager"), (WORKER, "worker"), (SECOND, "worker")
     ]  # fmt: skip
@@ -256,7 +307,9 @@ def test_a_stopped_worker_turns_inactive_and_new_jobs_go_to_the_other(
     clusters = fleet_up.config.clusters
     assert clusters is not None
     all_at_once = fleet_up.config.model_copy(update={"clusters": clusters.model_copy(update={"dispatch": "allAtOnce"})})
-    fleet_up.sims[MANAGER].up(SimSpec(pools=[], kueue_settings=manager_kueue_settings(all_at_once)))
+    running = fleet_up.sims[MANAGER].spec()
+    assert running is not None
+    fleet_up.sims[MANAGER].up(replace(running, kueue_settings=manager_kueue_settings(all_at_once)))
     fleet_up.sims[WORKER].down(keep=True)  # its API server, and everything else of it, stops
     wait_until(
         "the first worker's MultiKueueCluster to be inactive",
@@ -282,3 +335,72 @@ def test_a_stopped_worker_turns_inactive_and_new_jobs_go_to_the_other(
     code, found = fleet_read(fleet_up, "nodes", capsys)
     assert code == 5  # could not reach a cluster
     assert "error" in found[WORKER] and [n["state"] for n in found[SECOND]["nodes"]] == ["healthy"]
+
+    # The job that was running on the lost worker: after workerLostTimeout the manager gives up on it there
+    # (its admission check turns Retry, "Admitting remote lost"), requeues it and dispatches it again; it waits for
+    # room on the second worker, taking nothing from the job there, and runs once that one is gone.
+    def given_up() -> bool:
+        return workload(manager, "dispatched")["status"].get("clusterName") != WORKER
+
+    wait_until("the lost worker's job to be given up there", given_up, timeout=300)
+    assert len(running_on(second, TEAM, "after-loss")) == 1
+    manager.delete("batch/v1", "Job", "after-loss", TEAM, propagation="Background")
+
+    def moved() -> bool:
+        found = workload_of(manager, TEAM, "dispatched")
+        return found is not None and found.get("status", {}).get("clusterName") == SECOND
+
+    wait_until("the lost worker's job to be admitted on the second worker", moved, timeout=300)
+    wait_until("its pod to run there", lambda: len(running_on(second, TEAM, "dispatched")) == 1, timeout=120)
+
+
+def test_a_gpu_fault_on_a_worker_sends_its_job_to_another_worker(
+    fleet_up: Fleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manager = fleet_up.manager
+    workers = {WORKER: fleet_up.worker, SECOND: fleet_up.second}
+    # The lost job is deleted, and the lost worker comes back: MultiKueue's garbage collector removes the copy it
+    # still had there, whose job the manager no longer has.
+    manager.delete("batch/v1", "Job", "dispatched", TEAM, propagation="Background")
+    running = fleet_up.sims[WORKER].spec()
+    assert running is not None
+    fleet_up.sims[WORKER].up(running)
+    wait_until(
+        "the first worker's MultiKueueCluster to be active again",
+        lambda: is_true(manager.get(KUEUE_API, "MultiKueueCluster", WORKER), "Active"),
+        timeout=180,
+    )
+    for name, kube in workers.items():
+        wait_until(f"no copy left on {name}", lambda kube=kube: not kube.list(KUEUE_API, "Workload", TEAM), 240)
+
+    # A new job runs on whichever worker admits it first; an Xid 79 on its node there. That worker's health
+    # controller (installed by `up`) quarantines the node and requeues the job there; the manager, seeing it admitted
+    # nowhere, requeues it and dispatches it again, and the other worker runs it.
+    manager.create(gpu_job("healed", TEAM, gpus=8, pods=1, run_for="3600s"))
+
+    def admitted_on() -> str | None:
+        found = workload_of(manager, TEAM, "healed")
+        cluster = (found or {}).get("status", {}).get("clusterName")
+        return cluster if cluster and running_on(workers[cluster], TEAM, "healed") else None
+
+    wait_until("the job to run on a worker", lambda: admitted_on() is not None, timeout=180)
+    first = admitted_on()
+    assert first is not None
+    other = SECOND if first == WORKER else WORKER
+    (faulty,) = running_on(workers[first], TEAM, "healed").values()
+    assert main(["sim", "fault", faulty, "--kind", "xid79", "--gpu", "3", "--name", first]) == 0
+
+    def quarantined() -> bool:
+        taints = (workers[first].get("v1", "Node", faulty) or {}).get("spec", {}).get("taints", [])
+        return any(taint["key"] == HEALTH_TAINT_KEY for taint in taints)
+
+    wait_until(f"{first}'s health controller to quarantine the node", quarantined, timeout=180)
+    wait_until(f"the job to be admitted on {other}", lambda: admitted_on() == other, timeout=300)
+    assert running_on(workers[first], TEAM, "healed") == {}
+
+    # The admin sees across the fleet which node is out of service, on which worker, and why.
+    code, found = fleet_read(fleet_up, "nodes", capsys)
+    assert code == 0
+    (bad,) = found[first]["nodes"]
+    assert bad["state"] == "quarantined" and bad["reason"].startswith("Xid79")
+    assert [n["state"] for n in found[other]["nodes"]] == ["healthy"]

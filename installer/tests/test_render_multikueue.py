@@ -206,11 +206,18 @@ def test_the_manager_kueue_dispatches_in_order_one_worker_at_a_time() -> None:
     incremental = manager_kueue_settings(Config.model_validate(fleet()))
     assert incremental["multiKueue"] == {
         "dispatcherName": "kueue.x-k8s.io/multikueue-dispatcher-incremental",
+        "workerLostTimeout": "15m",
         "incrementalDispatcherConfig": {"stepSize": 1},
     }
     assert incremental["fairSharing"]  # the single-cluster settings stay
-    all_at_once = manager_kueue_settings(Config.model_validate(fleet({"clusters": {"dispatch": "allAtOnce"}})))
-    assert all_at_once["multiKueue"] == {"dispatcherName": "kueue.x-k8s.io/multikueue-dispatcher-all-at-once"}
+    changed = {"clusters": {"dispatch": "allAtOnce", "workerLostTimeout": "2m"}}
+    all_at_once = manager_kueue_settings(Config.model_validate(fleet(changed)))
+    assert all_at_once["multiKueue"] == {
+        "dispatcherName": "kueue.x-k8s.io/multikueue-dispatcher-all-at-once",
+        "workerLostTimeout": "2m",
+    }
+    kueues_default = manager_kueue_settings(Config.model_validate(fleet({"clusters": {"workerLostTimeout": None}})))
+    assert "workerLostTimeout" not in kueues_default["multiKueue"]
 
 
 def test_the_worker_kubeconfig_secret_is_what_multikueue_reads() -> None:
@@ -265,7 +272,7 @@ def test_single_cluster_commands_refuse_a_multi_cluster_config(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     path = write_config(tmp_path, fleet())
-    code, _, err = run(capsys, "plan", str(path))
+    code, _, err = run(capsys, "preflight", str(path))
     assert code == 2
     assert "clusters: this command works on one cluster, and the config names several" in err
     code, _, err = run(capsys, "validate", str(path))

@@ -29,8 +29,8 @@ def load_checked(path: Path, *, several_clusters: bool = False) -> LoadedConfig:
         where = f"{loaded.filename}:{line}" if line is not None else loaded.filename
         raise UsageError(
             f"{where}: clusters: this command works on one cluster, and the config names several",
-            hint="`validate` and `render --output-dir DIR` handle several clusters (docs/multicluster.md); "
-            "apply each cluster's directory to it",
+            hint="`up`, `plan`, `status --config`, `nodes --config`, `validate` and `render` handle several "
+            "clusters (docs/multicluster.md); give this command one cluster's config",
         )
     for finding in loaded.warnings:
         _report_warning(finding, loaded.filename)
@@ -57,11 +57,18 @@ def parse_timeout(text: str) -> float:
     return seconds
 
 
+def no_cluster_option(kubeconfig: Path | None, context: str | None, sim: str | None) -> None:
+    """A config with `clusters:` names every cluster itself, so no option may name one (exit 2)."""
+    if kubeconfig is not None or context is not None or sim is not None:
+        raise UsageError(
+            "the config names every cluster itself (clusters:): leave out --kubeconfig, --context and --sim"
+        )
+
+
 def load_fleet(path: Path, kubeconfig: Path | None, context: str | None, sim: str | None) -> LoadedConfig:
     """A `--config` that names several clusters, for a command that reads each (`status`, `nodes`): the config names
     every cluster itself, so no other option may name one (exit 2)."""
-    if kubeconfig is not None or context is not None or sim is not None:
-        raise UsageError("--config names every cluster itself: leave out --kubeconfig, --context and --sim")
+    no_cluster_option(kubeconfig, context, sim)
     loaded = load_checked(path, several_clusters=True)
     if loaded.config.clusters is None:
         raise UsageError(

@@ -54,7 +54,8 @@ class InstallerCommands(LazyGroup):
         LazyCommand(
             "up",
             "konduktor.cli.up:up",
-            "Install or upgrade Konduktor from a config: the simulated cluster when no kubeconfig is given.",
+            "Install or upgrade Konduktor from a config: the simulated cluster when no kubeconfig is given. A config "
+            "with `clusters:` installs every cluster it names, the workers in dispatch order, then the manager.",
         ),
         LazyCommand(
             "plan",

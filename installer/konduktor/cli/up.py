@@ -17,7 +17,7 @@ import typer
 
 from konduktor.burnin.record import Policy
 from konduktor.burnin.results import BurnInReport, NodeVerdict, Verdict
-from konduktor.cli.arguments import ConfigArgument, load_checked, load_fleet
+from konduktor.cli.arguments import ConfigArgument, load_checked, load_fleet, no_cluster_option
 from konduktor.cli.console import OutputFormat, err, print_document, print_rows, progress, say
 from konduktor.cli.quota_options import AdoptOption, DrainOption, DrainTimeoutOption
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption
@@ -30,7 +30,7 @@ from konduktor.kube.documents import load_documents
 from konduktor.kube.sync import WRITES, Change
 from konduktor.ops.chart import skipped_on_sim
 from konduktor.ops.down import DOWN_TIMEOUT, lost_with_crds, plan_down, take_down
-from konduktor.ops.multicluster import members
+from konduktor.ops.multicluster import Member, members, plan_fleet, run_fleet_up
 from konduktor.ops.plan import UpPlan, plan_up
 from konduktor.ops.status import PlatformStatus, application_state, installed_release, read_fleet_status, read_status
 from konduktor.ops.target import Confirm, Target, resolve_target, running_target
@@ -176,9 +176,12 @@ def up(
     ] = Policy.NEW,
     output: Annotated[OutputFormat, typer.Option("-o", "--output")] = "table",
 ) -> None:
-    """Install or upgrade Konduktor from a config: the simulated cluster when no kubeconfig is given."""
+    """Install or upgrade Konduktor from a config: the simulated cluster when no kubeconfig is given. A config with
+    `clusters:` installs every cluster it names, the workers in dispatch order, then the manager."""
     files = read_values_files(values or [])
-    loaded = load_checked(config)  # nothing runs unless the whole config validates
+    loaded = load_checked(config, several_clusters=True)  # nothing runs unless the whole config validates
+    if loaded.config.clusters is not None:
+        no_cluster_option(kubeconfig, context, sim)
     request = UpRequest(
         loaded,
         kubeconfig,
@@ -191,11 +194,39 @@ def up(
         values_files=tuple(files),
         burnin=burnin,
     )
+    if loaded.config.clusters is not None:
+        with progress("up") as report:
+            fleet = run_fleet_up(
+                request, config.parent, confirm=confirmation(yes), report=report, say=say, progress=progress
+            )
+        _report_fleet(fleet, output)
+        return
     with progress("up") as report:
         result = run_up(request, confirm=confirmation(yes), report=report, say=say, progress=progress)
+    if _report_up(result, output):
+        raise typer.Exit(ExitCode.NEGATIVE)
+
+
+def _report_fleet(fleet: list[tuple[Member, UpReport]], output: OutputFormat) -> None:
+    """Each cluster's report under its name; exit 1 when a burn-in found unfit nodes on any."""
+    if output != "table":
+        documents = [{"name": member.name, "role": member.role, **up_document(r)} for member, r in fleet]
+        print_document({"clusters": documents}, output)
+    unfit = []
+    for member, result in fleet:
+        if output == "table":
+            typer.echo(f"== {member.name} ({member.role}) ==")
+        unfit.append(_report_up(result, output, document=False))
+    if any(unfit):
+        raise typer.Exit(ExitCode.NEGATIVE)
+
+
+def _report_up(result: UpReport, output: OutputFormat, *, document: bool = True) -> bool:
+    """`up`'s report (with `document`, as the output format asks) and its warnings; whether burn-in found nodes
+    that are not fit."""
     if output == "table":
         print_report(result)
-    else:
+    elif document:
         print_document(up_document(result), output)
     if result.violations:
         err.print(
@@ -212,7 +243,8 @@ def up(
             f"details: konduktor-install burnin show {result.burnin.run_id}{where}",
             markup=False,
         )
-        raise typer.Exit(ExitCode.NEGATIVE)
+        return True
+    return False
 
 
 def plan(
@@ -229,8 +261,12 @@ def plan(
 
     The release's objects that `up` would add, remove or change (a server-side dry run of the upgrade with the
     same values, against the deployed release), each change with its diff; then the quota objects."""
-    loaded = load_checked(config)
+    loaded = load_checked(config, several_clusters=True)
     files = read_values_files(values or [])
+    if loaded.config.clusters is not None:
+        no_cluster_option(kubeconfig, context, sim)
+        _plan_fleet(plan_fleet(loaded.config, config.parent, merged(files), Takeover(adopt or ()), say), output)
+        return
     target = resolve_target(kubeconfig, context, sim, read_only=True)
     planned = plan_up(target, loaded.config, merged(files), files, Takeover(adopt or ()), say)
     document = plan_document(planned)
@@ -239,6 +275,18 @@ def plan(
     else:
         print_document(document, output)
     raise typer.Exit(planned.code)
+
+
+def _plan_fleet(planned: list[tuple[Member, UpPlan]], output: OutputFormat) -> None:
+    """Each cluster's plan under its name; the exit code is the most pressing of theirs (3 over 1 over 0)."""
+    if output == "table":
+        for member, one in planned:
+            typer.echo(f"== {member.name} ({member.role}) ==")
+            print_plan(plan_document(one), one)
+    else:
+        documents = [{"name": m.name, "role": m.role, **plan_document(one)} for m, one in planned]
+        print_document({"clusters": documents}, output)
+    raise typer.Exit(max(one.code for _, one in planned))
 
 
 def plan_document(planned: UpPlan) -> dict[str, Any]:

@@ -614,6 +614,11 @@ class Clusters(Model):
     )
     manager: ClusterAccess = Field(default_factory=ClusterAccess, description="The cluster teams submit to")
     workers: list[WorkerCluster] = Field(min_length=1, description="The clusters jobs run on, in dispatch order")
+    worker_lost_timeout: Duration = Field(
+        default="15m",
+        description="How long a job admitted on a worker the manager lost stays there before the manager requeues "
+        "it for another worker (Kueue's multiKueue.workerLostTimeout); null: Kueue's default",
+    )
 
 
 def _default_priorities() -> dict[str, int]:

@@ -90,16 +90,19 @@ def controller_image(core_chart_values: dict[str, Any], app_version: str) -> str
     return f"{image['repository']}:{image.get('tag') or app_version}"
 
 
-def umbrella_values(config: Config, chart_values: dict[str, Any]) -> dict[str, Any]:
+def umbrella_values(
+    config: Config, chart_values: dict[str, Any], kueue_settings: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Values to pass on top of the chart's (and an environment's): Kueue's Configuration with the config's
-    settings, Alertmanager's routes and receivers from its `alerts:` section, and the health controller's
-    settings from its `health:` section. `chart_values` are the chart defaults merged with the environment's
-    values files."""
+    settings (or `kueue_settings`), Alertmanager's routes and receivers from its `alerts:` section, and the health
+    controller's settings from its `health:` section. `chart_values` are the chart defaults merged with the
+    environment's values files."""
     values: dict[str, Any] = {"kube-prometheus-stack": kube_prometheus_stack_values(config)}
     values["konduktor-core"] = core_values(config)
     manager = chart_values.get("kueue", {}).get("managerConfig", {}).get("controllerManagerConfigYaml")
     if manager:
-        configuration = merge_sections(yaml.safe_load(manager), kueue_manager_settings(config))
+        settings = kueue_manager_settings(config) if kueue_settings is None else kueue_settings
+        configuration = merge_sections(yaml.safe_load(manager), settings)
         text = yaml.safe_dump(configuration, sort_keys=False)
         values["kueue"] = {"managerConfig": {"controllerManagerConfigYaml": text}}
     return values

@@ -28,12 +28,15 @@ def skipped_on_sim() -> dict[str, str]:
     }
 
 
-def chart_for(simulated: bool, config: Config, extra: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
+def chart_for(
+    simulated: bool, config: Config, extra: dict[str, Any], kueue_settings: dict[str, Any] | None = None
+) -> tuple[Path, dict[str, Any]]:
     """The chart and the values to install.
 
     On the simulated cluster only Konduktor's own chart (fake nodes run no GPU operator, and Kueue runs beside
-    the control plane); else the umbrella, with the config's Kueue settings merged into Kueue's Configuration.
-    The config's `health:` settings go to konduktor-core's controller settings in both, over the values files.
+    the control plane); else the umbrella, with the config's Kueue settings (or `kueue_settings`, a fleet
+    manager's) merged into Kueue's Configuration. The config's `health:` settings go to konduktor-core's controller
+    settings in both, over the values files.
     """
     if simulated:
         core = CHARTS / "konduktor-core"
@@ -47,7 +50,7 @@ def chart_for(simulated: bool, config: Config, extra: dict[str, Any]) -> tuple[P
             "(or unpack the air-gapped chart bundle there), then re-run",
         )
     effective = merge_values(load_documents(umbrella / "values.yaml")[0], extra)
-    return umbrella, merge_values(extra, umbrella_values(config, effective))
+    return umbrella, merge_values(extra, umbrella_values(config, effective, kueue_settings))
 
 
 def chart_image(chart: Path, chart_values: dict[str, Any]) -> str:

@@ -18,6 +18,7 @@ from konduktor.kube.documents import load_documents
 from konduktor.kube.sync import Change
 from konduktor.ops.chart import chart_for
 from konduktor.ops.target import Target
+from konduktor.ops.up import FleetShare
 from konduktor.ops.values import check_values
 from konduktor.quotas.sync import Takeover, pending_code, plan_quotas
 
@@ -39,23 +40,32 @@ class UpPlan:
 
 
 def plan_up(
-    target: Target, config: Config, extra: dict[str, Any], files: Sequence[ValuesFile], takeover: Takeover, say: Say
+    target: Target,
+    config: Config,
+    extra: dict[str, Any],
+    files: Sequence[ValuesFile],
+    takeover: Takeover,
+    say: Say,
+    share: FleetShare | None = None,
 ) -> UpPlan:
-    """Reads only. A values file the charts' schemas refuse is bad input, found before the cluster is read."""
+    """Reads only. A values file the charts' schemas refuse is bad input, found before the cluster is read. `share`
+    is the cluster's part of a fleet, as `up` gets it."""
+    settings = None if share is None else share.kueue_settings
     if files:
-        checked, checked_values = chart_for(target.simulated, config, extra)
+        checked, checked_values = chart_for(target.simulated, config, extra, settings)
         check_values(checked, RELEASE, NAMESPACE, checked_values, files, target.toolbox())
     quotas: list[Change] = []
     if target.sim is not None and target.kubeconfig is not None and not target.kubeconfig.exists():
         say(f"plan: the simulated cluster {target.sim!r} is not running; up creates it")
-        chart, chart_values = chart_for(target.simulated, config, extra)
+        chart, chart_values = chart_for(target.simulated, config, extra, settings)
         rendered = render_new(chart, RELEASE, NAMESPACE, chart_values, target.toolbox())
     else:
         # A kubeconfig that does not load is bad input (2); then the cluster is read (unreachable: 5) before the
         # chart is looked at, so that an outage is never reported as a local problem.
         with target.connect() as kube:
-            quotas = [c for c in plan_quotas(kube, config, takeover) if c.action != "unchanged"]
-            chart, chart_values = chart_for(target.simulated, config, extra)
+            planned = plan_quotas(kube, config, takeover, None if share is None else share.quotas)
+            quotas = [c for c in planned if c.action != "unchanged"]
+            chart, chart_values = chart_for(target.simulated, config, extra, settings)
             rendered = render_upgrade(
                 target.kubeconfig,
                 chart,

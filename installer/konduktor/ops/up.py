@@ -33,7 +33,8 @@ from konduktor.ops.target import Confirm, Target, resolve_target
 from konduktor.ops.values import check_values
 from konduktor.preflight.inventory import config_inventory
 from konduktor.queueing.cluster import publish_capacity
-from konduktor.quotas.sync import NO_TAKEOVER, Takeover, plan_quotas, sync_quotas, wait_queues_active
+from konduktor.quotas.render import render
+from konduktor.quotas.sync import NO_TAKEOVER, QuotaSet, Takeover, plan_quotas, sync_quotas, wait_queues_active
 from konduktor.sim.cluster import SimCluster
 from konduktor.sim.pools import spec_of
 from konduktor.waiting import wait_until
@@ -48,6 +49,18 @@ def _silent(_message: str) -> None:
 @contextmanager
 def _no_progress(_label: str) -> Iterator[Report]:
     yield _silent
+
+
+@dataclass(frozen=True)
+class FleetShare:
+    """What one cluster of a fleet (a config with `clusters:`) gets beyond a single cluster's `up`: its own quota
+    objects, Kueue's Configuration when it differs from the config's (the manager's dispatcher), and a step just
+    before its quotas are applied (on the manager: its workers' kubeconfig Secrets, which its MultiKueueClusters
+    read)."""
+
+    quotas: QuotaSet
+    kueue_settings: dict[str, Any] | None = None
+    before_quotas: Callable[[Kube], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,7 @@ class UpRequest:
     takeover: Takeover = NO_TAKEOVER
     values_files: tuple[ValuesFile, ...] = ()  # where `values` came from, to name the file of a refused field
     burnin: Policy = Policy.NEW  # which GPU nodes to burn in (at the config's burnin.level)
+    share: FleetShare | None = None  # None: a cluster of its own
 
 
 class StepClock:
@@ -101,10 +115,16 @@ class UpReport:
     image: str = ""  # the konduktor image the release runs
 
 
-def start_simulated(target: Target, config: Config, report: Report) -> None:
-    """The simulated cluster, started or reshaped from the config; a given cluster is used as it is."""
+def start_simulated(
+    target: Target, config: Config, report: Report, kueue_settings: dict[str, Any] | None = None
+) -> None:
+    """The simulated cluster, started or reshaped from the config (and Kueue's settings, when they are not the
+    config's); its pods keep running as long as `sim up --job-seconds` made them. A given cluster is used as it
+    is."""
     if target.sim is not None:
-        SimCluster(target.sim, progress=report).up(spec_of(config, job_seconds=5.0))
+        sim = SimCluster(target.sim, progress=report)
+        running = sim.spec()
+        sim.up(spec_of(config, 5.0 if running is None else running.job_seconds, kueue_settings))
 
 
 def verify(kube: Kube, config: Config, report: Report) -> None:
@@ -155,22 +175,23 @@ def run_up(
     burn-in's waits."""
     loaded = request.config  # nothing below runs unless the whole config validated
     config = loaded.config
+    share = request.share or FleetShare(QuotaSet(render(config)))
     inventory = config_inventory(loaded)  # and its SSH key, if any, is there
     clock = StepClock(report)
     target = resolve_target(request.kubeconfig, request.context, request.sim)
     if request.values_files:  # the charts' schemas accept them, before any cluster is touched
-        checked, checked_values = chart_for(target.simulated, config, request.values)
+        checked, checked_values = chart_for(target.simulated, config, request.values, share.kueue_settings)
         check_values(checked, RELEASE, NAMESPACE, checked_values, request.values_files, target.toolbox(report))
     clock.step("cluster", f"simulated cluster {target.sim}" if target.sim else "given")
-    start_simulated(target, config, report)
+    start_simulated(target, config, report, share.kueue_settings)
     with target.connect() as kube:
         clock.step("preflight", "checking the cluster" + (" and the GPU hosts" if config.preflight.nodes else ""))
         require_preflight(kube, loaded, inventory, request.force, report, say)
-        chart, chart_values = chart_for(target.simulated, config, request.values)
+        chart, chart_values = chart_for(target.simulated, config, request.values, share.kueue_settings)
         image = chart_image(chart, chart_values)
         # The quota plan before anything changes: an object someone else owns, or a removed team with work,
         # stops `up` here, with nothing installed.
-        planned = plan_quotas(kube, config, request.takeover)
+        planned = plan_quotas(kube, config, request.takeover, share.quotas)
         if request.dry_run:
             clock.finish()
             return UpReport(config, target, chart, None, planned, [], clock.steps, image=image)
@@ -182,8 +203,12 @@ def run_up(
         try:
             if target.sim is not None:  # kwok's pods run nothing: the sim runs konduktor-core's Deployments itself
                 SimCluster(target.sim, progress=report).platform.ensure(kube)
+            if share.before_quotas is not None:
+                share.before_quotas(kube)
             clock.step("quotas", "applying")
-            changes = sync_quotas(kube, config, prune=True, dry_run=False, takeover=request.takeover, say=say)
+            changes = sync_quotas(
+                kube, config, prune=True, dry_run=False, takeover=request.takeover, say=say, quotas=share.quotas
+            )
             clock.step("verify", "queues active, health controller available")
             verify(kube, config, report)
             # At once, for the teams' `konduktor why`; konduktor-core's capacity publisher keeps it fresh.

@@ -26,6 +26,7 @@ from typing import Literal
 from konduktor.config.clusters import WorkerQuotas, dispatch_workers, worker_quotas
 from konduktor.config.model import Cluster, Config, WorkerCluster
 from konduktor.quotas.render import (
+    QUOTA_KINDS,
     RBAC_API,
     KubeObject,
     kueue_manager_settings,
@@ -69,6 +70,26 @@ FRAMEWORK_KINDS: dict[str, list[tuple[str, str, tuple[str, ...]]]] = {
 }
 
 Role = Literal["manager", "worker"]
+
+# What `up` syncs (and prunes) on each cluster of a fleet beyond a single cluster's quota kinds. Not the manager's
+# Secrets: the workers' kubeconfigs there are written from live tokens, not rendered.
+_QUEUES_AT = QUOTA_KINDS.index((KUEUE_API, "ClusterQueue"))
+MANAGER_KINDS = (
+    *QUOTA_KINDS[:_QUEUES_AT],
+    (KUEUE_API, "MultiKueueCluster"),
+    (KUEUE_API, "MultiKueueConfig"),
+    (KUEUE_API, "AdmissionCheck"),
+    *QUOTA_KINDS[_QUEUES_AT:],
+)
+WORKER_KINDS = (
+    *QUOTA_KINDS,
+    ("v1", "ServiceAccount"),
+    ("v1", "Secret"),
+    (RBAC_API, "ClusterRole"),
+    (RBAC_API, "ClusterRoleBinding"),
+)
+# Every kind Konduktor creates quota objects of, on any cluster: what `down` removes.
+FLEET_KINDS = (*MANAGER_KINDS, *(kind for kind in WORKER_KINDS if kind not in MANAGER_KINDS))
 
 
 @dataclass(frozen=True)
@@ -184,18 +205,13 @@ def manager_objects(config: Config, quotas: WorkerQuotas | None = None) -> list[
                 },
             }
         )
-    return _in_apply_order(objects, extra)
-
-
-# The MultiKueue kinds go after the namespaces and before the ClusterQueues that name their checks: Kueue marks a
-# ClusterQueue inactive while a check it names is missing (it recovers, but applying in order avoids the dip).
-_MULTIKUEUE_ORDER = ("MultiKueueCluster", "MultiKueueConfig", "AdmissionCheck")
-
-
-def _in_apply_order(objects: list[KubeObject], extra: list[KubeObject]) -> list[KubeObject]:
-    position = next((i for i, obj in enumerate(objects) if obj["kind"] == "ClusterQueue"), len(objects))
-    ordered = sorted(extra, key=lambda obj: (_MULTIKUEUE_ORDER.index(obj["kind"]), obj["metadata"]["name"]))
-    return [*objects[:position], *ordered, *objects[position:]]
+    order = [kind for _, kind in MANAGER_KINDS]
+    # As render orders objects; the MultiKueue kinds go before the ClusterQueues that name their checks (Kueue marks
+    # a ClusterQueue inactive while a check it names is missing; it recovers, but in order there is no dip).
+    return sorted(
+        [*objects, *extra],
+        key=lambda obj: (order.index(obj["kind"]), obj["metadata"].get("namespace", ""), obj["metadata"]["name"]),
+    )
 
 
 def worker_config(config: Config, worker: WorkerCluster, quotas: WorkerQuotas | None = None) -> Config:
@@ -220,6 +236,19 @@ def worker_config(config: Config, worker: WorkerCluster, quotas: WorkerQuotas | 
     }
     return config.model_copy(
         update={"cluster": Cluster(name=worker.name), "gpu_types": gpu_types, "teams": teams, "clusters": None}
+    )
+
+
+def manager_view(config: Config) -> Config:
+    """The config as `up` checks, verifies and simulates the manager: the teams with their whole quotas, but no GPU
+    nodes (jobs run on the workers), so no node checks, no burn-in and no topology there."""
+    return config.model_copy(
+        update={
+            "gpu_types": {},
+            "topology": None,
+            "preflight": config.preflight.model_copy(update={"nodes": None}),
+            "burnin": config.burnin.model_copy(update={"level": "none"}),
+        }
     )
 
 
@@ -305,12 +334,14 @@ def worker_identity(local: Config, namespaces: Sequence[str], frameworks: Sequen
 
 
 def manager_kueue_settings(config: Config) -> KubeObject:
-    """Kueue's Configuration on the manager: the single-cluster settings and the MultiKueue dispatcher. The
-    incremental dispatcher nominates one worker at a time (stepSize 1), so the first worker in order gets the jobs
-    while it admits them."""
+    """Kueue's Configuration on the manager: the single-cluster settings, the MultiKueue dispatcher and how long a
+    lost worker keeps its jobs. The incremental dispatcher nominates one worker at a time (stepSize 1), so the first
+    worker in order gets the jobs while it admits them."""
     assert config.clusters is not None
     settings = kueue_manager_settings(config)
     multikueue: KubeObject = {"dispatcherName": DISPATCHERS[config.clusters.dispatch]}
+    if config.clusters.worker_lost_timeout:
+        multikueue["workerLostTimeout"] = config.clusters.worker_lost_timeout
     if config.clusters.dispatch == "incremental":
         multikueue["incrementalDispatcherConfig"] = {"stepSize": 1}
     settings["multiKueue"] = multikueue

@@ -16,8 +16,9 @@ from konduktor.config.model import Config
 from konduktor.errors import ExitCode, PartialApply, PreflightFailed
 from konduktor.kube.client import Kube
 from konduktor.kube.sync import WRITES, Change, Ref, adoption_of, selector_of, sync
+from konduktor.quotas.multikueue import FLEET_KINDS
 from konduktor.quotas.removal import DrainPolicy, TeamWork, removed_teams, review_removals, team_work
-from konduktor.quotas.render import MANAGED_BY, MANAGED_BY_LABEL, QUOTA_KINDS, owner_labels, render
+from konduktor.quotas.render import MANAGED_BY, MANAGED_BY_LABEL, QUOTA_KINDS, KubeObject, owner_labels, render
 from konduktor.vocabulary import HELM_NAMESPACE, HELM_RELEASE, KUEUE_API
 from konduktor.waiting import wait_until
 
@@ -62,6 +63,15 @@ class Takeover:
 
 
 NO_TAKEOVER = Takeover()
+
+
+@dataclass(frozen=True)
+class QuotaSet:
+    """The quota objects a sync applies on one cluster, in apply order, and the kinds it owns there (what it prunes):
+    a single cluster's `render`, or one cluster's share of a fleet (`quotas.multikueue`)."""
+
+    objects: Sequence[KubeObject]
+    kinds: Sequence[tuple[str, str]] = QUOTA_KINDS
 
 
 def stop_policy(team: str, policy: str | None) -> dict[str, object]:
@@ -141,11 +151,13 @@ def sync_quotas(
     dry_run: bool,
     takeover: Takeover = NO_TAKEOVER,
     say: Say = _quiet,
+    quotas: QuotaSet | None = None,
 ) -> list[Change]:
-    """Sync the config's quota objects; `say` hears each change as it is made. A team that left the config is removed
-    only when it has no work (admitted or pending workloads), or as `takeover.drain_policy` says; its ClusterQueue
-    is confirmed gone."""
+    """Sync the config's quota objects (`quotas`, by default the config rendered for one cluster); `say` hears each
+    change as it is made. A team that left the config is removed only when it has no work (admitted or pending
+    workloads), or as `takeover.drain_policy` says; its ClusterQueue is confirmed gone."""
     require_kueue(kube)
+    wanted = quotas or QuotaSet(render(config))
 
     def review(changes: list[Change]) -> list[Change]:
         return review_removals(changes, removed_team_work(kube, removed_teams(changes)), takeover.drain_policy)
@@ -153,8 +165,8 @@ def sync_quotas(
     def run(dry: bool) -> list[Change]:
         return sync(
             kube,
-            render(config),
-            QUOTA_KINDS,
+            wanted.objects,
+            wanted.kinds,
             owner_labels(config),
             prune=prune,
             dry_run=dry,
@@ -198,10 +210,14 @@ def wait_queues_active(kube: Kube, config: Config, timeout: float = 120) -> None
     )
 
 
-def plan_quotas(kube: Kube, config: Config, takeover: Takeover = NO_TAKEOVER) -> list[Change]:
+def plan_quotas(
+    kube: Kube, config: Config, takeover: Takeover = NO_TAKEOVER, quotas: QuotaSet | None = None
+) -> list[Change]:
     """What syncing the config would change; nothing on a cluster that does not serve Kueue yet (the chart that
     installs it comes first)."""
-    return sync_quotas(kube, config, prune=True, dry_run=True, takeover=takeover) if kueue_served(kube) else []
+    if not kueue_served(kube):
+        return []
+    return sync_quotas(kube, config, prune=True, dry_run=True, takeover=takeover, quotas=quotas)
 
 
 def pending_code(changes: Sequence[Change]) -> int:
@@ -218,11 +234,11 @@ class Removal:
 
 
 def remove_quota_objects(kube: Kube, dry_run: bool = False) -> Removal:
-    """Every quota object Konduktor created, whichever config made it, deleted in reverse apply order (with
-    `dry_run`: those it would delete). Namespaces stay (they hold the teams' work; see `purge_namespaces`), and so do
-    adopted objects."""
+    """Every quota object Konduktor created, whichever config made it (a fleet's MultiKueue objects, worker identity
+    and kubeconfig Secrets too), deleted in reverse apply order (with `dry_run`: those it would delete). Namespaces
+    stay (they hold the teams' work; see `purge_namespaces`), and so do adopted objects."""
     served = kueue_served(kube)
-    kinds = [(api, kind) for api, kind in QUOTA_KINDS if kind != "Namespace" and (api != KUEUE_API or served)]
+    kinds = [(api, kind) for api, kind in FLEET_KINDS if kind != "Namespace" and (api != KUEUE_API or served)]
     changes = sync(kube, [], kinds, KONDUKTOR_OWNED, prune=True, dry_run=dry_run)
     return Removal(
         deleted=tuple(c.ref for c in changes if c.action == "prune"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from konduktor.config.load import LoadedConfig, load_config
 from konduktor.config.model import Config, Toleration
@@ -21,13 +22,14 @@ def spec_of_nodes(nodes: str | None, job_seconds: float) -> SimSpec:
     return SimSpec(pools=parse_nodes_spec(nodes or "4x10:H100"), job_seconds=job_seconds)
 
 
-def spec_of(config: Config, job_seconds: float) -> SimSpec:
-    """The cluster a checked config describes: its GPU types, topology and Kueue settings."""
+def spec_of(config: Config, job_seconds: float, kueue_settings: dict[str, Any] | None = None) -> SimSpec:
+    """The cluster a checked config describes: its GPU types, topology and Kueue settings (or `kueue_settings`,
+    those of a fleet's manager)."""
     return SimSpec(
         pools=node_pools(config),
         levels=topology_levels(config),
         job_seconds=job_seconds,
-        kueue_settings=kueue_manager_settings(config),
+        kueue_settings=kueue_manager_settings(config) if kueue_settings is None else kueue_settings,
     )
 
 
