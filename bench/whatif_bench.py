@@ -11,7 +11,9 @@ import argparse
 import io
 import os
 import random
+import resource
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,58 @@ from konduktor.whatif.trace import TraceJob, write_csv
 EXAMPLE = product_dir("examples") / "config.yaml"
 SHAPES = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 8)]  # (pods, GPUs per pod), drawn with WEIGHTS
 WEIGHTS = [40, 25, 20, 12, 3]
+
+
+class CpuSampler:
+    """CPU seconds of every process of the replay's simulated cluster, by program (kube-apiserver, etcd, kueue, kwok,
+    ...), read from /proc every 2 s while the replay runs: where the time goes. A process's last reading counts."""
+
+    def __init__(self, state: str) -> None:
+        self.marker = state
+        self.seen: dict[int, tuple[str, float]] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        while not self.stop.wait(2):
+            for entry in Path("/proc").iterdir():
+                if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                    continue
+                try:
+                    args = (entry / "cmdline").read_bytes().split(b"\0")
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                if any(self.marker.encode() in arg for arg in args):
+                    program = Path(args[0].decode(errors="replace")).name
+                    if program.startswith("python"):  # the sim's own agents and the platform's processes
+                        named = [Path(a.decode()).name for a in args[1:] if a and not a.startswith(b"-")]
+                        program = named[0] if named else program
+                    self.seen[int(entry.name)] = (program, (int(fields[11]) + int(fields[12])) / tick)
+
+    def __enter__(self) -> CpuSampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def by_program(self) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for program, seconds in self.seen.values():
+            totals[program] = totals.get(program, 0.0) + seconds
+        return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
+def print_cpu(sampler: CpuSampler, submitted: int, wall: float) -> None:
+    """Each program's CPU seconds, in all and per job submitted."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = {**sampler.by_program(), "replay driver (this process)": own.ru_utime + own.ru_stime}
+    print(f"CPU seconds, {sum(cpu.values()):.0f} in all over {wall:.0f} s wall ({submitted} jobs submitted):")
+    for program, seconds in cpu.items():
+        print(f"  {program:<32} {seconds:7.0f} s  {1000 * seconds / max(submitted, 1):6.0f} ms per job")
 
 
 def synthetic(jobs: int, days: float, teams: list[str], gpus: int, load: float, seed: int) -> list[TraceJob]:
@@ -104,7 +158,8 @@ def main() -> None:
 
     started = time.monotonic()
     horizon = args.horizon or args.days * 86400
-    run = run_one(config, trace_path, speedup, horizon, progress=progress, say=steps.append)
+    with CpuSampler(os.environ["KONDUKTOR_STATE"]) as sampler:
+        run = run_one(config, trace_path, speedup, horizon, progress=progress, say=steps.append)
     total = time.monotonic() - started
     result = run.result
     print(
@@ -131,6 +186,7 @@ def main() -> None:
             f"held beyond duration (trace s): p50 {extra[len(extra) // 2]:.0f}, max {extra[-1]:.0f} "
             f"= {extra[len(extra) // 2] / speedup:.2f} s wall at p50; {len(finished)} finished runs"
         )
+    print_cpu(sampler, sum(1 for job in trace if job.submit < horizon), total)
     for team, answer in sorted(result.teams.items()):
         p50 = "-" if answer.wait_p50 is None else f"{answer.wait_p50 / 60:.1f} min"
         print(f"  {team}: {answer.finished}/{answer.jobs} finished, wait p50 {p50}, preemptions {answer.preemptions}")
