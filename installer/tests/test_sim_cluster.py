@@ -178,7 +178,8 @@ def amounts(resources: dict[str, str]) -> dict[str, Fraction]:
 
 def assert_nodes_as_specified(kube: Kube, spec: SimSpec) -> None:
     """Every node has the capacity, allocatable and labels the spec gives it, and an InternalIP (kwok's defaults are
-    1k CPU and 1Ti memory, and no address)."""
+    1k CPU and 1Ti memory, and no address); and takes pods at once: no not-ready taint is left on it, which `up`'s
+    preflight would count as GPUs that cannot be used."""
     wanted = {n["metadata"]["name"]: n for n in [system_node(), *node_manifests(spec.pools, spec.levels)]}
     nodes = {n["metadata"]["name"]: n for n in kube.list("v1", "Node")}
     assert nodes.keys() == wanted.keys()
@@ -189,6 +190,7 @@ def assert_nodes_as_specified(kube: Kube, spec: SimSpec) -> None:
         assert wanted[name]["metadata"]["labels"].items() <= node["metadata"]["labels"].items(), name
         addresses = {a["type"]: a["address"] for a in node["status"]["addresses"]}
         assert addresses == {"InternalIP": status["addresses"][0]["address"], "Hostname": "localhost"}, name
+        assert not [t for t in node["spec"].get("taints", []) if t["key"].startswith("node.kubernetes.io/")], name
 
 
 # Two cluster starts and stops beside the session's cluster, each CLI call bounded at 900 s.

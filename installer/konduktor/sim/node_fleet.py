@@ -13,6 +13,9 @@ from konduktor.tools.gobuild import Progress
 from konduktor.vocabulary import GPU_RESOURCE
 from konduktor.waiting import wait_until
 
+# The taints the node lifecycle controller keeps on a node that is not (yet) Ready or not reachable.
+LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
 
 class NodeFleet:
     """The system node and the spec's GPU nodes, which kwok plays."""
@@ -49,9 +52,11 @@ class NodeFleet:
 
         def ready() -> bool:
             items = kube.list("v1", "Node", label_selector="type=kwok")
-            return wanted <= {n["metadata"]["name"] for n in items if is_true(n, "Ready")}
+            return wanted <= {n["metadata"]["name"] for n in items if is_true(n, "Ready") and not _lifecycle_taints(n)}
 
-        wait_until(f"{len(names)} nodes to be Ready", ready, timeout=timeout, interval=1)
+        # The node lifecycle controller lifts node.kubernetes.io/not-ready a moment after the node turns Ready; until
+        # then nothing schedules there, and `up`'s preflight counts its GPUs as unusable.
+        wait_until(f"{len(names)} nodes to be Ready and schedulable", ready, timeout=timeout, interval=1)
 
     def counts(self, kube: Kube) -> dict[str, int]:
         """Nodes, Ready nodes and allocatable GPUs in the cluster."""
@@ -61,3 +66,7 @@ class NodeFleet:
             "ready_nodes": sum(1 for n in nodes if is_true(n, "Ready")),
             "gpus": sum(int(n.get("status", {}).get("allocatable", {}).get(GPU_RESOURCE, 0)) for n in nodes),
         }
+
+
+def _lifecycle_taints(node: dict[str, Any]) -> list[str]:
+    return [t["key"] for t in node.get("spec", {}).get("taints") or () if t.get("key") in LIFECYCLE_TAINTS]
