@@ -253,3 +253,18 @@ def test_up_and_plan_of_a_fleet_take_no_cluster_option(command: str, capsys: pyt
     # The config names every cluster; an option naming one more is refused before anything is read or started.
     assert main([command, str(EXAMPLE), "--context", "somewhere"]) == 2
     assert "the config names every cluster itself" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("more", "said"),
+    [
+        (["--cluster", "west"], "give the config with --config"),
+        (["--config", str(EXAMPLE), "--cluster", "north"], "--cluster north: no such cluster"),
+        (["--config", str(EXAMPLE), "--sim", "konduktor"], "the config names every cluster itself"),
+    ],
+)
+def test_down_of_a_fleet_names_its_clusters_by_the_config(
+    more: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["down", "--dry-run", *more]) == 2
+    assert said in capsys.readouterr().err

@@ -152,7 +152,7 @@ def test_up_installs_every_cluster_in_order_and_plan_then_finds_nothing_to_do(
     planned = {}
     for name in (SECOND, MANAGER):
         capsys.readouterr()
-        assert main(["down", "--sim", name, "--dry-run"]) == 0
+        assert main(["down", "--config", str(fleet_up.path), "--cluster", name, "--dry-run"]) == 0
         planned[name] = set(capsys.readouterr().out.splitlines())
     assert {
         "delete ServiceAccount kueue-system/konduktor-multikueue",
@@ -404,3 +404,12 @@ def test_a_gpu_fault_on_a_worker_sends_its_job_to_another_worker(
     (bad,) = found[first]["nodes"]
     assert bad["state"] == "quarantined" and bad["reason"].startswith("Xid79")
     assert [n["state"] for n in found[other]["nodes"]] == ["healthy"]
+
+    # `down` of the worker with the bad node alone: Konduktor and the manager's identity leave it, and the job on
+    # the other worker runs on.
+    assert main(["down", "--config", str(fleet_up.path), "--cluster", first, "--yes"]) == 0
+    assert workers[first].get("v1", "ServiceAccount", "konduktor-multikueue", "kueue-system") is None
+    assert admitted_on() == other
+    code, clusters = fleet_read(fleet_up, "status", capsys)
+    assert code == 1
+    assert (clusters[first]["release"]["installed"], clusters[other]["release"]["installed"]) == (False, True)

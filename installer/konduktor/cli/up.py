@@ -489,6 +489,17 @@ def down(
     timeout: Annotated[
         float, typer.Option("--timeout", min=0, help="Seconds to wait for what it deleted to be gone.")
     ] = DOWN_TIMEOUT,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="A config with `clusters:`: every cluster of it (the manager first), each reached as it names it.",
+        ),
+    ] = None,
+    cluster: Annotated[
+        str | None, typer.Option("--cluster", help="With --config: only this cluster (the manager or a worker).")
+    ] = None,
 ) -> None:
     """Remove what `up` made: the release and every quota object Konduktor owns. Namespaces (and what runs in
     them) stay unless --purge.
@@ -496,8 +507,40 @@ def down(
     It waits (--timeout) for what it deleted to be gone, and names what is still there and why: exit 4 then (e.g. a
     ClusterQueue Kueue keeps while Workloads hold quota in it), 0 when all is gone. On a real cluster the
     uninstall deletes Kueue's CRDs and with them every Kueue object: `down` refuses (exit 2, nothing changed)
-    while they hold objects it did not create, unless --delete-crds."""
-    target = running_target(kubeconfig, context, sim)
+    while they hold objects it did not create, unless --delete-crds.
+
+    With --config, a config with `clusters:`: every cluster of it, the manager first, or the one --cluster names (a
+    worker taken down alone leaves the others running; the manager then finds it inactive). A cluster that does not
+    finish stops it there: run it again."""
+    if config is None:
+        if cluster is not None:
+            raise UsageError("--cluster names a cluster of a config with clusters:; give the config with --config")
+        targets = [("", running_target(kubeconfig, context, sim))]
+    else:
+        targets = _fleet_targets(config, kubeconfig, context, sim, cluster)
+    for heading, target in targets:
+        if heading:
+            err.print(f"== {heading} ==", markup=False)
+        _down_one(target, purge=purge, delete_crds=delete_crds, yes=yes, dry_run=dry_run, timeout=timeout)
+
+
+def _fleet_targets(
+    path: Path, kubeconfig: Path | None, context: str | None, sim: str | None, cluster: str | None
+) -> list[tuple[str, Target]]:
+    """The clusters `down --config` takes down: the manager first (it stops dispatching), then each worker; or the
+    one `--cluster` names. A member that names no cluster is the simulated cluster of its name, which must run."""
+    loaded = load_fleet(path, kubeconfig, context, sim)
+    found = members(loaded.config, path.parent, simulated_unless_named=True)
+    chosen = [member for member in found if cluster is None or member.name == cluster]
+    if not chosen:
+        names = ", ".join(member.name for member in found)
+        raise UsageError(f"--cluster {cluster}: no such cluster in {path} (one of {names})")
+    return [
+        (f"{m.name} ({m.role})", m.target if m.target.sim is None else running_target(sim=m.target.sim)) for m in chosen
+    ]
+
+
+def _down_one(target: Target, *, purge: bool, delete_crds: bool, yes: bool, dry_run: bool, timeout: float) -> None:
     with target.connect() as kube:
         lost = lost_with_crds(kube, delete_crds=delete_crds or dry_run)
         if dry_run:

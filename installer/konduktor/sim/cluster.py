@@ -118,7 +118,7 @@ class SimCluster:
     def apply_nodes(self, kube: Kube, spec: SimSpec) -> list[str]:
         return self.nodes.apply(kube, spec)
 
-    def wait_nodes_ready(self, kube: Kube, names: list[str], timeout: float = 120) -> None:
+    def wait_nodes_ready(self, kube: Kube, names: list[str], timeout: float | None = None) -> None:
         self.nodes.wait_ready(kube, names, timeout)
 
     # -- commands ---------------------------------------------------------------------------------------------
