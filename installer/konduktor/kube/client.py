@@ -116,6 +116,8 @@ class Kube:
         # fewer kept, each burst would open and drop connections (and urllib3 warns for each one).
         configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, 64)
         self.server = configuration.host
+        # The PEM file of the CA that signs the server's certificate (the client writes inline data to a file).
+        self.ca_file: str | None = configuration.ssl_ca_cert
         self.kubeconfig = kubeconfig
         self.context = context
         # The context's namespace, where kubectl would act without -n.

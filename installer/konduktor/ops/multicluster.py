@@ -12,8 +12,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from konduktor.burnin.runner import Progress as BurnInProgress
 from konduktor.burnin.runner import Say
 from konduktor.config.clusters import worker_quotas
@@ -23,7 +21,7 @@ from konduktor.helm.values import kueue_frameworks
 from konduktor.kube.client import Kube
 from konduktor.kube.sync import selector_of
 from konduktor.ops.plan import UpPlan, plan_up
-from konduktor.ops.target import KUBECTL_DEFAULT, Confirm, Target, environment_kubeconfigs, resolve_target
+from konduktor.ops.target import Confirm, Target, resolve_target
 from konduktor.ops.up import FleetShare, Report, UpReport, UpRequest, run_up
 from konduktor.quotas.multikueue import (
     MANAGER_KINDS,
@@ -88,25 +86,12 @@ class Endpoint:
     ca_data: str
 
 
-def endpoint_of(kubeconfig: Path, context: str | None = None) -> Endpoint:
-    """The API server and CA of a context of a kubeconfig file (its current one by default); a CA given as a file is
-    read, so that the kubeconfig written from it is self-contained."""
-    document: dict[str, Any] = yaml.safe_load(kubeconfig.read_text(encoding="utf-8")) or {}
-    name = context or document.get("current-context")
-    contexts = {entry["name"]: entry["context"] for entry in document.get("contexts", [])}
-    clusters = {entry["name"]: entry["cluster"] for entry in document.get("clusters", [])}
-    if name not in contexts or contexts[name].get("cluster") not in clusters:
-        raise UsageError(f"{kubeconfig}: no context {name!r} with a cluster")
-    cluster = clusters[contexts[name]["cluster"]]
-    ca_data = cluster.get("certificate-authority-data")
-    if ca_data is None and cluster.get("certificate-authority"):
-        path = Path(cluster["certificate-authority"])
-        if not path.is_absolute():
-            path = kubeconfig.parent / path
-        ca_data = base64.b64encode(path.read_bytes()).decode()
-    if ca_data is None:
-        raise UsageError(f"{kubeconfig}: context {name!r} names no certificate authority for its API server")
-    return Endpoint(server=cluster["server"], ca_data=ca_data)
+def endpoint_of(kube: Kube) -> Endpoint:
+    """The API server and CA of a cluster as this machine's client reaches it, from the kubeconfig the client loaded
+    (its merged files and chosen context), so that the kubeconfig written from it is self-contained."""
+    if kube.ca_file is None:
+        raise UsageError(f"the kubeconfig of {kube.server} names no certificate authority for its API server")
+    return Endpoint(server=kube.server, ca_data=base64.b64encode(Path(kube.ca_file).read_bytes()).decode())
 
 
 def worker_token(worker: Kube, timeout: float = 60) -> str:
@@ -128,21 +113,13 @@ def connect_workers(config: Config, workers: Sequence[Member], manager: Kube) ->
     MultiKueueCluster goes with the manager's quota sync). Safe to re-run (server-side apply)."""
     for worker in workers:
         with worker.target.connect() as kube:
-            endpoint = endpoint_of_target(worker.target)
+            endpoint = endpoint_of(kube)
             text = worker_kubeconfig(endpoint.server, endpoint.ca_data, worker_token(kube), worker.name)
         manager.apply(kubeconfig_secret(config, worker.name, text))
     kept = {kubeconfig_secret_name(worker.name) for worker in workers}
     for secret in manager.list("v1", "Secret", KUEUE_NAMESPACE, label_selector=selector_of(owner_labels(config))):
         if secret["metadata"]["name"] not in kept:
             manager.delete("v1", "Secret", secret["metadata"]["name"], KUEUE_NAMESPACE)
-
-
-def endpoint_of_target(target: Target) -> Endpoint:
-    """The API server and CA of a member as this machine reaches it (the first $KUBECONFIG file, as kubectl reads
-    it, when the target names no file)."""
-    environment = environment_kubeconfigs()
-    path = target.kubeconfig or (environment[0] if environment else KUBECTL_DEFAULT.expanduser())
-    return endpoint_of(path, target.context)
 
 
 @dataclass(frozen=True)

@@ -65,11 +65,6 @@ def simulated_cluster_of(kubeconfig: Path) -> str | None:
     return name if SimCluster(name).kubeconfig == path else None
 
 
-def environment_kubeconfigs() -> list[Path]:
-    """The files $KUBECONFIG names, in its order (kubectl merges them)."""
-    return [Path(p) for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
-
-
 def resolve_target(
     kubeconfig: Path | None = None,
     context: str | None = None,
@@ -85,7 +80,7 @@ def resolve_target(
                 hint="give --sim for a simulated cluster, or --kubeconfig and --context for any other",
             )
         return Target(SimCluster(sim).kubeconfig, sim=sim)
-    environment = environment_kubeconfigs()
+    environment = [Path(p) for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
     if kubeconfig is not None:
         files = [kubeconfig]
     elif environment:
