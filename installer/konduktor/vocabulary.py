@@ -20,6 +20,13 @@ KUEUE_API = "kueue.x-k8s.io/v1beta2"
 KUEUE_NAMESPACE = "kueue-system"
 # On each MultiKueue worker, the service account (in KUEUE_NAMESPACE) the manager's Kueue acts as.
 MULTIKUEUE_SERVICE_ACCOUNT = "konduktor-multikueue"
+# On each worker too, the service account the manager's fleet-events relay reads the health controller's Events as;
+# on the manager, the relay's own service account, and the prefix of the Secrets (in SYSTEM_NAMESPACE) holding its
+# kubeconfig for each worker (`fleet_events_secret`).
+FLEET_EVENTS_SERVICE_ACCOUNT = "konduktor-fleet-events"
+# The key of a worker's kubeconfig in those Secrets on the manager: where Kueue reads it in the Secret a
+# MultiKueueCluster names (MultiKueueConfigSecretKey), and the relay in its own.
+KUBECONFIG_KEY = "kubeconfig"
 
 # Where the platform runs: the Helm release, the operators and the health controller.
 SYSTEM_NAMESPACE = "konduktor-system"
@@ -70,3 +77,8 @@ BURNIN_TIER_ANNOTATION = "konduktor.ai/burnin-tier"
 # level, run, time, and the fingerprint of what the verdict was about: GPU product and count, driver labels).
 # `up` burns in again only nodes without one, or changed since (`burnin.record`); `nodes` shows it.
 BURNIN_RESULT = "konduktor.ai/burnin-result"
+
+
+def fleet_events_secret(worker: str) -> str:
+    """The Secret on a MultiKueue manager (in SYSTEM_NAMESPACE) with the relay's kubeconfig for a worker."""
+    return f"{FLEET_EVENTS_SERVICE_ACCOUNT}-{worker}"

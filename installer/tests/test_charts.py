@@ -193,6 +193,35 @@ def test_both_deployments_run_the_image_by_digest_when_one_is_given() -> None:
     assert pinned == {f"reg.local/k@{digest}"}  # the tag is not used
 
 
+def test_the_fleet_events_relay_runs_only_on_a_manager_and_gets_only_its_secrets() -> None:
+    assert not [o for o in render() if "fleet-events" in o["metadata"]["name"]]  # no workers: a single cluster
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in render(None, "--set", "fleetEvents.workers={west,east}")}
+    [secrets] = objects[("Role", "konduktor-konduktor-core-fleet-events")]["rules"]
+    assert secrets == {
+        "apiGroups": [""],
+        "resources": ["secrets"],
+        "resourceNames": ["konduktor-fleet-events-west", "konduktor-fleet-events-east"],
+        "verbs": ["get"],
+    }
+    cluster_rules = objects[("ClusterRole", "konduktor-konduktor-core-fleet-events")]["rules"]
+    verbs = {verb for rule in cluster_rules for verb in rule["verbs"]}
+    assert verbs == {"list", "get", "create"}
+    assert [rule["resources"] for rule in cluster_rules if "create" in rule["verbs"]] == [["events"]]
+    [container] = objects[("Deployment", "konduktor-konduktor-core-fleet-events")]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert container["command"] == [
+        "konduktor-install",
+        "relay-fleet-events",
+        "--every",
+        "10",
+        "--worker",
+        "west",
+        "--worker",
+        "east",
+    ]
+
+
 def test_readme_is_generated_from_values() -> None:
     result = subprocess.run(
         [str(Toolbox().path("helm-docs")), "--dry-run", "--chart-search-root", str(CORE)],

@@ -60,6 +60,7 @@ RELEASE_NAMESPACE = "konduktor-system"
 SERVICE_ACCOUNT = "konduktor-konduktor-core-health"  # the chart's name for it with release "konduktor"
 NODE = "gpu-h100-0002"
 HEALTH_TAINT = Taint(HEALTH_TAINT_KEY, "NoSchedule", TAINT_VALUE)
+POLICY_PREFIX = "konduktor-konduktor-core-"  # the chart's policy names with release "konduktor"
 
 
 def refusal(attempt: Callable[[], object]) -> ApiError:
@@ -72,8 +73,63 @@ def refusal(attempt: Callable[[], object]) -> ApiError:
 def by_policy(attempt: Callable[[], object], policy: str, says: str) -> None:
     """Refused by the named admission policy (RBAC allowed the request), with its message."""
     problem = refusal(attempt)
-    assert f"ValidatingAdmissionPolicy 'konduktor-konduktor-core-{policy}'" in problem.message, problem.message
+    assert f"ValidatingAdmissionPolicy '{POLICY_PREFIX}{policy}'" in problem.message, problem.message
     assert says in problem.message, problem.message
+
+
+# A Workload of no team's, in the release's namespace, that the workload policy's probe tries to change.
+PROBE_WORKLOAD = {
+    "apiVersion": KUEUE_API,
+    "kind": "Workload",
+    "metadata": {"name": "confinement-probe", "namespace": RELEASE_NAMESPACE},
+    "spec": {
+        "queueName": "none",
+        "podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": [{"name": "x", "image": "x"}]}}}],
+    },
+}
+
+
+def policy_probes(controller: Kube) -> dict[str, Callable[[], object]]:
+    """For each confinement policy, a dry-run request of the controller's that RBAC allows and only it refuses."""
+    dry_run = {"dryRun": "All"}
+
+    def send(method: str, api_version: str, kind: str, namespace: str | None, name: str | None, body: object) -> bytes:
+        path = controller.resource(api_version, kind).path(namespace, name)
+        content_type = MERGE_PATCH if method == "PATCH" else "application/json"
+        return controller.send(method, path, query=dry_run, body=body, content_type=content_type)
+
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "probe"}}
+    pod = {"restartPolicy": "Never", "containers": [{"name": "x", "image": "docker.io/library/busybox:1.37"}]}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "probe"}, "spec": {"template": {"spec": pod}}}
+    probe = PROBE_WORKLOAD["metadata"]["name"]
+    return {
+        "health-node-writes": lambda: send("PATCH", "v1", "Node", None, NODE, {"metadata": {"labels": {"x": "y"}}}),
+        "health-objects": lambda: send("POST", "coordination.k8s.io/v1", "Lease", RELEASE_NAMESPACE, None, lease),
+        "health-jobs": lambda: send("POST", "batch/v1", "Job", BURNIN_NAMESPACE, None, job),
+        "health-workloads": lambda: send(
+            "PATCH", KUEUE_API, "Workload", RELEASE_NAMESPACE, probe, {"spec": {"queueName": "other"}}
+        ),
+    }
+
+
+def await_enforced(sim: Sim, policy: str, probe: Callable[[], object]) -> None:
+    name = POLICY_PREFIX + policy
+    outcome: list[str] = []
+
+    def refused() -> bool:
+        try:
+            probe()
+        except ApiError as problem:
+            outcome[:] = [problem.message]
+            return problem.status == 403 and f"ValidatingAdmissionPolicy '{name}'" in problem.message
+        outcome[:] = ["admitted"]
+        return False
+
+    def not_enforced() -> KonduktorError:
+        found = sim.kube.get("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", name) or {}
+        return KonduktorError(f"{name} not enforced: last try {outcome}; policy status {found.get('status')}")
+
+    wait_until(f"{name} to be enforced", refused, timeout=60, on_timeout=not_enforced)
 
 
 @pytest.fixture(scope="module")
@@ -90,26 +146,14 @@ def controller(sim: Sim, tmp_path_factory: pytest.TempPathFactory) -> Iterator[K
     sim.kube.delete("coordination.k8s.io/v1", "Lease", LEASE_NAME, RELEASE_NAMESPACE)
     path = tmp_path_factory.mktemp("controller") / "kubeconfig.yaml"
     kube = Kube(service_account_kubeconfig(sim.kube, sim.kubeconfig, RELEASE_NAMESPACE, SERVICE_ACCOUNT, path))
-    node_path = kube.resource("v1", "Node").path(None, NODE)
-    label = {"metadata": {"labels": {"konduktor.ai/probe": "x"}}}
-    outcome: list[str] = []
-
-    def label_refused() -> bool:
-        try:
-            kube.send("PATCH", node_path, query={"dryRun": "All"}, body=label, content_type=MERGE_PATCH)
-        except ApiError as problem:
-            outcome[:] = [problem.message]
-            return problem.status == 403
-        outcome[:] = ["admitted"]
-        return False
-
-    def not_enforced() -> KonduktorError:
-        name = "konduktor-konduktor-core-health-node-writes"
-        found = sim.kube.get("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", name) or {}
-        return KonduktorError(f"{name} not enforced: last try {outcome}; policy status {found.get('status')}")
-
-    # The API server's policy informers pick new bindings up asynchronously.
-    wait_until("the controller's node policy to be enforced", label_refused, timeout=60, on_timeout=not_enforced)
+    # The API server's policy informers pick new bindings up asynchronously, each on its own: every policy the tests
+    # try is awaited, through a dry run the policy must refuse.
+    sim.kube.apply(PROBE_WORKLOAD)
+    try:
+        for policy, probe in policy_probes(kube).items():
+            await_enforced(sim, policy, probe)
+    finally:
+        sim.kube.delete(KUEUE_API, "Workload", PROBE_WORKLOAD["metadata"]["name"], RELEASE_NAMESPACE)
     try:
         yield kube
     finally:

@@ -234,6 +234,21 @@ def test_the_dispatch_mode_is_one_of_kueues() -> None:
     assert "clusters.dispatch: must be 'incremental' or 'allAtOnce'" in found
 
 
+@pytest.mark.parametrize("server", ["west.internal:6443", "http://west.internal", "https://west.internal/api", ""])
+def test_a_workers_server_is_an_https_address(server: str) -> None:
+    data = fleet()
+    data["clusters"]["workers"][0]["server"] = server
+    [found] = errors_of(data)
+    assert found.startswith(f"config.yaml:{line_of(data, 'server:')}: clusters.workers[0].server: ")
+
+
+def test_a_workers_server_is_taken_as_written() -> None:
+    data = fleet()
+    data["clusters"]["workers"][1]["server"] = "https://10.0.8.1:6443"
+    workers = parse_config(to_yaml([data]).removeprefix("---\n"), "config.yaml").config.clusters.workers
+    assert [worker.server for worker in workers] == [None, "https://10.0.8.1:6443"]
+
+
 @pytest.mark.parametrize(
     ("config", "more", "said"),
     [

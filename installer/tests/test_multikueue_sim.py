@@ -9,6 +9,8 @@ file order on the same clusters, each one's jobs still running for the next.
 
 from __future__ import annotations
 
+import base64
+import copy
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -23,10 +25,10 @@ from konduktor.cli.team import main as team_main
 from konduktor.config.model import Config
 from konduktor.kube.client import ApiError, Identity, Kube
 from konduktor.kube.conditions import is_true
-from konduktor.quotas.multikueue import manager_kueue_settings
+from konduktor.quotas.multikueue import kubeconfig_secret_name, manager_kueue_settings
 from konduktor.sim.cluster import SimCluster
 from konduktor.sim.workloads import gpu_job, running_on, workload_of
-from konduktor.vocabulary import HEALTH_TAINT_KEY, KUEUE_API
+from konduktor.vocabulary import HEALTH_TAINT_KEY, KUBECONFIG_KEY, KUEUE_API, KUEUE_NAMESPACE
 from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim
@@ -79,7 +81,12 @@ def fleet_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     try:
         assert main(["sim", "up", "--config", str(path), "--job-seconds", "600"]) == 0
         kubes = {name: Kube(sim.kubeconfig) for name, sim in sims.items()}
-        yield Fleet(Config.model_validate(FLEET), kubes[MANAGER], kubes[WORKER], kubes[SECOND], sims, path)
+        # The manager reaches the second worker at another address than this machine's kubeconfig names (as at a
+        # private endpoint): `server:`, here the same API server by its name, which its certificate holds.
+        fleet = copy.deepcopy(FLEET)
+        fleet["clusters"]["workers"][1]["server"] = kubes[SECOND].server.replace("127.0.0.1", "localhost")
+        path.write_text(yaml.safe_dump(fleet))
+        yield Fleet(Config.model_validate(fleet), kubes[MANAGER], kubes[WORKER], kubes[SECOND], sims, path)
         for kube in kubes.values():
             kube.close()
     finally:
@@ -109,6 +116,16 @@ def fleet_read(
     capsys.readouterr()
     code = main([command, "--config", str(fleet_up.path), "-o", "json"])
     return code, {d["cluster"]: d for d in json.loads(capsys.readouterr().out)["clusters"]}
+
+
+def worker_server(manager: Kube, name: str) -> str:
+    """The API server address in the kubeconfig Secret a worker's MultiKueueCluster reads on the manager."""
+    secret = manager.get("v1", "Secret", kubeconfig_secret_name(name), KUEUE_NAMESPACE)
+    assert secret is not None
+    kubeconfig = yaml.safe_load(base64.b64decode(secret["data"][KUBECONFIG_KEY]))
+    [cluster] = kubeconfig["clusters"]
+    server: str = cluster["cluster"]["server"]
+    return server
 
 
 def workload(kube: Kube, job: str) -> dict[str, Any]:
@@ -159,11 +176,20 @@ def test_up_installs_every_cluster_in_order_and_plan_then_finds_nothing_to_do(
         "delete Secret kueue-system/konduktor-multikueue-token",
         "delete ClusterRole konduktor-multikueue-read",
         f"delete RoleBinding {TEAM}/konduktor-multikueue-write",
+        "delete ServiceAccount kueue-system/konduktor-fleet-events",
+        f"delete RoleBinding {TEAM}/konduktor-fleet-events-read",
+        # A worker taken down alone leaves the manager's dispatch first.
+        f"change MultiKueueConfig multikueue-{TEAM}: its workers {WORKER} (on the manager {MANAGER})",
+        f"delete MultiKueueCluster {SECOND} (on the manager {MANAGER})",
+        f"delete Secret kueue-system/multikueue-{SECOND} (on the manager {MANAGER})",
     } <= planned[SECOND]
+    dispatch = fleet_up.manager.get(KUEUE_API, "MultiKueueConfig", f"multikueue-{TEAM}")
+    assert dispatch is not None and dispatch["spec"]["clusters"] == [WORKER, SECOND]  # a dry run changes nothing
     assert {
         f"delete MultiKueueCluster {WORKER}",
         f"delete AdmissionCheck multikueue-{TEAM}",
         f"delete Secret kueue-system/multikueue-{SECOND}",
+        f"delete Secret konduktor-system/konduktor-fleet-events-{SECOND}",
     } <= planned[MANAGER]
 
 
@@ -182,6 +208,11 @@ def test_the_manager_connects_to_the_worker_and_a_job_runs_there(
         lambda: is_true(manager.get(KUEUE_API, "ClusterQueue", TEAM), "Active"),
         timeout=120,
     )
+    # Each worker's kubeconfig on the manager names the address the config gives, or else this machine's.
+    assert fleet_up.config.clusters is not None
+    servers = {name: worker_server(manager, name) for name in (WORKER, SECOND)}
+    assert servers == {WORKER: worker.server, SECOND: fleet_up.config.clusters.workers[1].server}
+    assert servers[SECOND].startswith("https://localhost:")
     manager.create(gpu_job("dispatched", TEAM, gpus=8, pods=1, run_for="3600s"))
 
     # Kueue's webhook hands the manager's Job to MultiKueue: the manager's Job controller leaves it alone.
@@ -218,6 +249,34 @@ def test_the_manager_connects_to_the_worker_and_a_job_runs_there(
             member.list(KUEUE_API, "Workload", TEAM)
         assert refused.value.status == 403
         member.close()
+
+    # The identity the manager's fleet-events relay reads a worker as may read Events in team namespaces, and no
+    # more: not their Secrets or Workloads, nor Events elsewhere.
+    relay = Kube(
+        fleet_up.sims[WORKER].kubeconfig,
+        impersonate=Identity("system:serviceaccount:kueue-system:konduktor-fleet-events", "system:serviceaccounts"),
+    )
+    relay.list("v1", "Event", TEAM)
+    for api_version, kind, namespace in (
+        ("v1", "Secret", TEAM),
+        (KUEUE_API, "Workload", TEAM),
+        ("v1", "Event", "kube-system"),
+        ("v1", "Secret", "kueue-system"),
+    ):
+        with pytest.raises(ApiError) as refused:
+            relay.list(api_version, kind, namespace)
+        assert refused.value.status == 403, (kind, namespace)
+    relay.close()
+    # On the manager the relay gets its own kubeconfig Secrets, not Kueue's.
+    relay = Kube(
+        fleet_up.sims[MANAGER].kubeconfig,
+        impersonate=Identity("system:serviceaccount:konduktor-system:konduktor-fleet-events", "system:serviceaccounts"),
+    )
+    assert relay.get("v1", "Secret", f"konduktor-fleet-events-{WORKER}", "konduktor-system") is not None
+    with pytest.raises(ApiError) as refused:
+        relay.get("v1", "Secret", kubeconfig_secret_name(WORKER), KUEUE_NAMESPACE)
+    assert refused.value.status == 403
+    relay.close()
 
 
 def test_status_reads_every_cluster_of_the_config(fleet_up: Fleet, capsys: pytest.CaptureFixture[str]) -> None:
@@ -398,6 +457,24 @@ def test_a_gpu_fault_on_a_worker_sends_its_job_to_another_worker(
     wait_until(f"the job to be admitted on {other}", lambda: admitted_on() == other, timeout=300)
     assert running_on(workers[first], TEAM, "healed") == {}
 
+    # Its owner, who reads only the manager, is told on the manager's Job what happened on the worker: the relay
+    # copies the worker's health controller Event there.
+    owner = Kube(fleet_up.sims[MANAGER].kubeconfig, impersonate=Identity("alice", TEAM))
+    job_uid = (manager.get("batch/v1", "Job", "healed", TEAM) or {})["metadata"]["uid"]
+
+    def told() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in owner.list("v1", "Event", TEAM, field_selector="involvedObject.name=healed")
+            if e["reason"] == "RequeuedForNodeHealth" and e["involvedObject"].get("uid") == job_uid
+        ]
+
+    wait_until("the owner to be told on the manager's job", lambda: bool(told()), timeout=120)
+    [event] = told()
+    assert event["message"].startswith(f"On worker cluster {first}: GPU node {faulty} was quarantined")
+    assert "Xid 79" in event["message"]
+    owner.close()
+
     # The admin sees across the fleet which node is out of service, on which worker, and why.
     code, found = fleet_read(fleet_up, "nodes", capsys)
     assert code == 0
@@ -410,6 +487,18 @@ def test_a_gpu_fault_on_a_worker_sends_its_job_to_another_worker(
     assert main(["down", "--config", str(fleet_up.path), "--cluster", first, "--yes"]) == 0
     assert workers[first].get("v1", "ServiceAccount", "konduktor-multikueue", "kueue-system") is None
     assert admitted_on() == other
+    # The manager no longer dispatches to it: a new job is offered to the other worker at once, not after a round.
+    dispatch = manager.get(KUEUE_API, "MultiKueueConfig", f"multikueue-{TEAM}")
+    assert dispatch is not None and dispatch["spec"]["clusters"] == [other]
+    assert manager.get(KUEUE_API, "MultiKueueCluster", first) is None
+    manager.create(gpu_job("after-down", TEAM, gpus=8, pods=1, run_for="3600s"))
+
+    def offered() -> list[str]:
+        found = workload_of(manager, TEAM, "after-down")
+        return list((found or {}).get("status", {}).get("nominatedClusterNames", []))
+
+    wait_until(f"the new job to be offered to {other}", lambda: offered() == [other], timeout=120)
+    manager.delete("batch/v1", "Job", "after-down", TEAM, propagation="Background")
     code, clusters = fleet_read(fleet_up, "status", capsys)
     assert code == 1
     assert (clusters[first]["release"]["installed"], clusters[other]["release"]["installed"]) == (False, True)

@@ -18,15 +18,19 @@ from test_multicluster_config import fleet
 
 from konduktor.config import load_config
 from konduktor.config.model import Config
+from konduktor.kube.sync import Ref, plan
 from konduktor.quotas.multikueue import (
     ClusterObjects,
+    fleet_events_kubeconfig_secret,
     kubeconfig_secret,
     manager_kueue_settings,
     render_clusters,
+    worker_config,
     worker_kubeconfig,
+    worker_objects,
     worker_rules,
 )
-from konduktor.quotas.render import render
+from konduktor.quotas.render import owner_labels, render
 
 SIM_FRAMEWORKS = ["batch/job", "pod"]
 
@@ -159,8 +163,8 @@ def test_team_members_get_no_rights_on_the_workers() -> None:
 
 def test_the_manager_identity_on_a_worker_reads_cluster_wide_and_writes_in_team_namespaces_only() -> None:
     west = clusters_of(fleet())["west"].objects
-    [account] = named(west, "ServiceAccount").values()
-    assert (account["metadata"]["namespace"], account["metadata"]["name"]) == ("kueue-system", "konduktor-multikueue")
+    account = named(west, "ServiceAccount")["kueue-system/konduktor-multikueue"]
+    assert account["automountServiceAccountToken"] is False
     token = named(west, "Secret")["kueue-system/konduktor-multikueue-token"]
     assert token["type"] == "kubernetes.io/service-account-token"
     assert token["metadata"]["annotations"] == {"kubernetes.io/service-account.name": "konduktor-multikueue"}
@@ -175,6 +179,56 @@ def test_the_manager_identity_on_a_worker_reads_cluster_wide_and_writes_in_team_
     resources = {resource for rule in every_rule for resource in rule["resources"]}
     assert resources == {"workloads", "workloads/status", "jobs", "jobs/status", "pods", "pods/status"}
     assert not any("*" in rule["verbs"] or "*" in rule["resources"] for rule in every_rule)
+
+
+def test_a_cluster_grown_into_a_fleet_keeps_its_objects_and_up_changes_them_in_place() -> None:
+    # The single cluster `west` becomes the fleet's first worker of that name (docs/multicluster.md, "Adding a
+    # worker"): its objects carry the same owner labels, so `up`'s sync there changes them, refusing none.
+    live = render(Config.model_validate(edited({"cluster": {"name": "west"}})))
+    grown = Config.model_validate(fleet())
+    assert grown.clusters is not None
+    west = grown.clusters.workers[0]
+    desired = worker_objects(grown, west, SIM_FRAMEWORKS)
+    by_ref = {Ref.of(obj): obj for obj in live}
+    owner = owner_labels(worker_config(grown, west))
+    changes = plan([(obj, by_ref.get(Ref.of(obj)), None) for obj in desired], live, prune=True, owner=owner)
+    actions: dict[str, set[str]] = {}
+    for change in changes:
+        actions.setdefault(change.action, set()).add(str(change.ref))
+    assert "refuse" not in actions
+    # The teams' queues shrink to their share of the worker in place; their namespaces and LocalQueues stay as they
+    # are; the team groups' RoleBindings go (members submit to the manager); the manager's identities arrive.
+    assert actions["update"] == {"ClusterQueue team-a", "ClusterQueue team-b"}
+    assert {"Namespace team-a", "LocalQueue team-a/default"} <= actions["unchanged"]
+    assert actions["prune"] == {
+        f"RoleBinding {t}/{t}-{role}" for t in ("team-a", "team-b") for role in ("edit", "kueue-batch-user")
+    }
+    assert {"ServiceAccount kueue-system/konduktor-multikueue", "ClusterRole konduktor-fleet-events-read"} <= actions[
+        "create"
+    ]
+
+
+def test_the_fleet_events_identity_on_a_worker_only_reads_events_in_team_namespaces() -> None:
+    west = clusters_of(fleet())["west"].objects
+    assert set(named(west, "ServiceAccount")) == {
+        "kueue-system/konduktor-multikueue",
+        "kueue-system/konduktor-fleet-events",
+    }
+    token = named(west, "Secret")["kueue-system/konduktor-fleet-events-token"]
+    assert token["metadata"]["annotations"] == {"kubernetes.io/service-account.name": "konduktor-fleet-events"}
+    assert named(west, "ClusterRole")["konduktor-fleet-events-read"]["rules"] == [
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list"]}
+    ]
+    bindings = {
+        key: b for key, b in named(west, "RoleBinding").items() if b["roleRef"]["name"].startswith("konduktor-fleet")
+    }
+    assert set(bindings) == {"team-a/konduktor-fleet-events-read", "team-b/konduktor-fleet-events-read"}
+    assert all(
+        b["subjects"] == [{"kind": "ServiceAccount", "name": "konduktor-fleet-events", "namespace": "kueue-system"}]
+        for b in bindings.values()
+    )
+    # Granted nowhere cluster-wide.
+    assert all(b["subjects"][0]["name"] != "konduktor-fleet-events" for b in named(west, "ClusterRoleBinding").values())
 
 
 def test_worker_rights_follow_the_kueue_integrations() -> None:
@@ -233,6 +287,12 @@ def test_the_worker_kubeconfig_secret_is_what_multikueue_reads() -> None:
     }
     assert kubeconfig["users"][0]["user"] == {"token": "the-token"}
     assert json.loads(text) == kubeconfig
+    relay = fleet_events_kubeconfig_secret(config, "west", text)
+    assert (relay["metadata"]["namespace"], relay["metadata"]["name"]) == (
+        "konduktor-system",
+        "konduktor-fleet-events-west",
+    )
+    assert relay["data"] == secret["data"]
 
 
 def test_a_config_without_clusters_renders_as_before() -> None:

@@ -78,3 +78,26 @@ namespace-qualified one. */}}
 {{- printf "http://%s.%s.svc:%v" .service.name $namespace .service.port }}
 {{- end }}
 {{- end }}
+
+{{/*
+Get on the kinds that own a Kueue Workload (Kueue's integrations the chart's Kueue runs): where the health controller
+reads an owner's opt-out label and tells it of a quarantine, and where the fleet-events relay finds that owner on a
+MultiKueue manager.
+*/}}
+{{- define "konduktor-core.ownerKindRules" -}}
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get]
+- apiGroups: [jobset.x-k8s.io]
+  resources: [jobsets]
+  verbs: [get]
+- apiGroups: [kubeflow.org]
+  resources: [pytorchjobs, tfjobs, mpijobs, xgboostjobs, paddlejobs, jaxjobs]
+  verbs: [get]
+- apiGroups: [trainer.kubeflow.org]
+  resources: [trainjobs]
+  verbs: [get]
+- apiGroups: [leaderworkerset.x-k8s.io]
+  resources: [leaderworkersets]
+  verbs: [get]
+{{- end }}

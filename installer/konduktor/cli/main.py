@@ -80,6 +80,11 @@ class InstallerCommands(LazyGroup):
             "Publish free GPUs per node, quarantines and team quota usage for team members (no job or pod names).",
         ),
         LazyCommand(
+            "relay-fleet-events",
+            "konduktor.cli.fleet_events:relay_fleet_events",
+            "Copy the health controller's Events to job owners from each worker to the manager's jobs.",
+        ),
+        LazyCommand(
             "tools",
             "konduktor.cli.tools:app",
             "Build, lock and list the pinned tools (helm, kubectl, kwok, etcd, Kubernetes, Kueue).",

@@ -21,7 +21,8 @@ from konduktor.cli.arguments import ConfigArgument, load_checked, load_fleet, no
 from konduktor.cli.console import OutputFormat, err, print_document, print_rows, progress, say
 from konduktor.cli.quota_options import AdoptOption, DrainOption, DrainTimeoutOption
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption
-from konduktor.errors import ExitCode, PartialApply, UsageError
+from konduktor.config.model import Config
+from konduktor.errors import ExitCode, KonduktorError, PartialApply, UsageError
 from konduktor.health.breaker import BreakerView, ControllerView
 from konduktor.health.health_view import ProductCapacity, capacity
 from konduktor.helm.release import NAMESPACE, RELEASE, Release
@@ -30,7 +31,7 @@ from konduktor.kube.documents import load_documents
 from konduktor.kube.sync import WRITES, Change
 from konduktor.ops.chart import skipped_on_sim
 from konduktor.ops.down import DOWN_TIMEOUT, lost_with_crds, plan_down, take_down
-from konduktor.ops.multicluster import Member, members, plan_fleet, run_fleet_up
+from konduktor.ops.multicluster import Member, members, plan_fleet, run_fleet_up, running, stop_dispatching_to
 from konduktor.ops.plan import UpPlan, plan_up
 from konduktor.ops.status import PlatformStatus, application_state, installed_release, read_fleet_status, read_status
 from konduktor.ops.target import Confirm, Target, resolve_target, running_target
@@ -509,35 +510,50 @@ def down(
     uninstall deletes Kueue's CRDs and with them every Kueue object: `down` refuses (exit 2, nothing changed)
     while they hold objects it did not create, unless --delete-crds.
 
-    With --config, a config with `clusters:`: every cluster of it, the manager first, or the one --cluster names (a
-    worker taken down alone leaves the others running; the manager then finds it inactive). A cluster that does not
-    finish stops it there: run it again."""
+    With --config, a config with `clusters:`: every cluster of it, the manager first, or the one --cluster names. A
+    worker taken down alone leaves the others running: the manager first stops dispatching to it (its
+    MultiKueueConfigs drop it, its MultiKueueCluster and kubeconfig Secrets go) until the next `up`. A cluster that
+    does not finish stops it there: run it again."""
     if config is None:
         if cluster is not None:
             raise UsageError("--cluster names a cluster of a config with clusters:; give the config with --config")
         targets = [("", running_target(kubeconfig, context, sim))]
     else:
-        targets = _fleet_targets(config, kubeconfig, context, sim, cluster)
+        fleet = load_fleet(config, kubeconfig, context, sim).config
+        found = members(fleet, config.parent, simulated_unless_named=True)
+        targets = _fleet_targets(found, config, cluster)
+        manager = found[0]
+        if cluster is not None and cluster != manager.name:
+            _detach_worker(fleet, manager, cluster, dry_run=dry_run)
     for heading, target in targets:
         if heading:
             err.print(f"== {heading} ==", markup=False)
         _down_one(target, purge=purge, delete_crds=delete_crds, yes=yes, dry_run=dry_run, timeout=timeout)
 
 
-def _fleet_targets(
-    path: Path, kubeconfig: Path | None, context: str | None, sim: str | None, cluster: str | None
-) -> list[tuple[str, Target]]:
+def _fleet_targets(found: list[Member], path: Path, cluster: str | None) -> list[tuple[str, Target]]:
     """The clusters `down --config` takes down: the manager first (it stops dispatching), then each worker; or the
     one `--cluster` names. A member that names no cluster is the simulated cluster of its name, which must run."""
-    loaded = load_fleet(path, kubeconfig, context, sim)
-    found = members(loaded.config, path.parent, simulated_unless_named=True)
     chosen = [member for member in found if cluster is None or member.name == cluster]
     if not chosen:
         names = ", ".join(member.name for member in found)
         raise UsageError(f"--cluster {cluster}: no such cluster in {path} (one of {names})")
-    return [
-        (f"{m.name} ({m.role})", m.target if m.target.sim is None else running_target(sim=m.target.sim)) for m in chosen
-    ]
+    return [(f"{m.name} ({m.role})", running(m)) for m in chosen]
+
+
+def _detach_worker(fleet: Config, manager: Member, cluster: str, *, dry_run: bool) -> None:
+    """Before a worker of the config goes down alone: the manager stops dispatching to it. A manager that cannot be
+    reached is named, and the worker still goes down (Kueue finds it lost)."""
+    try:
+        changes = stop_dispatching_to(fleet, manager, cluster, dry_run=dry_run)
+    except KonduktorError as problem:
+        err.print(f"warning: the manager was not told to stop dispatching to {cluster}: {problem}", markup=False)
+        return
+    for change in changes:
+        if dry_run:
+            typer.echo(f"{change} (on the manager {manager.name})")
+        else:
+            err.print(f"down: on the manager {manager.name}: {change}", markup=False)
 
 
 def _down_one(target: Target, *, purge: bool, delete_crds: bool, yes: bool, dry_run: bool, timeout: float) -> None:

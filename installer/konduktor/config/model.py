@@ -11,6 +11,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -240,6 +241,20 @@ def _distinct(hosts: list[str] | None) -> list[str] | None:
 
 
 Text = Annotated[str, AfterValidator(_not_empty)]
+
+
+def _api_server_address(text: str) -> str:
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme != "https" or not parts.hostname or parts.path not in ("", "/") or parts.query:
+        raise ValueError(f"{text!r} is not an API server address: expected https://host or https://host:port")
+    return text
+
+
+ApiServerAddress = Annotated[str, AfterValidator(_api_server_address)]
 
 _HOSTNAME = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$"
@@ -600,6 +615,12 @@ class WorkerCluster(ClusterAccess):
     name: str = Field(description="Worker name: its MultiKueueCluster, and its root cohort there")
     gpu_types: dict[str, NodeCount] = Field(
         min_length=1, description="GPU type (defined under gpuTypes) -> its nodes in this cluster"
+    )
+    server: ApiServerAddress | None = Field(
+        default=None,
+        description="The API server address the manager's Kueue reaches this worker at (https://host:port), when "
+        "it is not the one this machine's kubeconfig names (a private endpoint); its certificate must name that "
+        "host; default: the kubeconfig's",
     )
 
 

@@ -69,8 +69,9 @@ def _without_unset(settings: dict[str, Any]) -> dict[str, Any]:
 def core_values(config: Config) -> dict[str, Any]:
     """konduktor-core's values the config implies: the priority classes its admission policy admits (the config's
     WorkloadPriorityClasses, which the quotas render), the controller settings of its `health:` section with
-    its GPU types (a node of a type with fewer GPUs than `gpusPerNode` has lost one), and the image of its
-    `image:` section (what it sets)."""
+    its GPU types (a node of a type with fewer GPUs than `gpusPerNode` has lost one), the image of its
+    `image:` section (what it sets), and on a fleet's manager (a config with `clusters:`) the workers whose Events
+    to job owners the relay copies there."""
     settings = controller_settings(config.health)
     settings["gpu_types"] = {
         name: {"product": gpu.product, "gpus_per_node": gpu.gpus_per_node} for name, gpu in config.gpu_types.items()
@@ -78,7 +79,10 @@ def core_values(config: Config) -> dict[str, Any]:
     controller: dict[str, Any] = {"settings": settings}
     if image := config.image.chart_values():
         controller["image"] = image
-    return {"policies": {"priorityClasses": list(config.priorities)}, "controller": controller}
+    values = {"policies": {"priorityClasses": list(config.priorities)}, "controller": controller}
+    if config.clusters is not None:
+        values["fleetEvents"] = {"workers": [worker.name for worker in config.clusters.workers]}
+    return values
 
 
 def controller_image(core_chart_values: dict[str, Any], app_version: str) -> str:

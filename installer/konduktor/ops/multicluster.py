@@ -19,15 +19,17 @@ from konduktor.config.model import ClusterAccess, Config
 from konduktor.errors import UsageError
 from konduktor.helm.values import kueue_frameworks
 from konduktor.kube.client import Kube
-from konduktor.kube.sync import selector_of
+from konduktor.kube.sync import adoption_of, owner_of, selector_of
 from konduktor.ops.plan import UpPlan, plan_up
-from konduktor.ops.target import Confirm, Target, resolve_target
+from konduktor.ops.target import Confirm, Target, resolve_target, running_target
 from konduktor.ops.up import FleetShare, Report, UpReport, UpRequest, run_up
 from konduktor.quotas.multikueue import (
+    EVENTS_TOKEN_SECRET,
     MANAGER_KINDS,
     TOKEN_SECRET,
     WORKER_KINDS,
     Role,
+    fleet_events_kubeconfig_secret,
     kubeconfig_secret,
     kubeconfig_secret_name,
     manager_kueue_settings,
@@ -42,7 +44,13 @@ from konduktor.quotas.sync import QuotaSet, Takeover
 from konduktor.sim.cluster import Progress, SimCluster
 from konduktor.sim.kueue import FRAMEWORKS
 from konduktor.sim.pools import spec_of
-from konduktor.vocabulary import KUEUE_NAMESPACE
+from konduktor.vocabulary import (
+    FLEET_EVENTS_SERVICE_ACCOUNT,
+    KUEUE_API,
+    KUEUE_NAMESPACE,
+    SYSTEM_NAMESPACE,
+    fleet_events_secret,
+)
 from konduktor.waiting import wait_until
 
 
@@ -94,32 +102,97 @@ def endpoint_of(kube: Kube) -> Endpoint:
     return Endpoint(server=kube.server, ca_data=base64.b64encode(Path(kube.ca_file).read_bytes()).decode())
 
 
-def worker_token(worker: Kube, timeout: float = 60) -> str:
-    """The token the worker's token controller put in the manager identity's Secret (applied with the worker's
-    objects), once it is there."""
+def worker_token(worker: Kube, secret_name: str = TOKEN_SECRET, timeout: float = 60) -> str:
+    """The token the worker's token controller put in an identity's Secret (applied with the worker's objects), once
+    it is there."""
 
     def token() -> str | None:
-        secret = worker.get("v1", "Secret", TOKEN_SECRET, KUEUE_NAMESPACE) or {}
+        secret = worker.get("v1", "Secret", secret_name, KUEUE_NAMESPACE) or {}
         encoded = secret.get("data", {}).get("token")
         return base64.b64decode(encoded).decode() if encoded else None
 
-    wait_until(f"the token of {TOKEN_SECRET} on the worker", lambda: token() is not None, timeout=timeout)
+    wait_until(f"the token of {secret_name} on the worker", lambda: token() is not None, timeout=timeout)
     return token() or ""
 
 
 def connect_workers(config: Config, workers: Sequence[Member], manager: Kube) -> None:
-    """The Secret on the manager that each worker's MultiKueueCluster reads: a kubeconfig with the worker's endpoint
-    and the token of the manager's identity there; and none of a worker the config no longer lists (its
-    MultiKueueCluster goes with the manager's quota sync). Safe to re-run (server-side apply)."""
+    """The Secrets on the manager with a kubeconfig for each worker, its endpoint and the token of an identity
+    there: the one each worker's MultiKueueCluster reads (Kueue's identity), and the fleet-events relay's; and none
+    of a worker the config no longer lists (its MultiKueueCluster goes with the manager's quota sync). Safe to
+    re-run (server-side apply)."""
+    assert config.clusters is not None
+    servers = {worker.name: worker.server for worker in config.clusters.workers}
+    # The relay comes with the platform's chart, and its namespace: `up` installs it first; `sim up --config` not.
+    relays = manager.get("v1", "Namespace", SYSTEM_NAMESPACE) is not None
     for worker in workers:
         with worker.target.connect() as kube:
             endpoint = endpoint_of(kube)
-            text = worker_kubeconfig(endpoint.server, endpoint.ca_data, worker_token(kube), worker.name)
-        manager.apply(kubeconfig_secret(config, worker.name, text))
-    kept = {kubeconfig_secret_name(worker.name) for worker in workers}
-    for secret in manager.list("v1", "Secret", KUEUE_NAMESPACE, label_selector=selector_of(owner_labels(config))):
-        if secret["metadata"]["name"] not in kept:
-            manager.delete("v1", "Secret", secret["metadata"]["name"], KUEUE_NAMESPACE)
+            server = servers.get(worker.name) or endpoint.server
+            kueue = worker_kubeconfig(server, endpoint.ca_data, worker_token(kube), worker.name)
+            relay = worker_kubeconfig(
+                server,
+                endpoint.ca_data,
+                worker_token(kube, EVENTS_TOKEN_SECRET),
+                worker.name,
+                FLEET_EVENTS_SERVICE_ACCOUNT,
+            )
+        manager.apply(kubeconfig_secret(config, worker.name, kueue))
+        if relays:
+            manager.apply(fleet_events_kubeconfig_secret(config, worker.name, relay))
+    kept = {KUEUE_NAMESPACE: {kubeconfig_secret_name(worker.name) for worker in workers}}
+    if relays:
+        kept[SYSTEM_NAMESPACE] = {fleet_events_secret(worker.name) for worker in workers}
+    for namespace, names in kept.items():
+        for secret in manager.list("v1", "Secret", namespace, label_selector=selector_of(owner_labels(config))):
+            if secret["metadata"]["name"] not in names:
+                manager.delete("v1", "Secret", secret["metadata"]["name"], namespace)
+
+
+def detach_worker(manager: Kube, config: Config, worker: str, *, dry_run: bool = False) -> list[str]:
+    """Tells the manager to stop dispatching to `worker`, before `down` takes the worker down: the worker leaves
+    each of the config's MultiKueueConfigs that lists it (one that lists only it is left: Kueue refuses an empty
+    list), and its MultiKueueCluster and the manager's kubeconfig Secrets for it are deleted. Only objects this
+    config made are touched. Returns what it changed (with `dry_run`, would change). The next `up` puts them back
+    while the config still lists the worker."""
+    owner = owner_labels(config)
+    done = []
+    for listed in manager.list(KUEUE_API, "MultiKueueConfig", label_selector=selector_of(owner)):
+        name, clusters = listed["metadata"]["name"], listed["spec"].get("clusters", [])
+        if worker not in clusters:
+            continue
+        kept = [cluster for cluster in clusters if cluster != worker]
+        if not kept:
+            done.append(f"keep MultiKueueConfig {name}: {worker} is its only worker")
+            continue
+        if not dry_run:
+            meta = {"name": name, "labels": listed["metadata"].get("labels", {})}
+            manager.apply(
+                {"apiVersion": KUEUE_API, "kind": "MultiKueueConfig", "metadata": meta, "spec": {"clusters": kept}}
+            )
+        done.append(f"change MultiKueueConfig {name}: its workers {', '.join(kept)}")
+    for api_version, kind, name, namespace in (
+        (KUEUE_API, "MultiKueueCluster", worker, None),
+        ("v1", "Secret", kubeconfig_secret_name(worker), KUEUE_NAMESPACE),
+        ("v1", "Secret", fleet_events_secret(worker), SYSTEM_NAMESPACE),
+    ):
+        found = manager.get(api_version, kind, name, namespace)
+        if found is None or owner_of(found, owner) is not None or adoption_of(found) is not None:
+            continue  # not there, or not made by this config: never deleted
+        if not dry_run:
+            manager.delete(api_version, kind, name, namespace)
+        done.append(f"delete {kind} {namespace + '/' if namespace else ''}{name}")
+    return done
+
+
+def running(member: Member) -> Target:
+    """How to reach a member that must already run: a simulated one is refused when it is not running."""
+    return member.target if member.target.sim is None else running_target(sim=member.target.sim)
+
+
+def stop_dispatching_to(config: Config, manager: Member, worker: str, *, dry_run: bool) -> list[str]:
+    """`detach_worker` on the config's manager, reached as the config names it."""
+    with running(manager).connect() as kube:
+        return detach_worker(kube, config, worker, dry_run=dry_run)
 
 
 @dataclass(frozen=True)

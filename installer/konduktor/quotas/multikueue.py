@@ -33,11 +33,18 @@ from konduktor.quotas.render import (
     owner_labels,
     render,
 )
-from konduktor.vocabulary import KUEUE_API, KUEUE_NAMESPACE, MULTIKUEUE_SERVICE_ACCOUNT, TEAM_LABEL
+from konduktor.vocabulary import (
+    FLEET_EVENTS_SERVICE_ACCOUNT,
+    KUBECONFIG_KEY,
+    KUEUE_API,
+    KUEUE_NAMESPACE,
+    MULTIKUEUE_SERVICE_ACCOUNT,
+    SYSTEM_NAMESPACE,
+    TEAM_LABEL,
+    fleet_events_secret,
+)
 
 MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
-# Kueue reads a worker's kubeconfig from this key of the Secret a MultiKueueCluster names (MultiKueueConfigSecretKey).
-KUBECONFIG_KEY = "kubeconfig"
 DISPATCHERS = {
     "incremental": "kueue.x-k8s.io/multikueue-dispatcher-incremental",
     "allAtOnce": "kueue.x-k8s.io/multikueue-dispatcher-all-at-once",
@@ -45,6 +52,8 @@ DISPATCHERS = {
 READ_ROLE = f"{MULTIKUEUE_SERVICE_ACCOUNT}-read"
 WRITE_ROLE = f"{MULTIKUEUE_SERVICE_ACCOUNT}-write"
 TOKEN_SECRET = f"{MULTIKUEUE_SERVICE_ACCOUNT}-token"
+EVENTS_ROLE = f"{FLEET_EVENTS_SERVICE_ACCOUNT}-read"
+EVENTS_TOKEN_SECRET = f"{FLEET_EVENTS_SERVICE_ACCOUNT}-token"
 
 # Kueue integration (its Configuration's integrations.frameworks) -> the kinds MultiKueue creates on a worker for
 # it: (API group, resource, write verbs beyond create and delete). From Kueue v0.19.2's MultiKueue adapters and its
@@ -281,56 +290,82 @@ def worker_rules(frameworks: Iterable[str]) -> tuple[list[KubeObject], list[Kube
 
 
 def worker_identity(local: Config, namespaces: Sequence[str], frameworks: Sequence[str]) -> list[KubeObject]:
-    """The ServiceAccount the manager's Kueue acts as on this worker, its long-lived token, and its rights."""
+    """The ServiceAccount the manager's Kueue acts as on this worker, its long-lived token, and its rights; and the
+    one the manager's fleet-events relay reads the health controller's Events as: Events in the team namespaces,
+    read only."""
     labels = owner_labels(local)
-
-    def metadata(name: str, namespace: str | None = None) -> KubeObject:
-        meta: KubeObject = {"name": name}
-        if namespace is not None:
-            meta["namespace"] = namespace
-        meta["labels"] = dict(labels)
-        return meta
-
     read, write = worker_rules(frameworks)
-    subject = {"kind": "ServiceAccount", "name": MULTIKUEUE_SERVICE_ACCOUNT, "namespace": KUEUE_NAMESPACE}
-    token_metadata = metadata(TOKEN_SECRET, KUEUE_NAMESPACE)
-    # The token controller fills the Secret with a token of the named service account, its CA and namespace.
-    token_metadata["annotations"] = {"kubernetes.io/service-account.name": MULTIKUEUE_SERVICE_ACCOUNT}
-    token: KubeObject = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "kubernetes.io/service-account-token",
-        "metadata": token_metadata,
-    }
-    objects: list[KubeObject] = [
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": metadata(MULTIKUEUE_SERVICE_ACCOUNT, KUEUE_NAMESPACE),
-            "automountServiceAccountToken": False,
-        },
-        token,
-        {"apiVersion": RBAC_API, "kind": "ClusterRole", "metadata": metadata(READ_ROLE), "rules": read},
-        {"apiVersion": RBAC_API, "kind": "ClusterRole", "metadata": metadata(WRITE_ROLE), "rules": write},
+    return [
+        *service_account(labels, MULTIKUEUE_SERVICE_ACCOUNT, TOKEN_SECRET),
+        _cluster_role(labels, READ_ROLE, read),
+        _cluster_role(labels, WRITE_ROLE, write),
         {
             "apiVersion": RBAC_API,
             "kind": "ClusterRoleBinding",
-            "metadata": metadata(READ_ROLE),
-            "subjects": [dict(subject)],
-            "roleRef": {"kind": "ClusterRole", "name": READ_ROLE, "apiGroup": "rbac.authorization.k8s.io"},
+            "metadata": _metadata(labels, READ_ROLE),
+            "subjects": [_subject(MULTIKUEUE_SERVICE_ACCOUNT)],
+            "roleRef": _cluster_role_ref(READ_ROLE),
+        },
+        *_bindings_in(labels, WRITE_ROLE, MULTIKUEUE_SERVICE_ACCOUNT, namespaces),
+        *service_account(labels, FLEET_EVENTS_SERVICE_ACCOUNT, EVENTS_TOKEN_SECRET),
+        _cluster_role(labels, EVENTS_ROLE, [{"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list"]}]),
+        *_bindings_in(labels, EVENTS_ROLE, FLEET_EVENTS_SERVICE_ACCOUNT, namespaces),
+    ]
+
+
+def service_account(labels: dict[str, str], name: str, token_secret: str) -> list[KubeObject]:
+    """A ServiceAccount in Kueue's namespace with a long-lived token Secret, which the token controller fills with
+    the account's token, its CA and namespace (`up` copies them into a kubeconfig on the manager)."""
+    token_metadata = _metadata(labels, token_secret, KUEUE_NAMESPACE)
+    token_metadata["annotations"] = {"kubernetes.io/service-account.name": name}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _metadata(labels, name, KUEUE_NAMESPACE),
+            "automountServiceAccountToken": False,
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/service-account-token",
+            "metadata": token_metadata,
         },
     ]
-    objects.extend(
+
+
+def _metadata(labels: dict[str, str], name: str, namespace: str | None = None) -> KubeObject:
+    meta: KubeObject = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["labels"] = dict(labels)
+    return meta
+
+
+def _subject(account: str) -> KubeObject:
+    return {"kind": "ServiceAccount", "name": account, "namespace": KUEUE_NAMESPACE}
+
+
+def _cluster_role_ref(role: str) -> KubeObject:
+    return {"kind": "ClusterRole", "name": role, "apiGroup": "rbac.authorization.k8s.io"}
+
+
+def _cluster_role(labels: dict[str, str], name: str, rules: list[KubeObject]) -> KubeObject:
+    return {"apiVersion": RBAC_API, "kind": "ClusterRole", "metadata": _metadata(labels, name), "rules": rules}
+
+
+def _bindings_in(labels: dict[str, str], role: str, account: str, namespaces: Sequence[str]) -> list[KubeObject]:
+    """`role` (a ClusterRole) for `account`, granted in each of `namespaces` only."""
+    return [
         {
             "apiVersion": RBAC_API,
             "kind": "RoleBinding",
-            "metadata": metadata(WRITE_ROLE, namespace),
-            "subjects": [dict(subject)],
-            "roleRef": {"kind": "ClusterRole", "name": WRITE_ROLE, "apiGroup": "rbac.authorization.k8s.io"},
+            "metadata": _metadata(labels, role, namespace),
+            "subjects": [_subject(account)],
+            "roleRef": _cluster_role_ref(role),
         }
         for namespace in sorted(namespaces)
-    )
-    return objects
+    ]
 
 
 def manager_kueue_settings(config: Config) -> KubeObject:
@@ -348,15 +383,18 @@ def manager_kueue_settings(config: Config) -> KubeObject:
     return settings
 
 
-def worker_kubeconfig(server: str, ca_data: str, token: str, name: str) -> str:
-    """A self-contained kubeconfig for the manager's Kueue: the worker's API server, its CA (base64, as a token
-    Secret's `ca.crt` holds it) and the service account token (plain text). JSON, which is YAML."""
+def worker_kubeconfig(
+    server: str, ca_data: str, token: str, name: str, account: str = MULTIKUEUE_SERVICE_ACCOUNT
+) -> str:
+    """A self-contained kubeconfig for the manager's Kueue (or the fleet-events relay, `account`): the worker's API
+    server, its CA (base64, as a token Secret's `ca.crt` holds it) and the service account token (plain text). JSON,
+    which is YAML."""
     document = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": name, "cluster": {"server": server, "certificate-authority-data": ca_data}}],
-        "users": [{"name": MULTIKUEUE_SERVICE_ACCOUNT, "user": {"token": token}}],
-        "contexts": [{"name": name, "context": {"cluster": name, "user": MULTIKUEUE_SERVICE_ACCOUNT}}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": account}}],
         "current-context": name,
     }
     return json.dumps(document, indent=2) + "\n"
@@ -365,14 +403,20 @@ def worker_kubeconfig(server: str, ca_data: str, token: str, name: str) -> str:
 def kubeconfig_secret(config: Config, worker_name: str, kubeconfig: str) -> KubeObject:
     """The Secret on the manager that a worker's MultiKueueCluster names, in Kueue's namespace (read by Kueue's
     service account; no team member holds rights there)."""
+    return _kubeconfig_in(config, kubeconfig_secret_name(worker_name), KUEUE_NAMESPACE, kubeconfig)
+
+
+def fleet_events_kubeconfig_secret(config: Config, worker_name: str, kubeconfig: str) -> KubeObject:
+    """The Secret on the manager with the fleet-events relay's kubeconfig for a worker, in the platform's namespace
+    (read only by the relay's service account, which may get these Secrets by name and no other)."""
+    return _kubeconfig_in(config, fleet_events_secret(worker_name), SYSTEM_NAMESPACE, kubeconfig)
+
+
+def _kubeconfig_in(config: Config, name: str, namespace: str, kubeconfig: str) -> KubeObject:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
-        "metadata": {
-            "name": kubeconfig_secret_name(worker_name),
-            "namespace": KUEUE_NAMESPACE,
-            "labels": owner_labels(config),
-        },
+        "metadata": {"name": name, "namespace": namespace, "labels": owner_labels(config)},
         "data": {KUBECONFIG_KEY: base64.b64encode(kubeconfig.encode()).decode()},
     }
