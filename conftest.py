@@ -6,13 +6,16 @@ A fixture imported by two conftest files is two fixtures: a whole-suite run woul
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
 
 # Set before any test imports code that reads it: clusters started by tests never touch the user's own, and each
-# test process (pytest-xdist's workers inherit the controller's environment) has clusters of its own.
+# test process (pytest-xdist's workers inherit the controller's environment) has clusters of its own. Removed when
+# the process ends, after the session's cluster is down.
 os.environ["KONDUKTOR_STATE"] = tempfile.mkdtemp(
     prefix=f"konduktor-test-state-{os.environ.get('PYTEST_XDIST_WORKER', '')}"
 )
@@ -21,6 +24,8 @@ from admission import enforcing
 from loki_api import loki, loki_server
 from prometheus_tsdb import prometheus
 from sim_fixture import EXAMPLE, Sim, platform_stopped, sim
+
+atexit.register(shutil.rmtree, os.environ["KONDUKTOR_STATE"], ignore_errors=True)
 
 # Test modules import only EXAMPLE and Sim from `conftest`.
 __all__ = ["EXAMPLE", "Sim", "enforcing", "loki", "loki_server", "platform_stopped", "prometheus", "sim"]

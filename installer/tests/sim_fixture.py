@@ -8,8 +8,6 @@ every test that needs it fails with the reason.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -112,7 +110,6 @@ def release_nodes(kube: Kube, names: Sequence[str]) -> None:
 
 @pytest.fixture(scope="session")
 def sim() -> Iterator[Sim]:
-    os.environ.setdefault("KONDUKTOR_STATE", tempfile.mkdtemp(prefix="konduktor-test-state-"))
     cluster = SimCluster("konduktor-test")
     try:  # a start that fails midway leaves no process behind either
         cluster.up(spec_from(EXAMPLE, job_seconds=2))

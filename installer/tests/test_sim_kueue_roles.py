@@ -10,9 +10,10 @@ from conftest import EXAMPLE, Sim
 
 from konduktor.config.load import load_config
 from konduktor.kube.client import Kube
+from konduktor.kube.documents import load_documents
 from konduktor.quotas.render import BATCH_USER_ROLE, RBAC_API, role_bindings
 from konduktor.quotas.sync import sync_quotas
-from konduktor.sim.kueue import user_roles
+from konduktor.sim.kueue import read, user_roles
 from konduktor.tools.gobuild import module_dir
 from konduktor.tools.toolbox import Toolbox
 from konduktor.waiting import wait_until
@@ -22,6 +23,13 @@ MEMBER = "ada@example.org"  # a person in team-a's group, as the team's RoleBind
 
 def kueue_module() -> Path:
     return module_dir(Toolbox().tools["kueue"])
+
+
+def test_the_fast_reader_reads_every_manifest_of_the_pinned_kueue_as_load_documents_does() -> None:
+    files = sorted((kueue_module() / "config").rglob("*.yaml"))
+    assert len(files) > 100 and any(path.parent.name == "bases" for path in files)  # the CRDs among them
+    for path in files:
+        assert read(path) == load_documents(path), path
 
 
 def test_user_roles_are_kueues_people_roles_under_the_charts_names() -> None:

@@ -86,6 +86,17 @@ def test_the_supervisor_restarts_what_exits_and_stops_it_on_sigterm(tmp_path: Pa
     assert gone(supervisor.pid, 10) and not alive(supervisor.pid)
 
 
+def test_the_supervisor_imports_nothing_but_the_standard_library() -> None:
+    """One supervisor starts with each platform process at every `up`: it loads no client, parser or model."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", f"import sys, {SUPERVISOR}; print(' '.join(sys.modules))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    third_party = {"requests", "urllib3", "kubernetes", "ruamel", "pydantic", "yaml", "typer", "rich"}
+    assert not third_party & {name.split(".")[0] for name in loaded}
+    assert [name for name in loaded if name.startswith("konduktor")] == ["konduktor", "konduktor.sim", SUPERVISOR]
+
+
 def test_the_processes_it_owns_are_its_supervisors_and_programs(tmp_path: Path) -> None:
     platform = SimPlatform(tmp_path, tmp_path / "kubeconfig.yaml")
     kubeconfig = f"{tmp_path}/platform/health-controller/kubeconfig.yaml"

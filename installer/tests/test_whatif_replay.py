@@ -22,8 +22,9 @@ SPEEDUP = 60.0
 @pytest.fixture(autouse=True)
 def own_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The replay's cluster lives in a state directory of the test's, apart from the user's."""
-    monkeypatch.setenv("KONDUKTOR_STATE", tempfile.mkdtemp(prefix="konduktor-whatif-state-"))
-    yield
+    with tempfile.TemporaryDirectory(prefix="konduktor-whatif-state-") as state:
+        monkeypatch.setenv("KONDUKTOR_STATE", state)
+        yield
 
 
 def replayed(trace: str, horizon: float) -> Run:
@@ -64,11 +65,12 @@ def test_whatif_greedy_team_is_capped_and_gpu_hours_are_conserved() -> None:
     assert result.teams["team-a"].wait_hours["fragmentation"] == 0
     assert result.cluster.preemptions == 0
     # Conservation: every job finished, each holding its GPUs for its duration (plus the control plane's
-    # latency: admission -> pods running -> Job complete -> Workload finished, a few wall seconds).
+    # latency: admission -> pods running -> Job complete -> Workload finished, a few wall seconds, and more while
+    # the machine starts clusters beside the replay: 4.2 s a job was seen at the start of a CI run).
     assert result.cluster.finished == 10
     assert result.cluster.useful_gpu_hours == pytest.approx(result.cluster.gpu_hours)
     assert result.cluster.trace_gpu_hours == 10 * 5 * 600 / 3600
-    latency = 4 * SPEEDUP / 3600 * 5  # 4 wall seconds a job, in GPU-hours of a 5-GPU job
+    latency = 10 * SPEEDUP / 3600 * 5  # 10 wall seconds a job, in GPU-hours of a 5-GPU job
     assert result.cluster.trace_gpu_hours <= result.cluster.gpu_hours <= result.cluster.trace_gpu_hours + 10 * latency
     held_hours_add_up(result)
 

@@ -131,8 +131,17 @@ class ControlPlane:
                     # (system:serviceaccount:kube-system:job-controller), not by the admin's one identity.
                     {
                         "name": "kube-controller-manager",
-                        "extraArgs": [{"key": "use-service-account-credentials", "value": "true"}],
+                        "extraArgs": [
+                            {"key": "use-service-account-credentials", "value": "true"},
+                            # Its clients' default of 20 requests/s made the node lifecycle controller take minutes
+                            # to lift the not-ready taint of 1,000 new nodes, which the sim waits for.
+                            {"key": "kube-api-qps", "value": "200"},
+                            {"key": "kube-api-burst", "value": "400"},
+                            # The only copy of each (Kueue runs so too): no Lease renewed every 2 s for a standby.
+                            {"key": "leader-elect", "value": "false"},
+                        ],
                     },
+                    {"name": "kube-scheduler", "extraArgs": [{"key": "leader-elect", "value": "false"}]},
                 ],
             },
             *kueue.stages(module_dir(self.toolbox.tools["kwok"]), spec.job_seconds),

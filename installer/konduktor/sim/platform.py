@@ -8,7 +8,7 @@ API in a kubeconfig of its own, so that each process holds exactly the rights th
 setting is the sim's: the controller reads its nodes' kernel logs from the files `sim fault` writes
 (`kernel_log_files`), since the sim runs no Loki.
 
-Each process runs under a small supervisor (`python -m konduktor.sim.platform`) that restarts it when it exits,
+Each process runs under a small supervisor (`python -m konduktor.sim.supervisor`) that restarts it when it exits,
 with a back-off, as the kubelet restarts a container. State, in `<sim state>/platform/`: per component its pid
 file, kubeconfig, mounted files and `state.json` (fingerprint of what runs, token lifetime); logs in
 `<component>.log` beside them. `ensure` is idempotent: a process runs on until the chart's settings change, the
@@ -24,7 +24,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -52,7 +51,7 @@ PROGRAMS = {
     "konduktor-install": ("-m", "konduktor.cli.main"),
 }
 SETTINGS_KEY = "health.yaml"  # the controller's settings in its ConfigMap (charts/konduktor-core)
-SUPERVISOR = "konduktor.sim.platform"
+SUPERVISOR = "konduktor.sim.supervisor"
 # Asked for; the API server may grant less (--service-account-max-token-expiration). Renewed past half its life.
 TOKEN_SECONDS = 7 * 24 * 3600
 Progress = Callable[[str], None]
@@ -313,46 +312,3 @@ def _environment(program: Program, kubeconfig: Path) -> dict[str, str]:
     package = str(Path(konduktor.__file__).resolve().parents[1])
     path = os.pathsep.join(p for p in (package, os.environ.get("PYTHONPATH")) if p)
     return {**os.environ, **program.env, "KUBECONFIG": str(kubeconfig), "PYTHONPATH": path}
-
-
-# -- the supervisor ---------------------------------------------------------------------------------------------
-def supervise(argv: list[str], max_backoff: float = 60.0) -> int:
-    """Run `argv` until SIGTERM, restarting it when it exits (1 s, 2 s, ... up to `max_backoff` apart; back to 1 s
-    after it ran a minute), as the kubelet restarts a container. SIGTERM is passed on to it."""
-    stop = threading.Event()
-    child: list[subprocess.Popen[bytes]] = []
-
-    def terminate(*_: object) -> None:
-        stop.set()
-        if child:
-            with contextlib.suppress(ProcessLookupError):
-                child[-1].terminate()
-
-    signal.signal(signal.SIGTERM, terminate)
-    signal.signal(signal.SIGINT, terminate)
-    backoff = 1.0
-    while not stop.is_set():
-        started = time.monotonic()
-        child.append(subprocess.Popen(argv))
-        code = child[-1].wait()
-        child.clear()
-        if stop.is_set():
-            break
-        if time.monotonic() - started > 60:
-            backoff = 1.0
-        print(f"sim supervisor: {' '.join(argv[1:3])} exited with {code}; restarting in {backoff:g} s", flush=True)
-        stop.wait(backoff)
-        backoff = min(backoff * 2, max_backoff)
-    return 0
-
-
-def main(arguments: list[str]) -> int:
-    argv = arguments[1:] if arguments[:1] == ["--"] else arguments
-    if not argv:
-        print("usage: python -m konduktor.sim.platform -- COMMAND [ARGS...]", file=sys.stderr)
-        return 2
-    return supervise(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
