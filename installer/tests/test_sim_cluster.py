@@ -263,6 +263,18 @@ def test_a_watch_the_server_ended_closes_quietly(sim: Sim) -> None:
     stream.close()
 
 
+def test_a_watch_closed_between_two_events_ends_quietly(sim: Sim) -> None:
+    """The what-if replay and the controllers stop a watch by closing it from another thread, which may fall while the
+    reader handles an event. The reader's next step then ends the iteration without an exception."""
+    listed = sim.kube.request("GET", "/api/v1/namespaces")
+    stream = sim.kube.watch("v1", "Namespace", None, timeout_seconds=60)  # no version: every namespace, then waits
+    events = iter(stream)
+    assert next(events)["type"] == "ADDED"
+    stream.close()
+    rest = list(events)  # those it had already read, then the end
+    assert len(rest) < len(listed["items"]) and all(event["type"] == "ADDED" for event in rest)
+
+
 L40S = "konduktor.ai/gpu-type=l40s"
 
 

@@ -404,6 +404,11 @@ class WatchStream:
         except (urllib3.exceptions.HTTPError, OSError, ValueError) as problem:
             if not self._closed:
                 raise ApiError(f"WATCH {self._path}: stream broken ({problem.__class__.__name__})") from problem
+        except AttributeError:
+            # close() took the response's file away (http.client sets it to None) while the reader handled an
+            # event or read: its next read ends the iteration as closed.
+            if not self._closed:
+                raise
         finally:
             self._response.release_conn()
 
