@@ -180,3 +180,6 @@ def enforcing(sim: Any) -> Iterator[Kube]:
                 kube.create(obj)
         for api_version, kind, name, namespace in reversed(created):
             kube.delete(api_version, kind, name, namespace)
+        # Gone, not Terminating, before the next module: a later install creates objects in the burn-in namespace.
+        deleted = [name for _, kind, name, _ in created if kind == "Namespace"]
+        wait_until("the namespaces to go", lambda: all(kube.get("v1", "Namespace", n) is None for n in deleted), 120)

@@ -80,8 +80,10 @@ def test_greedy_team_cannot_take_what_the_other_team_uses(teams: Kube) -> None:
     kube = teams
     b_jobs = submit(kube, "team-b", 4, 5, "b-run")
     wait_until("team-b's 20 GPUs to be admitted", lambda: admitted(kube, "team-b", b_jobs) == 4)
-    submit(kube, "team-a", 6, 5, "a-greedy")  # asks for 30 GPUs
+    a_jobs = submit(kube, "team-a", 6, 5, "a-greedy")  # asks for 30 GPUs
     wait_until("team-a to reach its quota", lambda: admitted_gpus(kube, "team-a") == 20)
+    # Kueue makes each Job's Workload on its own time: on a loaded machine the last may come after the quota is full.
+    wait_until("a Workload for each of team-a's jobs", lambda: all(workload_of(kube, "team-a", n) for n in a_jobs))
 
     def refused() -> list[str]:
         workloads = kube.list(KUEUE_API, "Workload", "team-a")
