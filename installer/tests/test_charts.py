@@ -16,6 +16,7 @@ from ruamel.yaml import YAML
 from konduktor.config.model import KONDUKTOR_IMAGE
 from konduktor.helm.release import CHARTS, install_or_upgrade, uninstall
 from konduktor.kube.client import Kube
+from konduktor.kube.conditions import is_true
 from konduktor.kube.documents import load_documents
 from konduktor.tools.gobuild import module_dir
 from konduktor.tools.toolbox import Toolbox
@@ -242,9 +243,7 @@ def install_crds(kube: Kube, directory: Path) -> None:
 
     def established() -> bool:
         for name in names:
-            crd = kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name) or {}
-            conditions = crd.get("status", {}).get("conditions", [])
-            if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            if not is_true(kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name), "Established"):
                 return False
         return True
 

@@ -22,6 +22,7 @@ from konduktor.health.fanout import at_once
 from konduktor.health.health_view import gpu_pods
 from konduktor.health.node_writes import object_event
 from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.conditions import is_true
 from konduktor.vocabulary import KUEUE_API, REQUEUE_LABEL, REQUEUE_REASON
 
 _FINISHED = ("Succeeded", "Failed")
@@ -75,7 +76,7 @@ def requeuing(kube: Kube) -> list[RequeuingWorkload]:
             name=w["metadata"]["name"],
             node=(w["metadata"].get("annotations", {}).get(REQUEUE_REASON) or "").partition(" on ")[2].split(" ")[0],
             active=w.get("spec", {}).get("active", True) is not False,
-            quota_reserved=_is_true(w, "QuotaReserved"),
+            quota_reserved=is_true(w, "QuotaReserved"),
         )
         for w in kube.list(KUEUE_API, "Workload", label_selector=f"{REQUEUE_LABEL}=true")
     ]
@@ -158,7 +159,3 @@ def _get(kube: Kube, api_version: str, kind: str, name: str, namespace: str | No
     except ApiError:
         # A kind the controller may not read: the opt-out on that owner cannot be seen; its namespace's still can.
         return None
-
-
-def _is_true(obj: dict[str, Any], kind: str) -> bool:
-    return any(c.get("type") == kind and c.get("status") == "True" for c in obj.get("status", {}).get("conditions", []))

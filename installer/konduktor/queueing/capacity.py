@@ -17,6 +17,7 @@ from typing import Any
 from konduktor.config.model import selects
 from konduktor.gpu.node import allocatable_gpus, taints
 from konduktor.gpu.pod import pod_gpus
+from konduktor.kube.conditions import is_true
 from konduktor.quotas.usage import TeamUsage
 from konduktor.vocabulary import (
     CAPACITY_CONFIGMAP,
@@ -63,11 +64,6 @@ def _quarantine(node: dict[str, Any]) -> Quarantine | None:
     return Quarantine(reason=annotations.get(QUARANTINE_REASON, "unknown"), since=annotations.get(QUARANTINED_AT, ""))
 
 
-def _ready(node: dict[str, Any]) -> bool:
-    conditions = node.get("status", {}).get("conditions", [])
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
 def node_capacity(
     nodes: list[dict[str, Any]], pods: list[dict[str, Any]], flavors: list[dict[str, Any]]
 ) -> list[NodeCapacity]:
@@ -94,7 +90,7 @@ def node_capacity(
                 flavor=flavor,
                 gpus=gpus,
                 free=max(0, gpus - held.get(name, 0)),
-                schedulable=_ready(node) and not node.get("spec", {}).get("unschedulable", False),
+                schedulable=is_true(node, "Ready") and not node.get("spec", {}).get("unschedulable", False),
                 quarantine=_quarantine(node),
             )
         )

@@ -48,7 +48,7 @@ class TeamWork:
 
 
 def _conditions(workload: Mapping[str, Any]) -> dict[str, str]:
-    return {c.get("type", ""): c.get("status", "") for c in workload.get("status", {}).get("conditions", [])}
+    return {c.get("type", ""): c.get("status", "") for c in (workload.get("status") or {}).get("conditions") or []}
 
 
 def _gpus(workload: Mapping[str, Any]) -> int:

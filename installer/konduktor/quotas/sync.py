@@ -15,6 +15,7 @@ from typing import Any
 from konduktor.config.model import Config
 from konduktor.errors import ExitCode, PartialApply, PreflightFailed
 from konduktor.kube.client import Kube
+from konduktor.kube.conditions import is_true
 from konduktor.kube.sync import WRITES, Change, Ref, adoption_of, selector_of, sync
 from konduktor.quotas.multikueue import FLEET_KINDS
 from konduktor.quotas.removal import DrainPolicy, TeamWork, removed_teams, review_removals, team_work
@@ -195,9 +196,7 @@ def wait_queues_active(kube: Kube, config: Config, timeout: float = 120) -> None
     teams = sorted(config.teams)
 
     def active(team: str) -> bool:
-        queue = kube.get(KUEUE_API, "ClusterQueue", team) or {}
-        conditions = queue.get("status", {}).get("conditions", [])
-        return any(c["type"] == "Active" and c["status"] == "True" for c in conditions)
+        return is_true(kube.get(KUEUE_API, "ClusterQueue", team), "Active")
 
     wait_until(
         "every team's ClusterQueue to be active",

@@ -24,6 +24,7 @@ from ruamel.yaml import YAML
 
 from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
+from konduktor.kube.conditions import is_true
 from konduktor.kube.documents import load_documents
 from konduktor.sim.cluster import stop_process, tail
 from konduktor.sim.processes import distinct_free_ports
@@ -350,9 +351,7 @@ def listening(port: int) -> bool:
 
 
 def established(kube: Kube, name: str) -> bool:
-    crd = kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name) or {}
-    conditions = crd.get("status", {}).get("conditions", [])
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+    return is_true(kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name), "Established")
 
 
 class ArgoCD:

@@ -7,7 +7,7 @@ from typing import Any
 
 from konduktor.gpu.pod import pod_gpus
 from konduktor.kube.client import Kube
-from konduktor.kube.conditions import is_true
+from konduktor.kube.conditions import condition, is_true
 from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL, KUEUE_API
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -120,4 +120,4 @@ def admitted_gpus(kube: Kube, namespace: str) -> int:
 
 def was_evicted(workload: dict[str, Any]) -> bool:
     """Kueue records every eviction or preemption as a condition; it stays after the Workload is requeued."""
-    return any(c.get("type") in ("Evicted", "Preempted") for c in workload.get("status", {}).get("conditions", []))
+    return any(condition(workload, kind) is not None for kind in ("Evicted", "Preempted"))
