@@ -57,6 +57,7 @@ class Replay:
     scaled: list[str]  # the Kueue settings scaled with the speedup, as `name: before -> after`
     wall_seconds: float = 0.0
     unmatched: list[str] = field(default_factory=list)
+    limits: list[str] = field(default_factory=list)  # what the engine's answer cannot show
 
 
 def scaled_settings(settings: dict[str, Any], speedup: float) -> tuple[dict[str, Any], list[str]]:

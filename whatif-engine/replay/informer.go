@@ -1,0 +1,140 @@
+package replay
+
+import (
+	"context"
+	"reflect"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+)
+
+// change is one write to a Workload as an informer delivers it: old is nil for a create, new nil for a delete.
+type change struct {
+	old, new *kueue.Workload
+}
+
+// informer plays the shared informer of a controller manager for Workloads: every write that reaches the
+// in-memory API is kept, in write order per Workload, for the replay's one consumer, and the consumer is woken.
+type informer struct {
+	mu      sync.Mutex
+	pending []change
+	last    map[types.NamespacedName]*kueue.Workload
+	signal  chan struct{}
+	writeMu sync.Mutex // a write and its delivery happen together, so one Workload's deliveries keep its writes' order
+}
+
+func newInformer() *informer {
+	return &informer{last: map[types.NamespacedName]*kueue.Workload{}, signal: make(chan struct{}, 1)}
+}
+
+// observe records the Workload's state after a write (nil: it is gone).
+func (i *informer) observe(key types.NamespacedName, now *kueue.Workload) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	before := i.last[key]
+	if now == nil {
+		if before == nil {
+			return
+		}
+		delete(i.last, key)
+		i.pending = append(i.pending, change{old: before})
+	} else {
+		if before != nil && before.ResourceVersion == now.ResourceVersion {
+			return // a write that changed nothing
+		}
+		i.last[key] = now
+		i.pending = append(i.pending, change{old: before, new: now})
+	}
+	select {
+	case i.signal <- struct{}{}:
+	default:
+	}
+}
+
+// take hands out the next change: of the Workloads with changes waiting, the first by namespace and name, and
+// its oldest change. Writes that Kueue makes at once from several goroutines (a preemption's evictions) so come
+// out in the same order on every run.
+func (i *informer) take() (change, bool) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	chosen := -1
+	var chosenKey types.NamespacedName
+	for index, c := range i.pending {
+		key := c.key()
+		if chosen < 0 || key.Namespace < chosenKey.Namespace ||
+			(key.Namespace == chosenKey.Namespace && key.Name < chosenKey.Name) {
+			chosen, chosenKey = index, key
+		}
+	}
+	if chosen < 0 {
+		return change{}, false
+	}
+	c := i.pending[chosen]
+	i.pending = append(i.pending[:chosen], i.pending[chosen+1:]...)
+	return c, true
+}
+
+func (c change) key() types.NamespacedName {
+	if c.new != nil {
+		return types.NamespacedName{Namespace: c.new.Namespace, Name: c.new.Name}
+	}
+	return types.NamespacedName{Namespace: c.old.Namespace, Name: c.old.Name}
+}
+
+// deliver re-reads a Workload after a write and hands its state to the informer.
+func (i *informer) deliver(ctx context.Context, c client.Client, obj client.Object) {
+	if _, ok := obj.(*kueue.Workload); !ok {
+		return
+	}
+	key := client.ObjectKeyFromObject(obj)
+	var fresh kueue.Workload
+	if err := c.Get(ctx, key, &fresh); err != nil {
+		i.observe(key, nil)
+		return
+	}
+	i.observe(key, &fresh)
+}
+
+// interceptors route every write through deliver.
+func (i *informer) interceptors() interceptor.Funcs {
+	written := func(ctx context.Context, c client.Client, obj client.Object, write func() error) error {
+		i.writeMu.Lock()
+		defer i.writeMu.Unlock()
+		if err := write(); err != nil {
+			return err
+		}
+		i.deliver(ctx, c, obj)
+		return nil
+	}
+	return interceptor.Funcs{
+		// A manager's client reads from its informer cache, which replaces the whole object it reads into; the
+		// in-memory client decodes into it, keeping fields the stored object lacks (a cleared admission).
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			value := reflect.ValueOf(obj).Elem()
+			value.Set(reflect.Zero(value.Type()))
+			return c.Get(ctx, key, obj, opts...)
+		},
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			return written(ctx, c, obj, func() error { return c.Create(ctx, obj, opts...) })
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			return written(ctx, c, obj, func() error { return c.Update(ctx, obj, opts...) })
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			return written(ctx, c, obj, func() error { return c.Patch(ctx, obj, patch, opts...) })
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			return written(ctx, c, obj, func() error { return c.Delete(ctx, obj, opts...) })
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			return written(ctx, c, obj, func() error { return c.SubResource(sub).Update(ctx, obj, opts...) })
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			return written(ctx, c, obj, func() error { return c.SubResource(sub).Patch(ctx, obj, patch, opts...) })
+		},
+	}
+}
