@@ -21,7 +21,8 @@ from konduktor.observability.promql import metric_names
 from konduktor.whatif.alibaba import import_alibaba, team_of
 from konduktor.whatif.export import JobSeries, job_name, jobs_from_series, jobs_from_workloads, merged, rebased
 from konduktor.whatif.job_series import PRIORITY_LABEL, queries
-from konduktor.whatif.trace import TraceJob, check_against, load_trace, parse_rows, write_csv
+from konduktor.whatif.run import load
+from konduktor.whatif.trace import TraceJob, against, load_trace, parse_rows, write_csv
 
 DATA = Path(__file__).parent / "data" / "whatif"
 
@@ -101,7 +102,6 @@ def test_trace_header_and_jsonl_errors(tmp_path: Path) -> None:
 
 
 def test_trace_checked_against_the_config(tmp_path: Path) -> None:
-    config = load_config(EXAMPLE).config
     path = written(
         tmp_path,
         "jobs.csv",
@@ -112,10 +112,24 @@ def test_trace_checked_against_the_config(tmp_path: Path) -> None:
         "0,60,team-a,1,,high\n",
     )
     with pytest.raises(ConfigError) as raised:
-        check_against(str(path), load_trace(path), config)
-    assert [(f.line, f.path) for f in raised.value.findings] == [(4, ("team",)), (4, ("gpu_type",)), (5, ("priority",))]
+        load(EXAMPLE, path)
+    findings = raised.value.findings
+    assert [(f.line, f.path) for f in findings] == [(4, ("team",)), (4, ("gpu_type",)), (5, ("priority",))]
+    assert "team-a" in str(findings[0].hint) and "gpu-lab" not in str(findings[0].hint)
     good = written(tmp_path, "good.csv", "submit,duration,team,gpus_per_pod\n0,60,team-a,1\n")
-    assert [j.team for j in check_against(str(good), load_trace(good), config)] == ["team-a"]
+    assert [j.team for j in load(EXAMPLE, good)[1]] == ["team-a"]
+
+
+def test_every_kind_of_bad_row_is_reported_at_once(tmp_path: Path) -> None:
+    """A bad duration and a team the config lacks, on different lines: one report names both, in line order."""
+    path = written(
+        tmp_path,
+        "jobs.csv",
+        "submit,duration,team,gpus_per_pod\n0,60,team-a,1\n0,60,nobody,1\n0,-5,team-a,1\n0,60,team-b,1\n",
+    )
+    with pytest.raises(ConfigError) as raised:
+        load(EXAMPLE, path)
+    assert [(f.line, f.path) for f in raised.value.findings] == [(3, ("team",)), (4, ("duration",))]
 
 
 def test_whatif_command_exits_2_on_a_bad_trace_before_any_cluster(
@@ -223,7 +237,8 @@ def test_export_turns_finished_workloads_into_jobs() -> None:
     out = io.StringIO()
     write_csv(exported.jobs, out)
     jobs = parse_rows("exported.csv", enumerate(csv.DictReader(out.getvalue().splitlines()), start=2))
-    assert [j.team for j in check_against("exported.csv", jobs, load_config(EXAMPLE).config)] == ["team-a"] * 2
+    checked, findings = against(jobs, load_config(EXAMPLE).config)
+    assert findings == [] and [j.team for j in checked] == ["team-a"] * 2
 
 
 def test_export_adds_the_jobs_only_kube_state_metrics_series_still_show() -> None:

@@ -71,8 +71,8 @@ def lock_modules(
             raise typer.Exit(1)
         err.print("the committed build modules agree with versions.toml", markup=False)
         return
-    selected = names or [name for name, tool in tools.items() if tool.packages]
-    unknown = [n for n in selected if n not in tools or not tools[n].packages]
+    selected = names or [name for name, tool in tools.items() if tool.packages and not tool.source]
+    unknown = [n for n in selected if n not in tools or not tools[n].packages or tools[n].source]
     if unknown:
         raise UsageError(f"not a built tool: {', '.join(unknown)}", hint=f"tools are: {', '.join(tools)}")
     with progress("tools lock") as report:

@@ -12,26 +12,31 @@ import typer
 from konduktor.cli.console import err, print_document, print_rows, say
 from konduktor.errors import UsageError
 from konduktor.whatif.replay import DEFAULT_SPEEDUP, Progress
-from konduktor.whatif.run import columns, document, report, rows, run_one
-
-_last_line = [0.0]
+from konduktor.whatif.run import Engine, columns, document, report, rows, run_one
 
 
-def _bar(step: Progress) -> None:
-    hours = step.replayed / 3600
-    eta = "-" if step.eta is None else f"{step.eta:.0f}s"
-    filled = int(20 * step.done / step.total) if step.total else 20
-    line = (
-        f"[{'#' * filled}{'.' * (20 - filled)}] replayed {hours:.1f} h, {step.done}/{step.total} jobs done, ETA {eta}"
-    )
-    if err.is_terminal:
-        sys.stderr.write("\r" + line)
-        sys.stderr.flush()
-        if step.final:
-            sys.stderr.write("\n")
-    elif step.final or time.monotonic() - _last_line[0] >= 30:  # a log: a line every 30 s
-        _last_line[0] = time.monotonic()
-        say(line)
+class _Bar:
+    """The cluster engine's progress: a bar on a terminal, a line every 30 s in a log."""
+
+    def __init__(self) -> None:
+        self.last_line = 0.0
+
+    def __call__(self, step: Progress) -> None:
+        hours = step.replayed / 3600
+        eta = "-" if step.eta is None else f"{step.eta:.0f}s"
+        filled = int(20 * step.done / step.total) if step.total else 20
+        line = (
+            f"[{'#' * filled}{'.' * (20 - filled)}] replayed {hours:.1f} h, {step.done}/{step.total} jobs done, "
+            f"ETA {eta}"
+        )
+        if err.is_terminal:
+            sys.stderr.write("\r" + line)
+            sys.stderr.flush()
+            if step.final:
+                sys.stderr.write("\n")
+        elif step.final or time.monotonic() - self.last_line >= 30:  # a log: a line every 30 s
+            self.last_line = time.monotonic()
+            say(line)
 
 
 def whatif(
@@ -40,9 +45,19 @@ def whatif(
     against: Annotated[
         Path | None, typer.Option("--against", help="A second config: both replayed, side by side.")
     ] = None,
+    engine: Annotated[
+        Engine,
+        typer.Option(
+            "--engine",
+            help="virtual: Kueue's own code on virtual time (seconds); cluster: a simulated cluster, wall-clock.",
+        ),
+    ] = "virtual",
     speedup: Annotated[
-        float, typer.Option("--speedup", help="Trace seconds per replayed second (job times and Kueue's timers).")
-    ] = DEFAULT_SPEEDUP,
+        float | None,
+        typer.Option(
+            "--speedup", help=f"--engine cluster: trace seconds per replayed second (default {DEFAULT_SPEEDUP:g})."
+        ),
+    ] = None,
     horizon: Annotated[
         float | None,
         typer.Option("--horizon", help="Stop at this trace second (default: three times the trace's last job end)."),
@@ -53,18 +68,26 @@ def whatif(
         typer.Option("--report", help="Also write an HTML page: GPUs in use per team over time, waits per team."),
     ] = None,
 ) -> None:
-    """Replay a job trace against a config (and another) on a fresh simulated cluster: waits, use, preemptions.
+    """Replay a job trace against a config (and another): waits, use, preemptions, per team.
 
-    Each config gets a cluster of its own (its nodes, queues and Kueue settings, as `up` renders them), made
-    and removed by the replay. Bad trace rows exit 2 with their file:line."""
+    The virtual engine runs Kueue's own scheduler, queues and Workload controller on a virtual clock, with the
+    config's quotas, nodes and Kueue settings as `up` renders them: the same inputs give the same answer. The
+    cluster engine replays on a fresh simulated cluster in wall-clock time. Bad trace rows exit 2 with their
+    file:line."""
     if page is not None and not page.parent.is_dir():
         raise UsageError(f"--report {page}: no directory {page.parent}", hint="name a file in an existing directory")
+    if speedup is not None and engine != "cluster":
+        raise UsageError("--speedup is for --engine cluster", hint="the virtual engine needs no speedup: drop it")
     runs = []
+    bar = _Bar()
     for path in [config, *([against] if against is not None else [])]:
-        say(f"whatif: replaying {trace} against {path}")
-        run = run_one(path, trace, speedup, horizon, progress=_bar, say=lambda m: say(f"  {m}"))
+        say(f"whatif: replaying {trace} against {path} ({engine} engine)")
+        run = run_one(
+            path, trace, engine, speedup or DEFAULT_SPEEDUP, horizon, progress=bar, say=lambda m: say(f"  {m}")
+        )
         for line in run.replay.scaled:
             say(f"  scaled with the speedup: {line}")
+        say(f"  replayed in {run.replay.wall_seconds:.1f} s")
         runs.append(run)
     if output == "json":
         print_document(document(runs), "json")

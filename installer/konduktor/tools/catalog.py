@@ -3,6 +3,7 @@ overridden on the command line."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import tomllib
 from collections.abc import Mapping
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from konduktor.errors import UsageError
+from konduktor.paths import product_dir
 
 VERSIONS_FILE = Path(__file__).with_name("versions.toml")
 
@@ -36,6 +38,12 @@ class Tool:
     # The k8s.io/* version the tool's own go.mod replaces the libraries with, when it needs newer ones than
     # the cluster's Kubernetes.
     kubernetes_libraries: str | None = None
+    # Our own Go module, a folder of the product (konduktor.paths.product_dir): built from that source rather than
+    # fetched; its version is a hash of the source, so a change rebuilds it.
+    source: str | None = None
+    # Build tags of a package whose binary is a test binary (`go test -c`): only a test can start the synctest
+    # bubble that gives Kueue a virtual clock.
+    test_tags: tuple[str, ...] = field(default=())
 
     def package_paths(self) -> list[str]:
         return [self.module if p == "." else f"{self.module}/{p}" for p in self.packages]
@@ -69,6 +77,14 @@ class Tool:
         return root / "tools" / f"{self.name}-{self.version}"
 
 
+def source_version(directory: Path) -> str:
+    """The version of our own module: a hash of its go.mod, go.sum and Go files."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.name in ("go.mod", "go.sum") or p.suffix == ".go"):
+        digest.update(str(path.relative_to(directory)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return "src-" + digest.hexdigest()[:12]
+
+
 def load_tools(path: Path = VERSIONS_FILE) -> dict[str, Tool]:
     with path.open("rb") as handle:
         table = tomllib.load(handle)
@@ -76,7 +92,7 @@ def load_tools(path: Path = VERSIONS_FILE) -> dict[str, Tool]:
         name: Tool(
             name=name,
             module=entry["module"],
-            version=entry["version"],
+            version=source_version(product_dir(entry["source"])) if "source" in entry else entry["version"],
             packages=tuple(entry["packages"]),
             binary=entry.get("binary"),
             ldflags=tuple(entry.get("ldflags", ())),
@@ -86,6 +102,8 @@ def load_tools(path: Path = VERSIONS_FILE) -> dict[str, Tool]:
             toolchain=entry.get("toolchain"),
             aliases=tuple(entry.get("aliases", ())),
             kubernetes_libraries=entry.get("kubernetes-libraries"),
+            source=entry.get("source"),
+            test_tags=tuple(entry.get("test-tags", ())),
         )
         for name, entry in table.items()
     }

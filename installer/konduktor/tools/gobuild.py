@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from konduktor.errors import KonduktorError
-from konduktor.paths import cache_dir
+from konduktor.paths import cache_dir, product_dir
 from konduktor.tools.catalog import Tool
 from konduktor.tools.gomod import (
     LOCKED_MODULES,
@@ -141,8 +141,10 @@ class GoBuild:
             )
         return info
 
-    def run(self, *args: str, step: str, check: bool = True, each_line: Progress | None = None) -> str:
-        """Runs `go ARGS` in the build module; `each_line` sees every line go prints."""
+    def run(
+        self, *args: str, step: str, check: bool = True, each_line: Progress | None = None, cwd: Path | None = None
+    ) -> str:
+        """Runs `go ARGS` in the build module (or `cwd`); `each_line` sees every line go prints."""
         command = ["go", *args]
         self.progress(f"{self.tool.name} {self.tool.version}: {step}")
         output: list[str] = []
@@ -150,7 +152,7 @@ class GoBuild:
             log.write(f"$ {' '.join(command)}\n")
             process = subprocess.Popen(
                 command,
-                cwd=self.workdir,
+                cwd=cwd or self.workdir,
                 env=self.env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -252,6 +254,22 @@ class GoBuild:
             each_line=count,
         )
 
+    def compile_source(self, source: Path, output: Path) -> None:
+        """`go test -c` of our own module's test-binary package, in its source folder, with its committed go.sum."""
+        tool = self.tool
+        tags = ["-tags", ",".join(tool.test_tags)] if tool.test_tags else []
+        self.run(
+            "test",
+            "-c",
+            *tags,
+            *tool.build_flags(),
+            "-o",
+            str(output),
+            *[f"./{package}" for package in tool.packages],
+            step=f"compiling {tool.built_binaries()[0]} from {source} (Kueue's packages: minutes on a cold cache)",
+            cwd=source,
+        )
+
 
 def build_hint(output: str, tool: Tool) -> str:
     if "verifying" in output and ("SECURITY ERROR" in output or "checksum mismatch" in output):
@@ -330,29 +348,12 @@ def build(
         workdir.mkdir(parents=True)
         bindir.mkdir()
         go = GoBuild(tool, workdir, progress)
-        if lock := locked_module(tool, modules):
-            (workdir / "go.mod").write_text(lock[0])
-            (workdir / "go.sum").write_text(lock[1])
+        if tool.source:
+            go.compile_source(product_dir(tool.source), bindir / tool.built_binaries()[0])
         else:
-            progress(
-                f"{tool.name} {tool.version}: no committed go.sum for this version; resolving its modules "
-                "with the checksum database (`konduktor-install tools lock` commits them)"
-            )
-            go.resolve(kubernetes)
-        go.patch_embeds()
-        binaries = tool.built_binaries()
-
-        def status(binary: str, compiled: int, total: int) -> str:
-            text = f"compiling {binary} · {compiled}/{total} packages, {duration(time.monotonic() - started)}"
-            if expected:
-                text += f" of ~{duration(expected)} (last build)"
-            later = [*binaries[binaries.index(binary) + 1 :], *then]
-            return text + (f"; next: {', '.join(later)}" if later else "")
-
-        for package, binary in zip(tool.package_paths(), binaries, strict=True):
-            go.compile(package, binary, bindir / binary, status)
+            _build_wrapper(go, kubernetes, modules, bindir, expected, then)
         for alias in tool.aliases:  # a relative link: the binary's role is the name it is started under
-            (bindir / alias).symlink_to(binaries[0])
+            (bindir / alias).symlink_to(tool.built_binaries()[0])
         seconds = time.monotonic() - started
         manifest = {
             "module": tool.module,
@@ -366,6 +367,34 @@ def build(
     result = installed(tool, root)
     assert result is not None, "a finished build always has its manifest"
     return replace(result, fresh=True)
+
+
+def _build_wrapper(
+    go: GoBuild, kubernetes: Tool, modules: Path, bindir: Path, expected: float | None, then: Sequence[str]
+) -> None:
+    """An upstream tool: its committed build module (or one resolved now), then each of its binaries."""
+    tool, progress, started = go.tool, go.progress, time.monotonic()
+    if lock := locked_module(tool, modules):
+        (go.workdir / "go.mod").write_text(lock[0])
+        (go.workdir / "go.sum").write_text(lock[1])
+    else:
+        progress(
+            f"{tool.name} {tool.version}: no committed go.sum for this version; resolving its modules "
+            "with the checksum database (`konduktor-install tools lock` commits them)"
+        )
+        go.resolve(kubernetes)
+    go.patch_embeds()
+    binaries = tool.built_binaries()
+
+    def status(binary: str, compiled: int, total: int) -> str:
+        text = f"compiling {binary} · {compiled}/{total} packages, {duration(time.monotonic() - started)}"
+        if expected:
+            text += f" of ~{duration(expected)} (last build)"
+        later = [*binaries[binaries.index(binary) + 1 :], *then]
+        return text + (f"; next: {', '.join(later)}" if later else "")
+
+    for package, binary in zip(tool.package_paths(), binaries, strict=True):
+        go.compile(package, binary, bindir / binary, status)
 
 
 def lock(tool: Tool, kubernetes: Tool, progress: Progress, directory: Path = LOCKED_MODULES) -> Path:

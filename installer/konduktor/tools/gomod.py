@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from konduktor.paths import product_dir
 from konduktor.tools.catalog import Tool
 
 LOCKED_MODULES = Path(__file__).with_name("modules")
@@ -84,6 +85,9 @@ def lock_problems(tools: Mapping[str, Tool], directory: Path = LOCKED_MODULES) -
     problems = []
     published = "v0." + tools["kubernetes"].version.removeprefix("v").split(".", 1)[1]
     for tool in tools.values():
+        if tool.source:
+            problems += source_problems(tool, tools, published)
+            continue
         if not tool.packages:
             continue
         folder = directory / tool.name
@@ -103,4 +107,21 @@ def lock_problems(tools: Mapping[str, Tool], directory: Path = LOCKED_MODULES) -
         for line in (f"{tool.module} {tool.version} h1:", f"{tool.module} {tool.version}/go.mod h1:"):
             if line not in gosum:
                 problems.append(f"{tool.name}: go.sum has no `{line}` line")
+    return problems
+
+
+def source_problems(tool: Tool, tools: Mapping[str, Tool], published: str) -> list[str]:
+    """How our own module's go.mod disagrees with versions.toml: every pinned tool it requires directly at its pin,
+    and the Kubernetes libraries at the [kubernetes] entry's."""
+    gomod = (product_dir(tool.source or "") / "go.mod").read_text()
+    problems = []
+    if f"module {tool.module}\n" not in gomod:
+        problems.append(f"{tool.name}: go.mod is not the module {tool.module}")
+    direct = "\n".join(line for line in gomod.splitlines() if "// indirect" not in line)
+    for other in tools.values():
+        version = required_version(direct, other.module)
+        if version is not None and version != other.version:
+            problems.append(f"{tool.name}: go.mod requires {other.module} {version}; versions.toml: {other.version}")
+    if f"k8s.io/api => k8s.io/api {published}" not in gomod:
+        problems.append(f"{tool.name}: go.mod does not pin the Kubernetes libraries at {published}")
     return problems

@@ -5,15 +5,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from konduktor.config.findings import ConfigError
 from konduktor.config.load import load_config
 from konduktor.config.model import Config
+from konduktor.sim.kueue import crds as kueue_crds
+from konduktor.tools.gobuild import module_dir
+from konduktor.tools.toolbox import Toolbox
 from konduktor.whatif.metrics import Answer, Result, measure
 from konduktor.whatif.replay import DEFAULT_SPEEDUP, Progress, Replay, replay
 from konduktor.whatif.report import Replayed, render
-from konduktor.whatif.trace import TraceJob, check_against, load_trace
+from konduktor.whatif.trace import MAX_ERRORS, TraceJob, against, read_trace
+from konduktor.whatif.virtual import replay_virtual
 
+Engine = Literal["virtual", "cluster"]
 # The figures of the answer, in table order: (key, label, how to show it).
 FIGURES: tuple[tuple[str, str, str], ...] = (
     ("jobs", "jobs", "int"),
@@ -53,23 +59,56 @@ def quotas_of(config: Config) -> tuple[dict[str, int], dict[str, int], int]:
 
 
 def load(config_path: Path, trace_path: Path) -> tuple[Config, list[TraceJob]]:
-    """The config and the trace's jobs checked against it: every error exits 2 with its file:line."""
+    """The config and the trace's jobs checked against it: every error of the trace, of its form or against the
+    config, exits 2 with its file:line, all in one report."""
     config = load_config(config_path).config
-    return config, check_against(str(trace_path), load_trace(trace_path), config)
+    jobs, findings = read_trace(trace_path)
+    checked, mismatches = against(jobs, config)
+    findings = sorted([*findings, *mismatches], key=lambda finding: finding.line or 0)[:MAX_ERRORS]
+    if findings:
+        raise ConfigError(str(trace_path), findings)
+    return config, checked
 
 
 def run_one(
     config_path: Path,
     trace_path: Path,
+    engine: Engine = "virtual",
     speedup: float = DEFAULT_SPEEDUP,
     horizon: float | None = None,
     progress: Callable[[Progress], None] | None = None,
     say: Callable[[str], None] | None = None,
 ) -> Run:
+    """One config's replay of the trace on the engine named: `virtual` (Kueue's own code on virtual time, the
+    default) or `cluster` (a simulated cluster in wall-clock time at `speedup`)."""
     config, jobs = load(config_path, trace_path)
-    replayed = replay(config, jobs, speedup, horizon, progress, say)
+    return run_loaded(config_path, config, jobs, engine, speedup, horizon, progress, say)
+
+
+def run_loaded(
+    config_path: Path,
+    config: Config,
+    jobs: list[TraceJob],
+    engine: Engine = "virtual",
+    speedup: float = DEFAULT_SPEEDUP,
+    horizon: float | None = None,
+    progress: Callable[[Progress], None] | None = None,
+    say: Callable[[str], None] | None = None,
+) -> Run:
+    """The replay of jobs already checked against the config (a sweep replays one trace against many)."""
+    if engine == "virtual":
+        binary, crds = virtual_engine(say)
+        replayed = replay_virtual(config, jobs, binary, crds, horizon, say)
+    else:
+        replayed = replay(config, jobs, speedup, horizon, progress, say)
     quotas, lendable, gpus = quotas_of(config)
     return Run(config_path, config, replayed, measure(jobs, replayed.events, replayed.end, quotas, lendable, gpus))
+
+
+def virtual_engine(say: Callable[[str], None] | None = None) -> tuple[Path, list[dict[str, Any]]]:
+    """The engine's binary (built on first use into the tool cache) and the CRDs of the pinned Kueue."""
+    toolbox = Toolbox(progress=say)
+    return toolbox.path("whatif-engine"), kueue_crds(module_dir(toolbox.tools["kueue"]))
 
 
 def figure(answer: Answer, key: str) -> float | None:
@@ -136,14 +175,15 @@ def columns(runs: list[Run]) -> list[str]:
 
 
 def document(runs: list[Run]) -> dict[str, Any]:
-    """`whatif -o json`: one entry per config, in the order given."""
+    """`whatif -o json`: one entry per config, in the order given. The same inputs give the same bytes on the
+    virtual engine (how long the replay took is said on stderr, not here)."""
     return {
         "configs": [
             {
                 "config": str(run.config_path),
-                "speedup": run.replay.speedup,
-                "scaled": run.replay.scaled,
-                "wall_seconds": round(run.replay.wall_seconds, 1),
+                "engine": "cluster" if run.replay.speedup else "virtual",
+                **({"speedup": run.replay.speedup, "scaled": run.replay.scaled} if run.replay.speedup else {}),
+                "limits": run.replay.limits,
                 "jobs": job_rows(run),
                 **run.result.as_json(),
             }

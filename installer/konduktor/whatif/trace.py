@@ -74,16 +74,32 @@ def load_trace(path: Path) -> list[TraceJob]:
     """The jobs of a trace file (`.csv`, or `.jsonl`/`.ndjson`/`.json` lines), sorted by submit time.
 
     Raises ConfigError (exit 2) naming every bad row's file:line and field."""
+    jobs, findings = read_trace(path)
+    if findings:
+        raise ConfigError(str(path), findings)
+    return jobs
+
+
+def read_trace(path: Path) -> tuple[list[TraceJob], list[Finding]]:
+    """The jobs of the trace's good rows, and what is wrong with the others (a file that cannot be read raises)."""
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as problem:
         raise ConfigError(str(path), [error("trace", (), f"cannot read the trace: {problem}")]) from problem
     rows = _jsonl_rows(text) if path.suffix.lower() in (".jsonl", ".ndjson", ".json") else _csv_rows(text)
-    return parse_rows(str(path), rows)
+    return _parse(rows)
 
 
 def parse_rows(filename: str, rows: Iterable[tuple[int, dict[str, Any] | str]]) -> list[TraceJob]:
     """Rows (line, fields; or line, a message for a row that is not one) -> jobs, or one ConfigError for all."""
+    jobs, findings = _parse(rows)
+    if findings:
+        raise ConfigError(filename, findings)
+    return jobs
+
+
+def _parse(rows: Iterable[tuple[int, dict[str, Any] | str]]) -> tuple[list[TraceJob], list[Finding]]:
+    """The jobs of the good rows, sorted by submit time, and a finding for each bad row."""
     findings: list[Finding] = []
     raw: list[tuple[int, TraceJob, datetime | None]] = []
     names: dict[str, int] = {}
@@ -111,15 +127,15 @@ def parse_rows(filename: str, rows: Iterable[tuple[int, dict[str, Any] | str]]) 
         findings.append(
             _at(line, error("trace", ("submit",), "mixes seconds and ISO times: use one kind in the whole trace"))
         )
-    if findings:
-        raise ConfigError(filename, findings)
+    if not raw or len(kinds) > 1:
+        return [], findings
     if raw[0][2] is not None:
         start = min(absolute for _, _, absolute in raw if absolute is not None)
         jobs = [_shifted(job, (absolute - start).total_seconds()) for _, job, absolute in raw if absolute is not None]
     else:
         start_seconds = min(job.submit for _, job, _ in raw)
         jobs = [_shifted(job, job.submit - start_seconds) for _, job, _ in raw]
-    return sorted(jobs, key=lambda job: (job.submit, job.name))
+    return sorted(jobs, key=lambda job: (job.submit, job.name)), findings
 
 
 def _shifted(job: TraceJob, submit: float) -> TraceJob:
@@ -274,10 +290,15 @@ def _seconds_text(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.3f}"
 
 
-def check_against(filename: str, jobs: Iterable[TraceJob], config: Config) -> list[TraceJob]:
-    """The jobs with each team given as the config's team name; every team, GPU type or priority the config does
-    not have is an error at its file:line (exit 2)."""
+def against(jobs: Iterable[TraceJob], config: Config) -> tuple[list[TraceJob], list[Finding]]:
+    """The jobs with each team given as the config's team name, and a finding for every team, GPU type or
+    priority the config does not have, with a hint naming what it has."""
     namespaces = {ns: name for name, team in config.teams.items() for ns in team.namespaces}
+    hints = {
+        "team": f"the config's teams: {', '.join(config.teams)}; their namespaces: {', '.join(namespaces)}",
+        "gpu_type": f"the config's gpuTypes: {', '.join(config.gpu_types)}",
+        "priority": f"the config's priorities: {', '.join(config.priorities) or 'none'}",
+    }
     findings: list[Finding] = []
     checked = []
     for job in jobs:
@@ -290,11 +311,9 @@ def check_against(filename: str, jobs: Iterable[TraceJob], config: Config) -> li
         if job.priority is not None and job.priority not in config.priorities:
             problems.append(("priority", f"{job.priority!r} is not one of the config's priorities"))
         for name, message in problems:
-            findings.append(Finding("trace", "error", (name,), message, None, job.line or None))
+            findings.append(Finding("trace", "error", (name,), message, hints[name], job.line or None))
         if team is not None:
             checked.append(replace(job, team=team))
         if len(findings) >= MAX_ERRORS:
             break
-    if findings:
-        raise ConfigError(filename, findings)
-    return checked
+    return checked, findings
