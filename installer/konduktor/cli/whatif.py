@@ -12,7 +12,7 @@ import typer
 from konduktor.cli.console import err, print_document, print_rows, say
 from konduktor.errors import UsageError
 from konduktor.whatif.replay import DEFAULT_SPEEDUP, Progress
-from konduktor.whatif.run import Engine, columns, document, report, rows, run_one
+from konduktor.whatif.run import Engine, Run, columns, document, load, report, rows, run_loaded, verdict_lines
 
 
 class _Bar:
@@ -80,10 +80,12 @@ def whatif(
         raise UsageError("--speedup is for --engine cluster", hint="the virtual engine needs no speedup: drop it")
     runs = []
     bar = _Bar()
-    for path in [config, *([against] if against is not None else [])]:
+    paths = [config, *([against] if against is not None else [])]
+    loaded = [load(path, trace) for path in paths]  # every config and the trace checked before any replay
+    for path, (checked, jobs) in zip(paths, loaded, strict=True):
         say(f"whatif: replaying {trace} against {path} ({engine} engine)")
-        run = run_one(
-            path, trace, engine, speedup or DEFAULT_SPEEDUP, horizon, progress=bar, say=lambda m: say(f"  {m}")
+        run = run_loaded(
+            path, checked, jobs, engine, speedup or DEFAULT_SPEEDUP, horizon, progress=bar, say=lambda m: say(f"  {m}")
         )
         for line in run.replay.scaled:
             say(f"  scaled with the speedup: {line}")
@@ -92,7 +94,16 @@ def whatif(
     if output == "json":
         print_document(document(runs), "json")
     else:
+        if lines := verdict_lines(runs):
+            print(f"{_label(runs[1])} against {_label(runs[0])} (differences within the noise count as none):")
+            for line in lines:
+                print(f"  {line}")
+            print()
         print_rows(rows(runs), columns(runs), "table")
     if page is not None:
         page.write_text(report(runs, trace))
         say(f"whatif: report written to {page}")
+
+
+def _label(run: Run) -> str:
+    return run.config_path.name

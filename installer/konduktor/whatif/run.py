@@ -17,6 +17,8 @@ from konduktor.whatif.metrics import Answer, Result, measure
 from konduktor.whatif.replay import DEFAULT_SPEEDUP, Progress, Replay, replay
 from konduktor.whatif.report import Replayed, render
 from konduktor.whatif.trace import MAX_ERRORS, TraceJob, against, read_trace
+from konduktor.whatif.verdict import shown as shown_verdict
+from konduktor.whatif.verdict import verdicts
 from konduktor.whatif.virtual import replay_virtual
 
 Engine = Literal["virtual", "cluster"]
@@ -121,23 +123,15 @@ def figure(answer: Answer, key: str) -> float | None:
 def shown(value: float | None, kind: str) -> str:
     if value is None:
         return "-"
+    value = value + 0.0  # -0.0 is 0
     if kind == "int":
         return str(round(value))
     if kind == "percent":
         return f"{value * 100:.0f}%"
-    if kind == "duration":
-        return _duration(value)
-    return f"{value:.1f}"
-
-
-def _duration(seconds: float) -> str:
-    sign = "-" if seconds < 0 else ""
-    seconds = abs(seconds)
-    if seconds < 90:
-        return f"{sign}{seconds:.0f}s"
-    if seconds < 5400:
-        return f"{sign}{seconds / 60:.0f}m"
-    return f"{sign}{seconds / 3600:.1f}h"
+    if kind == "duration":  # minutes, as the report's charts
+        return f"{value / 60:.1f} min"
+    text = f"{value:.1f}"
+    return "0.0" if text == "-0.0" else text
 
 
 def rows(runs: list[Run]) -> list[dict[str, str]]:
@@ -188,8 +182,19 @@ def document(runs: list[Run]) -> dict[str, Any]:
                 **run.result.as_json(),
             }
             for run in runs
-        ]
+        ],
+        **({"verdicts": [v.as_json() for v in verdicts(runs[0].result, runs[1].result)]} if len(runs) == 2 else {}),
     }
+
+
+def verdict_lines(runs: list[Run]) -> list[str]:
+    """The comparison's short answer, a line per team: the second config against the first."""
+    if len(runs) != 2:
+        return []
+    by_team: dict[str, list[str]] = {}
+    for verdict in verdicts(runs[0].result, runs[1].result):
+        by_team.setdefault(verdict.team, []).append(shown_verdict(verdict))
+    return [f"{team}: {'; '.join(said)}" for team, said in by_team.items()]
 
 
 def job_rows(run: Run) -> list[dict[str, Any]]:
