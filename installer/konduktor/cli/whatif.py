@@ -12,7 +12,28 @@ import typer
 from konduktor.cli.console import err, print_document, print_rows, say
 from konduktor.errors import UsageError
 from konduktor.whatif.replay import DEFAULT_SPEEDUP, Progress
-from konduktor.whatif.run import Engine, Run, columns, document, load, report, rows, run_loaded, verdict_lines
+from konduktor.whatif.report import sweep_report
+from konduktor.whatif.run import (
+    Engine,
+    Run,
+    columns,
+    document,
+    load,
+    report,
+    rows,
+    run_loaded,
+    run_sweep,
+    verdict_lines,
+)
+from konduktor.whatif.sweep import (
+    Sweep,
+    Target,
+    parse_sweep,
+    parse_target,
+    sweep_columns,
+    sweep_document,
+    sweep_rows,
+)
 
 
 class _Bar:
@@ -63,6 +84,18 @@ def whatif(
         typer.Option("--horizon", help="Stop at this trace second (default: three times the trace's last job end)."),
     ] = None,
     output: Annotated[Literal["table", "json"], typer.Option("-o", "--output", help="table or json.")] = "table",
+    sweep: Annotated[
+        str | None,
+        typer.Option(
+            "--sweep",
+            help="TEAM.GPUTYPE.FIELD=START:STOP:STEP (or =V1,V2): replay once per value of quota, borrowLimit or "
+            "lendLimit.",
+        ),
+    ] = None,
+    target: Annotated[
+        str | None,
+        typer.Option("--target", help="With --sweep: TEAM.p95=DURATION (or p50); names the smallest value meeting it."),
+    ] = None,
     page: Annotated[
         Path | None,
         typer.Option("--report", help="Also write an HTML page: GPUs in use per team over time, waits per team."),
@@ -78,6 +111,13 @@ def whatif(
         raise UsageError(f"--report {page}: no directory {page.parent}", hint="name a file in an existing directory")
     if speedup is not None and engine != "cluster":
         raise UsageError("--speedup is for --engine cluster", hint="the virtual engine needs no speedup: drop it")
+    if sweep is not None:
+        if engine != "virtual" or against is not None:
+            raise UsageError("--sweep replays one config on the virtual engine", hint="drop --against and --engine")
+        _sweep(config, trace, parse_sweep(sweep), parse_target(target) if target else None, horizon, output, page)
+        return
+    if target is not None:
+        raise UsageError("--target needs --sweep", hint="e.g. --sweep team-a.h100.quota=16:32:4 --target team-a.p95=1h")
     runs = []
     bar = _Bar()
     paths = [config, *([against] if against is not None else [])]
@@ -107,3 +147,25 @@ def whatif(
 
 def _label(run: Run) -> str:
     return run.config_path.name
+
+
+def _sweep(
+    config: Path,
+    trace: Path,
+    sweep: Sweep,
+    target: Target | None,
+    horizon: float | None,
+    output: str,
+    page: Path | None,
+) -> None:
+    say(f"whatif: replaying {trace} against {config} with {sweep.name} = {', '.join(map(str, sweep.values))}")
+    started = time.monotonic()
+    points = run_sweep(config, trace, sweep, horizon, say=lambda m: say(f"  {m}"))
+    say(f"  {len(points)} replays in {time.monotonic() - started:.1f} s")
+    if output == "json":
+        print_document(sweep_document(sweep, points, target), "json")
+    else:
+        print_rows(sweep_rows(sweep, points, target), sweep_columns(sweep), "table")
+    if page is not None:
+        page.write_text(sweep_report(sweep, points, target, str(trace)))
+        say(f"whatif: report written to {page}")

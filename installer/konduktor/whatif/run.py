@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -10,12 +13,14 @@ from typing import Any, Literal
 from konduktor.config.findings import ConfigError
 from konduktor.config.load import load_config
 from konduktor.config.model import Config
+from konduktor.errors import UsageError
 from konduktor.sim.kueue import crds as kueue_crds
 from konduktor.tools.gobuild import module_dir
 from konduktor.tools.toolbox import Toolbox
 from konduktor.whatif.metrics import Answer, Result, measure
 from konduktor.whatif.replay import DEFAULT_SPEEDUP, Progress, Replay, replay
 from konduktor.whatif.report import Replayed, render
+from konduktor.whatif.sweep import Sweep, write_variants
 from konduktor.whatif.trace import MAX_ERRORS, TraceJob, against, read_trace
 from konduktor.whatif.verdict import shown as shown_verdict
 from konduktor.whatif.verdict import verdicts
@@ -214,3 +219,36 @@ def report(runs: list[Run], trace: Path) -> str:
     """`whatif --report`: the page of the runs, their columns named as in the table."""
     replayed = [Replayed(_column(runs, index), run.result) for index, run in enumerate(runs)]
     return render(replayed, str(trace), rows(runs), columns(runs))
+
+
+def run_sweep(
+    config_path: Path,
+    trace_path: Path,
+    sweep: Sweep,
+    horizon: float | None = None,
+    say: Callable[[str], None] | None = None,
+) -> list[tuple[int, Result]]:
+    """The trace replayed on the virtual engine once per swept value, as many at once as the machine has cores;
+    every value's config is checked before any replay."""
+    binary, crds = virtual_engine(say)
+    with tempfile.TemporaryDirectory(prefix="konduktor-sweep-") as scratch:
+        loaded = []
+        for value, path in zip(sweep.values, write_variants(config_path, sweep, Path(scratch)), strict=True):
+            try:
+                loaded.append(load(path, trace_path))
+            except ConfigError as problem:
+                first = next(finding for finding in problem.findings if finding.is_error)
+                raise UsageError(
+                    f"--sweep {sweep.name}={value}: the config it makes is not valid: {first.message}",
+                    hint=first.hint or "sweep values the config allows",
+                ) from None
+
+    def replayed(checked: tuple[Config, list[TraceJob]]) -> Result:
+        config, jobs = checked
+        run = replay_virtual(config, jobs, binary, crds, horizon)
+        quotas, lendable, gpus = quotas_of(config)
+        return measure(jobs, run.events, run.end, quotas, lendable, gpus)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(loaded), os.cpu_count() or 1))) as pool:
+        results = list(pool.map(replayed, loaded))
+    return list(zip(sweep.values, results, strict=True))
