@@ -1,34 +1,25 @@
-"""What-if replays on a fresh simulated cluster (real Kueue, scheduler and Job controller): the seed's three
-situations, as small traces, give the outcomes the live scenarios of test_quotas_cluster.py give, and the
-GPU-hours a replay counts add up. Two replays each (two speedups, `--against`): test_whatif_compare.py."""
+"""What-if replays on the virtual engine (Kueue's own scheduler, queues and Workload controller on virtual time):
+the seed's three situations, as small traces, give the outcomes the live scenarios of test_quotas_cluster.py give,
+the GPU-hours a replay counts add up exactly, and the same inputs give the same bytes. The cluster engine, the
+reference: test_whatif_compare.py."""
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Iterator
+import json
 from pathlib import Path
 
 import pytest
 from conftest import EXAMPLE
 
+from konduktor.cli.main import main
 from konduktor.whatif.metrics import Event, Result
 from konduktor.whatif.run import Run, run_one
 
-pytestmark = pytest.mark.sim
 DATA = Path(__file__).parent / "data" / "whatif"
-SPEEDUP = 60.0
-
-
-@pytest.fixture(autouse=True)
-def own_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The replay's cluster lives in a state directory of the test's, apart from the user's."""
-    with tempfile.TemporaryDirectory(prefix="konduktor-whatif-state-") as state:
-        monkeypatch.setenv("KONDUKTOR_STATE", state)
-        yield
 
 
 def replayed(trace: str, horizon: float) -> Run:
-    return run_one(EXAMPLE, DATA / trace, SPEEDUP, horizon)
+    return run_one(EXAMPLE, DATA / trace, "virtual", horizon=horizon)
 
 
 def events_of(run: Run, job: str) -> list[Event]:
@@ -64,14 +55,11 @@ def test_whatif_greedy_team_is_capped_and_gpu_hours_are_conserved() -> None:
     assert result.teams["team-a"].wait_hours["quota"] > 2 * 400 / 3600
     assert result.teams["team-a"].wait_hours["fragmentation"] == 0
     assert result.cluster.preemptions == 0
-    # Conservation: every job finished, each holding its GPUs for its duration (plus the control plane's
-    # latency: admission -> pods running -> Job complete -> Workload finished, a few wall seconds, and more while
-    # the machine starts clusters beside the replay: 4.2 s a job was seen at the start of a CI run).
+    # Conservation: every job finished, each holding its GPUs exactly for its duration (no control plane here).
     assert result.cluster.finished == 10
     assert result.cluster.useful_gpu_hours == pytest.approx(result.cluster.gpu_hours)
     assert result.cluster.trace_gpu_hours == 10 * 5 * 600 / 3600
-    latency = 10 * SPEEDUP / 3600 * 5  # 10 wall seconds a job, in GPU-hours of a 5-GPU job
-    assert result.cluster.trace_gpu_hours <= result.cluster.gpu_hours <= result.cluster.trace_gpu_hours + 10 * latency
+    assert result.cluster.gpu_hours == pytest.approx(result.cluster.trace_gpu_hours)
     held_hours_add_up(result)
 
 
@@ -104,3 +92,25 @@ def test_whatif_eight_gpu_pod_waits_for_a_node_not_for_quota() -> None:
     assert admitted >= first_done  # only once holders ended did a node have 8 free GPUs
     assert result.teams["team-b"].wait_hours["fragmentation"] > 0
     held_hours_add_up(result)
+
+
+def test_every_job_is_accounted_for_and_gpu_hours_are_conserved() -> None:
+    """queue.csv's jobs all finish: the finished runs add up to the trace's GPUs x duration, each job once."""
+    run = replayed("queue.csv", horizon=20000)
+    jobs = {e.job for e in run.replay.events if e.kind == "submitted"}
+    finished = [e.job for e in run.replay.events if e.kind == "finished"]
+    assert sorted(finished) == sorted(jobs) and len(jobs) == run.result.cluster.jobs
+    assert run.result.cluster.useful_gpu_hours == pytest.approx(run.result.cluster.trace_gpu_hours)
+    held_hours_add_up(run.result)
+
+
+def test_the_same_inputs_give_the_same_bytes(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two replays of a trace with preemptions and requeues: byte-identical `-o json`."""
+    outputs = []
+    for _ in range(2):
+        assert main(["whatif", str(EXAMPLE), "--trace", str(DATA / "reclaim.csv"), "-o", "json"]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1]
+    document = json.loads(outputs[0])["configs"][0]
+    assert document["engine"] == "virtual" and document["teams"]["team-a"]["preemptions"] == 2
+    assert any("kube-scheduler" in limit for limit in document["limits"])

@@ -67,8 +67,9 @@ def test_the_report_draws_use_per_team_and_waits_per_config_in_a_browser(tmp_pat
     plots = re.findall(r'<div id="figure-(\d)"[^>]*class="[^"]*js-plotly-plot', dom)
     assert plots == ["0", "1", "2"]
     legends = re.findall(r'class="legendtext"[^>]*>([^<]*)<', dom)
-    # A stacked chart lists its teams top to bottom, the last stacked first.
-    assert legends == ["team-b", "team-a", "team-b", "team-a", "now.yaml", "proposed.yaml"]
+    # Each team with its quota, then the cluster's GPUs, in each config's chart; the configs in the waits' chart.
+    per_config = ["team-a", "team-a quota", "team-b", "team-b quota", "cluster GPUs"]
+    assert legends == [*per_config, *per_config, "now.yaml", "proposed.yaml"]
     assert len(re.findall(r'class="trace boxes"', dom)) == 2  # a box plot per config
     assert "GPUs in use per team: now.yaml" in dom and "Wait before admission per team" in dom
     assert '<table id="answer">' in dom and "<td>wait p50</td>" in dom

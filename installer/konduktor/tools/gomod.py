@@ -110,10 +110,10 @@ def lock_problems(tools: Mapping[str, Tool], directory: Path = LOCKED_MODULES) -
     return problems
 
 
-def source_problems(tool: Tool, tools: Mapping[str, Tool], published: str) -> list[str]:
+def source_problems(tool: Tool, tools: Mapping[str, Tool], published: str, folder: Path | None = None) -> list[str]:
     """How our own module's go.mod disagrees with versions.toml: every pinned tool it requires directly at its pin,
     and the Kubernetes libraries at the [kubernetes] entry's."""
-    gomod = (product_dir(tool.source or "") / "go.mod").read_text()
+    gomod = ((folder or product_dir(tool.source or "")) / "go.mod").read_text()
     problems = []
     if f"module {tool.module}\n" not in gomod:
         problems.append(f"{tool.name}: go.mod is not the module {tool.module}")
