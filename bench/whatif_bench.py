@@ -2,7 +2,10 @@
 jobs of 20 teams on 1,000 nodes; wall time by phase (cluster start, replay), jobs finished, per-team p50 waits,
 and how far each job's held time exceeds its duration (the control plane's latency x the speedup).
 
-    .venv/bin/python bench/whatif_bench.py [--speedup N] [--jobs 2000] [--days 14] [--horizon S] [--large]
+    .venv/bin/python bench/whatif_bench.py [--engine virtual|cluster] [--speedup N] [--jobs 2000] [--days 14]
+        [--horizon S] [--large]
+
+The virtual engine (the default) reports its wall time, the engine's peak memory and the cost per event.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from ruamel.yaml import YAML
 
 from konduktor.paths import product_dir
 from konduktor.whatif.replay import Progress
-from konduktor.whatif.run import run_one
+from konduktor.whatif.run import Run, run_one
 from konduktor.whatif.trace import TraceJob, write_csv
 
 EXAMPLE = product_dir("examples") / "config.yaml"
@@ -82,6 +85,35 @@ def print_cpu(sampler: CpuSampler, submitted: int, wall: float) -> None:
         print(f"  {program:<32} {seconds:7.0f} s  {1000 * seconds / max(submitted, 1):6.0f} ms per job")
 
 
+def print_held(run: Run, trace: list[TraceJob], speedup: float) -> None:
+    """How long each finished run held its GPUs beyond its duration (the cluster engine's control plane)."""
+    finished = {e.job for e in run.replay.events if e.kind == "finished"}
+    by_name = {job.name: job for job in trace}
+    held = {}
+    admitted: dict[str, float] = {}
+    for event in sorted(run.replay.events, key=lambda e: e.time):
+        if event.kind == "admitted":
+            admitted[event.job] = event.time
+        elif event.kind == "finished" and event.job in admitted:
+            held[event.job] = event.time - admitted[event.job] - by_name[event.job].duration
+    extra = sorted(held.values())
+    if extra:
+        print(
+            f"held beyond duration (trace s): p50 {extra[len(extra) // 2]:.0f}, max {extra[-1]:.0f} "
+            f"= {extra[len(extra) // 2] / speedup:.2f} s wall at p50; {len(finished)} finished runs"
+        )
+
+
+def print_engine(events: int, wall: float, days: float) -> None:
+    """The virtual engine's cost: per event, its peak memory (it is this process's child), and the speed."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(
+        f"virtual engine: {events} events, {1e6 * wall / max(events, 1):.0f} us wall per event, "
+        f"{children.ru_maxrss / 1024:.0f} MiB peak RSS, {children.ru_utime + children.ru_stime:.0f} CPU s; "
+        f"{days * 86400 / max(wall, 1e-9):.0f}x the trace's time"
+    )
+
+
 def synthetic(jobs: int, days: float, teams: list[str], gpus: int, load: float, seed: int) -> list[TraceJob]:
     """Poisson arrivals over `days`, job shapes as SHAPES, log-normal durations scaled so that the trace asks for
     `load` of the cluster's GPU-hours; teams drawn with Zipf-like weights (one team submits the most)."""
@@ -124,7 +156,8 @@ def large_config(path: Path, nodes: int, teams: int) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--speedup", type=float, default=None)
+    parser.add_argument("--engine", choices=["virtual", "cluster"], default="virtual")
+    parser.add_argument("--speedup", type=float, default=None, help="--engine cluster only")
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--days", type=float, default=14)
     parser.add_argument("--load", type=float, default=0.7, help="the trace's GPU-hours / the cluster's")
@@ -146,7 +179,8 @@ def main() -> None:
         write_csv(trace, handle)
     print(
         f"trace: {jobs} jobs over {args.days:g} days, {sum(j.gpu_hours for j in trace):.0f} GPU-hours asked "
-        f"of {gpus * args.days * 24:.0f}; {len(teams)} teams on {gpus} GPUs; speedup {speedup:.0f}x"
+        f"of {gpus * args.days * 24:.0f}; {len(teams)} teams on {gpus} GPUs; "
+        + (f"speedup {speedup:.0f}x" if args.engine == "cluster" else "virtual engine")
     )
     steps: list[str] = []
     last = [0.0]
@@ -159,33 +193,21 @@ def main() -> None:
     started = time.monotonic()
     horizon = args.horizon or args.days * 86400
     with CpuSampler(os.environ["KONDUKTOR_STATE"]) as sampler:
-        run = run_one(config, trace_path, speedup, horizon, progress=progress, say=steps.append)
+        run = run_one(config, trace_path, args.engine, speedup, horizon, progress=progress, say=steps.append)
     total = time.monotonic() - started
     result = run.result
     print(
         f"wall: {total:.0f} s in all; replay {run.replay.wall_seconds:.0f} s; "
-        f"cluster start and stop {total - run.replay.wall_seconds:.0f} s"
+        f"cluster start and stop (or the engine's build check) {total - run.replay.wall_seconds:.0f} s"
     )
+    if args.engine == "virtual":
+        print_engine(len(run.replay.events), run.replay.wall_seconds, args.days)
     print(
         f"jobs finished {result.cluster.finished}/{result.cluster.jobs}; GPU-hours held "
         f"{result.cluster.gpu_hours:.0f}, of finished runs {result.cluster.useful_gpu_hours:.0f}; "
         f"utilisation {100 * (result.cluster.utilisation or 0):.0f}%"
     )
-    finished = {e.job for e in run.replay.events if e.kind == "finished"}
-    by_name = {job.name: job for job in trace}
-    held = {}
-    admitted: dict[str, float] = {}
-    for event in sorted(run.replay.events, key=lambda e: e.time):
-        if event.kind == "admitted":
-            admitted[event.job] = event.time
-        elif event.kind == "finished" and event.job in admitted:
-            held[event.job] = event.time - admitted[event.job] - by_name[event.job].duration
-    extra = sorted(held.values())
-    if extra:
-        print(
-            f"held beyond duration (trace s): p50 {extra[len(extra) // 2]:.0f}, max {extra[-1]:.0f} "
-            f"= {extra[len(extra) // 2] / speedup:.2f} s wall at p50; {len(finished)} finished runs"
-        )
+    print_held(run, trace, speedup)
     print_cpu(sampler, sum(1 for job in trace if job.submit < horizon), total)
     for team, answer in sorted(result.teams.items()):
         p50 = "-" if answer.wait_p50 is None else f"{answer.wait_p50 / 60:.1f} min"

@@ -41,7 +41,7 @@ def main() -> None:
         waits: dict[float, dict[str, float]] = {}
         for speedup in speedups:
             started = time.monotonic()
-            run = run_one(EXAMPLE, TRACES / f"{name}.csv", speedup, horizon=HORIZON.get(name))
+            run = run_one(EXAMPLE, TRACES / f"{name}.csv", "cluster", speedup, horizon=HORIZON.get(name))
             waits[speedup] = {t: r.wait_p50 for t, r in sorted(run.result.teams.items()) if r.wait_p50 is not None}
             reference = waits[speedups[0]]
             strays = {t: abs(w - reference[t]) / max(reference[t], w, scale) for t, w in waits[speedup].items()}
