@@ -41,7 +41,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "health": frozenset({"gpu", "config", "kube", "burnin", "observability"}),
     "sim": frozenset({"gpu", "config", "kube", "helm", "quotas", "burnin", "tools"}),
     "queueing": frozenset({"gpu", "config", "kube", "quotas"}),
-    "whatif": frozenset({"gpu", "config", "kube", "quotas", "sim", "observability"}),
+    "whatif": frozenset({"gpu", "config", "tools", "kube", "quotas", "helm", "sim", "observability"}),
     "ops": frozenset(
         {"gpu", "config", "tools", "kube", "quotas", "helm", "burnin", "preflight", "health", "sim", "queueing"}
     ),

@@ -148,7 +148,13 @@ def test_two_configs_side_by_side_with_the_difference() -> None:
     runs = [run("now.yaml", 600), run("proposed.yaml", 60)]
     assert columns(runs) == ["scope", "figure", "now.yaml", "proposed.yaml", "difference"]
     wait = next(r for r in rows(runs) if r["scope"] == "a" and r["figure"] == "wait p50")
-    assert wait == {"scope": "a", "figure": "wait p50", "now.yaml": "10m", "proposed.yaml": "60s", "difference": "-9m"}
+    assert wait == {
+        "scope": "a",
+        "figure": "wait p50",
+        "now.yaml": "10.0 min",
+        "proposed.yaml": "1.0 min",
+        "difference": "-9.0 min",
+    }
     cluster = [r for r in rows(runs) if r["scope"] == "cluster"]
     assert {r["figure"] for r in cluster} >= {"preemptions", "borrowed GPU-hours", "utilisation (of quota)"}
     data = document(runs)

@@ -102,7 +102,7 @@ class InstallerCommands(LazyGroup):
         LazyCommand(
             "whatif",
             "konduktor.cli.whatif:whatif",
-            "Replay a job trace against a config (and another) on a fresh simulated cluster: waits, use, preemptions.",
+            "Replay a job trace against a config (and another): waits, use, preemptions, per team.",
         ),
         LazyCommand(
             "trace",
