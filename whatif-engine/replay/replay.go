@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"fmt"
+	"io"
 	"sort"
 	"sync"
 	"time"
@@ -46,7 +47,7 @@ func Unsupported(cfg *configapi.Configuration) []string {
 
 // Run replays the input's jobs and returns what happened to each. Times are seconds from the start of Run on
 // the caller's clock: inside a synctest bubble, virtual seconds.
-func Run(ctx context.Context, cfg *configapi.Configuration, in *Input) ([]Event, error) {
+func Run(ctx context.Context, cfg *configapi.Configuration, in *Input, progress io.Writer) ([]Event, error) {
 	if unsupported := Unsupported(cfg); len(unsupported) > 0 {
 		return nil, fmt.Errorf("the virtual engine cannot honour: %v", unsupported)
 	}
@@ -119,6 +120,7 @@ func Run(ctx context.Context, cfg *configapi.Configuration, in *Input) ([]Event,
 	)
 
 	record := newRecorder(start, in.Jobs)
+	record.progress = progress
 	world := newWorld(cl, start, in.Jobs, record, waitforpodsready.Enabled(cfg.WaitForPodsReady))
 	manager := newManager(informer, workloads, world, record)
 
@@ -253,6 +255,7 @@ type recorder struct {
 	message   map[int]string
 	over      map[int]bool
 	finishedN int
+	progress  io.Writer // where a line goes each time another percent of the jobs has finished
 }
 
 type indexed struct {
@@ -324,6 +327,10 @@ func (r *recorder) finish(job int) {
 	r.admitted[job] = false
 	r.add(job, "finished", "")
 	r.finishedN++
+	if r.progress != nil && (r.finishedN%max(1, len(r.jobs)/100) == 0 || r.finishedN == len(r.jobs)) {
+		// A line a percent: the replay's own wall time cannot be read inside the bubble, the trace's time can.
+		fmt.Fprintf(r.progress, "progress %.0f %d %d\n", r.now(), r.finishedN, len(r.jobs))
+	}
 }
 
 func (r *recorder) allFinished() bool {

@@ -105,7 +105,7 @@ def run_loaded(
     """The replay of jobs already checked against the config (a sweep replays one trace against many)."""
     if engine == "virtual":
         binary, crds = virtual_engine(say)
-        replayed = replay_virtual(config, jobs, binary, crds, horizon, say)
+        replayed = replay_virtual(config, jobs, binary, crds, horizon, say, progress=progress)
     else:
         replayed = replay(config, jobs, speedup, horizon, progress, say)
     quotas, lendable, gpus = quotas_of(config)

@@ -28,7 +28,7 @@ from konduktor.sim.kueue import FRAMEWORKS, NAMESPACE
 from konduktor.sim.nodes import node_manifests
 from konduktor.sim.pools import node_pools, topology_levels
 from konduktor.whatif.metrics import Event, cause_of
-from konduktor.whatif.replay import Replay, job_manifest, kube_names
+from konduktor.whatif.replay import Progress, Replay, job_manifest, kube_names
 from konduktor.whatif.trace import TraceJob
 
 ENGINE = "virtual"
@@ -127,6 +127,7 @@ def replay_virtual(
     horizon: float | None = None,
     say: Callable[[str], None] | None = None,
     settings: dict[str, Any] | None = None,
+    progress: Callable[[Progress], None] | None = None,
 ) -> Replay:
     """Replays `jobs` (checked against `config`) through the engine binary. Stops when every job has finished or
     at trace time `horizon` (default: three times the time by which every job would have finished had it
@@ -140,25 +141,19 @@ def replay_virtual(
         (folder / "kueue.yaml").write_text(yaml.safe_dump(configuration(config, kueue_settings)))
         (folder / "input.json").write_text(json.dumps(engine_input(config, jobs, horizon, kueue_crds)))
         tell(f"replaying {len(jobs)} jobs on virtual time")
-        result = subprocess.run(
-            [
-                str(engine),
-                "-test.run=^TestReplay$",
-                "-configuration",
-                str(folder / "kueue.yaml"),
-                "-input",
-                str(folder / "input.json"),
-                "-output",
-                str(folder / "events.jsonl"),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode != 0:
-            raise KonduktorError(
-                "the what-if engine failed", detail=_failure(result.stdout + result.stderr), hint=_hint(result.stdout)
-            )
+        command = [
+            str(engine),
+            "-test.run=^TestReplay$",
+            "-configuration",
+            str(folder / "kueue.yaml"),
+            "-input",
+            str(folder / "input.json"),
+            "-output",
+            str(folder / "events.jsonl"),
+        ]
+        code, output = _run_engine(command, len(jobs), progress)
+        if code != 0:
+            raise KonduktorError("the what-if engine failed", detail=_failure(output), hint=_hint(output))
         lines = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines() if line]
     events, end = events_of(lines)
     return Replay(
@@ -169,6 +164,26 @@ def replay_virtual(
         wall_seconds=time.monotonic() - started,
         limits=limits(kueue_settings),
     )
+
+
+def _run_engine(command: list[str], total: int, progress: Callable[[Progress], None] | None) -> tuple[int, str]:
+    """Runs the engine; each `progress TRACE-SECONDS FINISHED TOTAL` line it writes becomes a Progress."""
+    kept: list[str] = []
+    replayed, finished = 0.0, 0
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            parts = line.split()
+            if len(parts) == 4 and parts[0] == "progress":
+                replayed, finished = float(parts[1]), int(parts[2])
+                if progress is not None:
+                    progress(Progress(replayed, finished, total, None))
+                continue
+            kept.append(line)
+        code = process.wait()
+    if progress is not None and code == 0:
+        progress(Progress(replayed, finished, total, 0.0, final=True))
+    return code, "".join(kept)
 
 
 def _failure(output: str) -> str:

@@ -55,7 +55,7 @@ func TestReplay(t *testing.T) {
 	debug.SetGCPercent(400)
 	var events []replay.Event
 	synctest.Test(t, func(t *testing.T) {
-		events, err = replay.Run(context.Background(), &cfg, in)
+		events, err = replay.Run(context.Background(), &cfg, in, os.Stderr)
 	})
 	if err != nil {
 		t.Fatal(err)
