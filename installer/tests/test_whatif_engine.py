@@ -23,7 +23,6 @@ def go(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_engine_is_gofmt_and_vet_clean_and_its_go_tests_pass() -> None:
-    assert go("fmt", "-n", "./...").returncode == 0
     unformatted = subprocess.run(["gofmt", "-l", "."], cwd=MODULE, capture_output=True, text=True, check=True)
     assert unformatted.stdout == ""
     for tags in ([], ["-tags", "whatifengine"]):
