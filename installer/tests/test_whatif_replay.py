@@ -12,8 +12,11 @@ import pytest
 from conftest import EXAMPLE
 
 from konduktor.cli.main import main
+from konduktor.errors import ExitCode, UsageError
+from konduktor.quotas.render import kueue_manager_settings
 from konduktor.whatif.metrics import Event, Result
-from konduktor.whatif.run import Run, run_one
+from konduktor.whatif.run import Run, load, run_one, virtual_engine
+from konduktor.whatif.virtual import replay_virtual
 
 DATA = Path(__file__).parent / "data" / "whatif"
 
@@ -114,3 +117,13 @@ def test_the_same_inputs_give_the_same_bytes(capsys: pytest.CaptureFixture[str])
     document = json.loads(outputs[0])["configs"][0]
     assert document["engine"] == "virtual" and document["teams"]["team-a"]["preemptions"] == 2
     assert any("kube-scheduler" in limit for limit in document["limits"])
+
+
+def test_a_kueue_setting_the_engine_cannot_honour_is_refused_by_name() -> None:
+    """Admission fair sharing samples LocalQueue usage in a controller the engine does not run: exit 2, named."""
+    config, jobs = load(EXAMPLE, DATA / "greedy.csv")
+    binary, crds = virtual_engine()
+    settings = {**kueue_manager_settings(config), "admissionFairSharing": {"usageHalfLifeTime": "168h"}}
+    with pytest.raises(UsageError) as refused:
+        replay_virtual(config, jobs, binary, crds, settings=settings)
+    assert "admissionFairSharing" in refused.value.message and refused.value.exit_code == ExitCode.BAD_INPUT

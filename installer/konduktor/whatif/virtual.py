@@ -11,6 +11,7 @@ trace seconds. docs/design/whatif-engine.md says which parts are Kueue's code an
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import tempfile
 import time
@@ -21,7 +22,7 @@ from typing import Any
 import yaml
 
 from konduktor.config.model import Config
-from konduktor.errors import KonduktorError
+from konduktor.errors import KonduktorError, UsageError
 from konduktor.helm.values import merge_sections
 from konduktor.quotas.render import kueue_manager_settings, render
 from konduktor.sim.kueue import FRAMEWORKS, NAMESPACE
@@ -152,8 +153,17 @@ def replay_virtual(
             str(folder / "events.jsonl"),
         ]
         code, output = _run_engine(command, len(jobs), progress)
+        if code != 0 and (refused := re.search(r"the virtual engine cannot honour: \[(.*)\]", output)):
+            raise UsageError(
+                f"the config's Kueue settings ask for what the virtual engine cannot do: {refused.group(1)}",
+                hint="replay it with --engine cluster",
+            )
         if code != 0:
-            raise KonduktorError("the what-if engine failed", detail=_failure(output), hint=_hint(output))
+            raise KonduktorError(
+                "the what-if engine failed",
+                detail=_failure(output),
+                hint="a fault of Konduktor's, not of the config or the trace: please report it with the lines above",
+            )
         lines = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines() if line]
     events, end = events_of(lines)
     return Replay(
@@ -190,9 +200,3 @@ def _failure(output: str) -> str:
     # A test binary reports a failure as `main_test.go:NN: message`; the rest is the testing package's frame.
     lines = [line.strip() for line in output.splitlines() if ".go:" in line or "panic" in line]
     return "\n".join(lines[-10:]) or output[-2000:]
-
-
-def _hint(output: str) -> str:
-    if "cannot honour" in output:
-        return "the setting named is refused by the virtual engine: replay with --engine cluster"
-    return "this is a fault of Konduktor's, not of the config or the trace: please report it with the message above"
