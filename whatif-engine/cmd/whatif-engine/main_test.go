@@ -51,8 +51,10 @@ func TestReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The replay keeps every object in memory and allocates briskly: collect garbage less often.
+	// The replay keeps every object in memory and allocates briskly: collect garbage less often, but more often
+	// again as the heap nears 1.5 GiB, so that a large replay stays within 2 GiB.
 	debug.SetGCPercent(400)
+	debug.SetMemoryLimit(1536 << 20)
 	var events []replay.Event
 	synctest.Test(t, func(t *testing.T) {
 		events, err = replay.Run(context.Background(), &cfg, in, os.Stderr)
