@@ -108,8 +108,10 @@ def test_old_hardware_xid_only_warns() -> None:
 
 def test_missing_gpu_fails_inventory() -> None:
     inventory = judge_passive(parse_passive_snapshot(output("passive_h100_missing_gpu.txt")), H100, 8, LIMITS)[0]
-    assert inventory.verdict is Verdict.FAIL
+    assert inventory.verdict is Verdict.FAIL and inventory.summary == "7 of 8 GPUs present"  # "7/8" read either way
     assert inventory.reasons == ("nvidia-smi lists 7 GPUs, the node advertises 8",)
+    more = judge_passive(parse_passive_snapshot(output("passive_h100_healthy.txt")), H100, 7, LIMITS)[0]
+    assert more.verdict is Verdict.FAIL and more.summary == "8 GPUs present, 7 expected"
 
 
 def test_unreadable_kernel_log_is_an_error_not_a_pass() -> None:

@@ -8,14 +8,17 @@ import pytest
 
 from konduktor.burnin.record import BurnInRecord
 from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict
+from konduktor.burnin.tiers import Step, Tier, options_for_tier
+from konduktor.burnin.verdict import NodeEvidence, judge_node
 from konduktor.errors import ChangeRefused, ExitCode, UsageError
 from konduktor.health.breaker import BreakerView, breaker_view, controller_view
 from konduktor.health.decide import CONDITION_TYPE, RecordEvent, SetCondition, UpdateNode
 from konduktor.health.health_view import TABLE_WIDTH, Health, capacity, health_view, render_next, render_table
 from konduktor.health.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION
 from konduktor.health.nodes import node_state
-from konduktor.health.release import release_hints, release_plan, requalification_plan
+from konduktor.health.release import release_hints, release_plan, requalification_plan, requalify_outcome
 from konduktor.health.settings import HealthSettings
+from konduktor.sim.gpus import FakeNode, parse_faults, step_log
 from konduktor.vocabulary import (
     BURNIN_RESULT,
     HEALTH_TAINT_KEY,
@@ -202,8 +205,9 @@ def test_capacity_counts_quarantined_and_cordoned_gpus_once() -> None:
     assert capacity(health_view([node("a")]))[0].describe() == f"10 {H100} GPUs"
 
 
-def test_the_table_fits_100_columns_and_wide_adds_the_evidence() -> None:
-    long_reason = {QUARANTINE_REASON: "Xid79 " + "GPU_HAS_FALLEN_OFF_THE_BUS " * 6}
+def test_the_table_fits_100_columns_wraps_the_reason_uncut_and_wide_adds_the_evidence() -> None:
+    reason = "Xid79 " + " ".join(["GPU_HAS_FALLEN_OFF_THE_BUS"] * 6)
+    long_reason = {QUARANTINE_REASON: reason}
     views = health_view(
         [quarantined("gpu-h100-0001", annotations=long_reason), node("gpu-h100-0002")],
         [event("gpu-h100-0001", "konduktor-install", "2027-01-15T07:30:00Z")],
@@ -213,7 +217,10 @@ def test_the_table_fits_100_columns_and_wide_adds_the_evidence() -> None:
     assert all(len(line) <= TABLE_WIDTH for line in lines), table
     assert lines[0].split() == ["NODE", "STATE", "GPUS", "SINCE", "OWNER", "BURN-IN", "REASON"]
     assert lines[1].split()[:5] == ["gpu-h100-0001", "quarantined", "10/10", "30m", "konduktor-install"]
-    assert lines[1].endswith("…")
+    column = lines[0].index("REASON")
+    wrapped = [lines[1][column:], *(line[column:] for line in lines[2:] if not line[:column].strip())]
+    assert len(wrapped) > 1 and " ".join(wrapped) == reason  # every word, each line within the reason's column
+    assert lines[len(wrapped) + 1].startswith("gpu-h100-0002")
     wide = render_table(views, NOW, wide=True)
     assert "Xid 79: GPU fell off the bus" in wide and "EVIDENCE" in wide and "Xid 79" not in table
     headers = wide.splitlines()[0].split()
@@ -304,11 +311,15 @@ def test_the_breaker_view_counts_what_the_controller_counts() -> None:
     states = {n["metadata"]["name"]: node_state(n) for n in fleet}
     closed = breaker_view(states, HealthSettings(), {}, NOW)
     assert (closed.quarantines, closed.limit, closed.counted, closed.tripped) == (2, 2, ("a", "b"), False)
-    assert closed.describe() == "closed: 2 of 2 quarantines in 10m"
+    assert closed.describe() == (
+        "closed: 2 of at most 2 automatic quarantines in the last 10m used; a quarantine past the limit trips it"
+    )
     lease = {BREAKER_ANNOTATION: "2027-01-15T07:59:00Z"}
     tripped = breaker_view(states, HealthSettings(), lease, NOW)
     assert tripped.tripped_since == "2027-01-15T07:59:00Z"
-    assert tripped.describe().startswith("TRIPPED since 2027-01-15T07:59:00Z (2 of 2 quarantines in 10m)")
+    assert tripped.describe().startswith(
+        "TRIPPED since 2027-01-15T07:59:00Z (2 of at most 2 automatic quarantines in the last 10m used)"
+    )
     assert tripped.row()["tripped"] is True and BreakerView.from_row(tripped.row()) == tripped
     # After a reset only the later quarantines count.
     reset = breaker_view(states, HealthSettings(), {BREAKER_RESET_ANNOTATION: "2027-01-15T07:56:00Z"}, NOW)
@@ -374,6 +385,18 @@ def test_requalification_releases_on_pass_and_keeps_the_node_out_otherwise() -> 
     assert not any(isinstance(a, UpdateNode) and a.remove_taints for a in failed)
     [update] = [a for a in failed if isinstance(a, UpdateNode)]
     assert update.annotations[REQUALIFICATION_RESULT] == "FAIL: ecc: ecc"
+
+
+def test_a_failed_requalification_says_why_on_its_verdict_line_in_the_events_words() -> None:
+    # After `sim fault --kind xid79 --gpu 3`: nvidia-smi still lists the ten GPUs, the device plugin offers nine.
+    faulty = FakeNode("a", H100, 10, parse_faults("3=xid"))
+    logs = {Step.PASSIVE.value: step_log(Step.PASSIVE.value, faulty)}
+    failed = judge_node(NodeEvidence("a", H100, 9, logs), options_for_tier(Tier.QUICK))
+    why = "inventory: 10 GPUs present, 9 expected; kernel_log: 1 recent hardware Xid(s)"
+    assert requalify_outcome(failed, released=False) == f"requalify a: FAIL ({why}); stays quarantined"
+    plan = requalification_plan(node_state(quarantined("a"), None, False), failed, NOW)
+    assert [a.message for a in plan.actions if isinstance(a, RecordEvent)] == [f"stays quarantined: {why}"]
+    assert requalify_outcome(verdict("a", Verdict.PASS), released=True) == "requalify a: PASS; released"
 
 
 def test_a_manual_burnin_pass_on_a_quarantined_node_says_how_to_release_it() -> None:

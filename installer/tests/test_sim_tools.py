@@ -117,6 +117,16 @@ def test_tools_list_shows_versions_and_paths(capsys: pytest.CaptureFixture[str])
     assert '"version": "v1.36.3"' in out
 
 
+def test_tools_path_prints_the_pinned_binary_and_refuses_an_unknown_one(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tools", "path", "kubectl"]) == 0
+    pinned = installed(load_tools()["kubernetes"])
+    assert pinned is not None and capsys.readouterr().out == f"{pinned.paths['kubectl']}\n"
+    assert main(["tools", "path", "kubectll"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "error: no pinned tool provides 'kubectll'" in captured.err
+    assert "kubectl" in captured.err and "Traceback" not in captured.err
+
+
 def test_wrapper_repeats_the_tools_own_directives() -> None:
     """promtool-style modules only build with their replace/exclude lines; local paths cannot be repeated."""
     tool_gomod = """module github.com/prometheus/prometheus

@@ -25,6 +25,7 @@ from konduktor.ops.status import read_fleet_health
 from konduktor.vocabulary import BURNIN_NAMESPACE
 
 NodesFormat = Literal["table", "wide", "json", "yaml"]
+BREAKER_LABEL = "quarantine breaker"  # named by what it holds back: a bare "breaker" told a newcomer nothing
 
 app = typer.Typer()
 breaker_app = typer.Typer()
@@ -96,7 +97,7 @@ def _show(report: HealthReport, output: NodesFormat) -> None:
     sys.stdout.write(render_next(report.nodes))
     for line in capacity(report.nodes):
         sys.stdout.write(f"capacity: {line.describe()}\n")
-    sys.stdout.write(note("breaker", report.breaker.describe()))
+    sys.stdout.write(note(BREAKER_LABEL, report.breaker.describe()))
     sys.stdout.write(note("controller", report.controller.describe()))
 
 
@@ -115,7 +116,7 @@ def breaker(
     with connect(kubeconfig, context, sim, read_only=True) as kube:
         report = read_health(kube, BURNIN_NAMESPACE)
     if output == "table":
-        sys.stdout.write(note("breaker", report.breaker.describe()))
+        sys.stdout.write(note(BREAKER_LABEL, report.breaker.describe()))
     else:
         print_document(report.breaker.row(), output)
     if report.breaker.tripped:

@@ -81,6 +81,17 @@ def lock_modules(
             err.print(f"{name} {tools[name].version}: {target}/go.mod, go.sum", markup=False)
 
 
+@app.command("path")
+def path(
+    binary: Annotated[str, typer.Argument(help="A pinned binary, e.g. kubectl.", show_default=False)],
+) -> None:
+    """Print the path of a pinned binary, built first when the cache lacks it (progress on stderr), e.g.
+    `alias kubectl="$(konduktor-install tools path kubectl)"`. Exit 2: no pinned tool provides it."""
+    with progress("tools") as report:
+        found = Toolbox(progress=report).path(binary)
+    typer.echo(str(found))
+
+
 @app.command("list")
 def list_tools(
     output: Annotated[OutputFormat, typer.Option("-o", "--output")] = "table",

@@ -45,12 +45,16 @@ class BreakerView:
         return self.tripped_since is not None
 
     def describe(self) -> str:
-        window = f"{self.quarantines} of {self.limit} quarantines in {_span(self.window_seconds)}"
+        # In full words: "2 of 2 quarantines in 10m" did not tell a newcomer on call what is counted against what.
+        window = (
+            f"{self.quarantines} of at most {self.limit} automatic quarantines in the last "
+            f"{_span(self.window_seconds)} used"
+        )
         if self.dry_run:
-            return f"dry run: each replica counts the quarantines it would have made ({window} on the nodes)"
+            return f"dry run: each replica counts the quarantines it would have made; the nodes show {window}"
         if self.tripped:
             return f"TRIPPED since {self.tripped_since} ({window}): no new quarantine until {RESET_COMMAND}"
-        return f"closed: {window}"
+        return f"closed: {window}; a quarantine past the limit trips it"
 
     def row(self) -> dict[str, Any]:
         row = asdict(self)

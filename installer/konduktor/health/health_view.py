@@ -358,8 +358,9 @@ def render_next(views: Sequence[NodeHealth]) -> str:
 
 
 def render_table(views: Sequence[NodeHealth], now: float, wide: bool = False) -> str:
-    """Columns as kubectl aligns them. The default table fits TABLE_WIDTH columns: the reason, last, is cut to
-    fit; `wide` adds the product, the timestamp and the evidence, uncut."""
+    """Columns as kubectl aligns them. The default table fits TABLE_WIDTH columns: the reason, last, wraps within
+    its column, never cut (it is what on-call reads first); `wide` adds the product, the timestamp and the
+    evidence, each on one line."""
     headers = ["NODE", "STATE", "GPUS", "SINCE", "OWNER", "BURN-IN", "REASON"]
     if wide:
         headers += ["PRODUCT", "STATE-CHANGED-AT", "EVIDENCE"]
@@ -372,7 +373,7 @@ def render_table(views: Sequence[NodeHealth], now: float, wide: bool = False) ->
         else:
             head = GAP.join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + GAP
             room = max(TABLE_WIDTH - len(head), 8)
-            reason = row[-1] if len(row[-1]) <= room else row[-1][: room - 1] + "…"
-            line = (head + reason).rstrip()
+            reason = textwrap.wrap(row[-1], room, break_on_hyphens=False) or [""]
+            line = "\n".join([(head + reason[0]).rstrip(), *(" " * len(head) + more for more in reason[1:])])
         lines.append(line)
     return "\n".join(lines) + "\n"

@@ -25,6 +25,7 @@ from konduktor.burnin.results import NodeVerdict, Verdict
 from konduktor.burnin.runner import BurnInRunner, Progress
 from konduktor.burnin.tiers import BurnInOptions
 from konduktor.errors import ChangeRefused, UsageError
+from konduktor.health.classify import verdict_detail
 from konduktor.health.decide import (
     BreakerState,
     NodeState,
@@ -192,5 +193,12 @@ def requalify_node(
         say(f"requalify {name}: {notice.message}")
     make_writes(kube, plan.actions, COMPONENT, COMPONENT, lambda action: say(f"requalify: {describe_action(action)}"))
     released = any(isinstance(a, UpdateNode) and a.remove_taints for a in plan.actions)
-    say(f"requalify {name}: {verdict.verdict}; " + ("released" if released else "stays quarantined"))
+    say(requalify_outcome(verdict, released))
     return verdict, False
+
+
+def requalify_outcome(verdict: NodeVerdict, released: bool) -> str:
+    """The verdict line of `nodes requalify`. A node kept out carries the checks that kept it out, in the words of
+    the controller's Event, so that on-call need not look the Event up to learn why."""
+    why = "" if verdict.verdict is Verdict.PASS else f" ({verdict_detail(verdict)})"
+    return f"requalify {verdict.node}: {verdict.verdict}{why}; " + ("released" if released else "stays quarantined")

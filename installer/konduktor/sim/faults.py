@@ -28,6 +28,8 @@ from konduktor.vocabulary import GPU_RESOURCE
 
 KERNEL_LOGS = "kernel-logs"
 DEVICE_PLUGIN = "nvidia-device-plugin"  # the field manager of the allocatable GPUs `sim fault` changes
+# The sim's GPU nodes; `type=kwok` would also name its system node, which has no GPU to fault.
+GPU_NODES = "nvidia.com/gpu.present=true"
 
 
 def kernel_log_dir(root: Path) -> Path:
@@ -115,11 +117,11 @@ def gpu_node(kube: Kube, name: str) -> tuple[dict[str, Any], int, dict[int, Faul
     """The node, its GPU capacity and its injected faults; UsageError for a node that is not a fake GPU node."""
     node = kube.get("v1", "Node", name)
     if node is None:
-        names = sorted(n["metadata"]["name"] for n in kube.list("v1", "Node", label_selector="type=kwok"))
-        raise UsageError(f"no node {name!r} in the simulated cluster", hint=f"its nodes: {', '.join(names)}")
+        names = sorted(n["metadata"]["name"] for n in kube.list("v1", "Node", label_selector=GPU_NODES))
+        raise UsageError(f"no node {name!r} in the simulated cluster", hint=f"its GPU nodes: {', '.join(names)}")
     capacity = int(str((node.get("status", {}).get("capacity") or {}).get(GPU_RESOURCE, "0")))
     if capacity == 0:
-        raise UsageError(f"node {name!r} has no GPUs", hint="`kubectl get nodes -l type=kwok` lists the GPU nodes")
+        raise UsageError(f"node {name!r} has no GPUs", hint=f"`kubectl get nodes -l {GPU_NODES}` lists the GPU nodes")
     annotations = node["metadata"].get("annotations") or {}
     try:
         faults = parse_faults(annotations.get(FAULTS_ANNOTATION))

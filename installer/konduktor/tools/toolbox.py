@@ -36,7 +36,8 @@ class Toolbox:
         for tool in self.tools.values():
             if binary in tool.binaries():
                 return tool
-        raise KeyError(binary)
+        known = sorted(b for tool in self.tools.values() if tool.packages for b in tool.binaries())
+        raise UsageError(f"no pinned tool provides {binary!r}", hint=f"binaries: {', '.join(known)}")
 
     def path(self, binary: str) -> Path:
         tool = self.provider(binary)

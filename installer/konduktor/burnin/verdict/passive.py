@@ -53,7 +53,7 @@ def _judge_inventory(
             INVENTORY,
             step,
             Verdict.FAIL,
-            f"{found}/{expected} GPUs",
+            _count_mismatch(found, expected),
             [f"nvidia-smi lists {found} GPUs, the node advertises {expected}"],
             evidence,
         )
@@ -86,6 +86,15 @@ def _judge_inventory(
             evidence,
         )
     return check_result(INVENTORY, step, Verdict.PASS, f"{found} x {model.name}", (), evidence)
+
+
+def _count_mismatch(found: int, expected: int) -> str:
+    """The count in words: a bare "10/9" (listed/expected) was read the other way round, as 9 of 10 present."""
+    if found < expected:
+        return f"{found} of {expected} GPUs present"
+    # More listed than expected: the device plugin withdrew a GPU nvidia-smi still sees (a critical Xid), or the
+    # node has more GPUs than its GPU type says.
+    return f"{found} GPUs present, {expected} expected"
 
 
 def _judge_ecc(snapshot: PassiveSnapshot, limits: PassiveLimits, step: str) -> CheckResult:
