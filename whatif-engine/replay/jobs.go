@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -77,7 +76,6 @@ func (a *agenda) Pop() any {
 // mark the Workload finished when its pods would end, and on eviction stop the job, then release its quota and
 // set Requeued. Its agenda holds these actions, and the Workload reconciler's RequeueAfter, in time order.
 type world struct {
-	mu        sync.Mutex
 	cl        client.Client
 	start     time.Time
 	jobs      []Job
@@ -108,7 +106,7 @@ func newWorld(cl client.Client, start time.Time, jobs []Job, record *recorder, p
 	return w
 }
 
-// plan adds an action; the caller holds w.mu or is the only goroutine.
+// plan adds an action. Only the manager's goroutine uses the world.
 func (w *world) plan(a action) {
 	a.order = w.planned
 	w.planned++
@@ -120,12 +118,10 @@ func (w *world) perform(ctx context.Context, a action) error {
 	case submitAction:
 		return w.submit(ctx, a.job)
 	case finishAction:
-		w.mu.Lock()
 		current := w.runs[a.job] == a.run
 		if current {
 			w.runs[a.job] = 0
 		}
-		w.mu.Unlock()
 		if !current {
 			return nil // the run was evicted before it could end
 		}
@@ -169,10 +165,8 @@ func (w *world) submit(ctx context.Context, index int) error {
 	}
 	wl.UID = traceUID('b', index)
 	wl.CreationTimestamp = now
-	w.mu.Lock()
 	w.names[wl.Name] = index
 	w.keys[index] = client.ObjectKeyFromObject(wl)
-	w.mu.Unlock()
 	w.record.submitted(index, wl.Name)
 	if err := w.cl.Create(ctx, wl); err != nil {
 		return fmt.Errorf("job %s: creating its Workload: %w", trace.Name, err)
@@ -182,9 +176,7 @@ func (w *world) submit(ctx context.Context, index int) error {
 
 // see is the job framework's reconciler for the Job that owns a Workload whose new state the informer delivers.
 func (w *world) see(ctx context.Context, delivered *kueue.Workload) {
-	w.mu.Lock()
 	index, ok := w.names[delivered.Name]
-	w.mu.Unlock()
 	if !ok || workloadfinish.IsFinished(delivered) {
 		return
 	}
@@ -192,9 +184,7 @@ func (w *world) see(ctx context.Context, delivered *kueue.Workload) {
 	switch {
 	case evicted != nil && evicted.Status == metav1.ConditionTrue && workload.HasQuotaReservation(delivered):
 		// 6. handle eviction: stop the job (its pods end at once here), then clear the admission.
-		w.mu.Lock()
 		w.runs[index] = 0
-		w.mu.Unlock()
 		_ = w.retry(ctx, index, func(wl *kueue.Workload) error {
 			condition := apimeta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadEvicted)
 			if condition == nil || condition.Status != metav1.ConditionTrue || !workload.HasQuotaReservation(wl) {
@@ -215,16 +205,13 @@ func (w *world) see(ctx context.Context, delivered *kueue.Workload) {
 			})
 		})
 	case workload.IsAdmitted(delivered):
-		w.mu.Lock()
 		if w.runs[index] != 0 {
-			w.mu.Unlock()
 			return
 		}
 		w.started++
 		run := w.started
 		w.runs[index] = run
 		w.plan(action{at: time.Now().Add(seconds(w.jobs[index].Duration)), kind: finishAction, job: index, run: run})
-		w.mu.Unlock()
 		if w.podsReady {
 			// 5. waitForPodsReady: the pods start at once, so the condition is true at admission.
 			_ = w.retry(ctx, index, func(wl *kueue.Workload) error {
@@ -242,9 +229,7 @@ func (w *world) see(ctx context.Context, delivered *kueue.Workload) {
 // requeue would.
 func (w *world) retry(ctx context.Context, index int, update func(*kueue.Workload) error) error {
 	for attempt := 0; ; attempt++ {
-		w.mu.Lock()
 		key := w.keys[index]
-		w.mu.Unlock()
 		var wl kueue.Workload
 		if err := w.cl.Get(ctx, key, &wl); err != nil {
 			return client.IgnoreNotFound(err)

@@ -131,8 +131,6 @@ func (m *manager) perform(ctx context.Context, a action) error {
 
 // due pops the first action if its time has come; else it says when the next one is, if any.
 func (w *world) due() (*action, time.Time, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	if len(w.agenda) == 0 {
 		return nil, time.Time{}, false
 	}
