@@ -77,7 +77,6 @@ func (a *agenda) Pop() any {
 // set Requeued. Its agenda holds these actions, and the Workload reconciler's RequeueAfter, in time order.
 type world struct {
 	cl        client.Client
-	start     time.Time
 	jobs      []Job
 	record    *recorder
 	podsReady bool
@@ -92,7 +91,6 @@ type world struct {
 func newWorld(cl client.Client, start time.Time, jobs []Job, record *recorder, podsReady bool) *world {
 	w := &world{
 		cl:        cl,
-		start:     start,
 		jobs:      jobs,
 		record:    record,
 		podsReady: podsReady,
