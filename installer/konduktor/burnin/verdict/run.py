@@ -95,6 +95,14 @@ def judge_node(
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
     reference_digests: Mapping[str, str] | None = None,
 ) -> NodeVerdict:
+    """One node's verdict, from what the burn-in collected on it: its steps' logs, GPU product label and GPU count.
+
+    Each step of the tier (`options.steps`) is parsed and judged against the thresholds of the node's GPU model
+    (`resolve_model`: its `nvidia.com/gpu.product` label, or nvidia-smi's GPU names when it has no label) and the
+    GPUs it should have (`evidence.expected_gpus`, allocatable `nvidia.com/gpu`). A step that left no log or an
+    unreadable one is ERROR; one that did not finish keeps its FAILs, and its other checks become ERROR, never PASS.
+    The matmul digests are compared with `reference_digests` (the digest most of the run's GPUs agree on, from
+    `judge_run`), or else with the node's own GPUs. The node's verdict is the worst of its checks."""
     model, label_model = resolve_model(evidence, thresholds)
     expected = evidence.expected_gpus
     ignored = model.dcgm_ignored_tests if model else frozenset()
