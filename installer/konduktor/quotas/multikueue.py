@@ -272,7 +272,8 @@ def worker_objects(
 
 def worker_rules(frameworks: Iterable[str]) -> tuple[list[KubeObject], list[KubeObject]]:
     """(read rules, granted cluster-wide; write rules, granted in the team namespaces) for MultiKueue on a worker:
-    Workloads and the kinds of the given integrations, and nothing else (docs/design/multikueue.md#worker-rights)."""
+    Workloads and the kinds of the given integrations, and nothing else
+    (docs/design/multikueue.md#what-the-managers-identity-needs-on-a-worker)."""
     kinds: list[tuple[str, str, tuple[str, ...]]] = [("kueue.x-k8s.io", "workloads", ("update", "patch"))]
     for framework in frameworks:
         if framework not in FRAMEWORK_KINDS:
