@@ -32,7 +32,6 @@ from konduktor.whatif.metrics import Event, cause_of
 from konduktor.whatif.replay import Progress, Replay, job_manifest, kube_names
 from konduktor.whatif.trace import TraceJob
 
-ENGINE = "virtual"
 # What `up` gives Kueue besides the config's settings, less what only a running process needs (ports,
 # certificates, leader election): the Configuration the engine loads with Kueue's own loader and defaults.
 BASE_CONFIGURATION: dict[str, Any] = {
@@ -41,8 +40,7 @@ BASE_CONFIGURATION: dict[str, Any] = {
     "namespace": NAMESPACE,
     "integrations": {"frameworks": FRAMEWORKS},
 }
-# The settings the engine cannot honour: pods are ready the moment Kueue admits them (no kube-scheduler, no
-# kubelet), so waitForPodsReady never evicts, and no LocalQueue usage is sampled.
+# What no virtual replay shows, said with every answer; settings it cannot honour at all the engine refuses.
 LIMITS = (
     "pods start the moment Kueue admits them: no kube-scheduler placement (Kueue's topology-aware scheduling "
     "places pods when the config has a topology), no image pulls, no control-plane latency",
