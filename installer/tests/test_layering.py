@@ -36,7 +36,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "alerts": frozenset({"config"}),
     "helm": frozenset({"config", "quotas", "alerts", "tools"}),
     "burnin": frozenset({"gpu", "config", "kube"}),
-    "observability": frozenset({"gpu", "burnin"}),
+    "observability": frozenset({"gpu", "tools", "burnin"}),
     "preflight": frozenset({"gpu", "config", "quotas", "kube", "burnin"}),
     "health": frozenset({"gpu", "config", "kube", "burnin", "observability"}),
     "sim": frozenset({"gpu", "config", "kube", "helm", "quotas", "burnin", "tools"}),

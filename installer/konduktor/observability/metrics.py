@@ -19,6 +19,7 @@ from typing import get_args
 
 from konduktor.burnin.results import Verdict
 from konduktor.gpu.catalog import FindingKind
+from konduktor.tools.catalog import load_tools
 
 
 class Exporter(StrEnum):
@@ -138,10 +139,11 @@ DCGM_METRICS = (
 )
 
 
-# --- Kueue v0.19.2 (sigs.k8s.io/kueue, the version the platform pins) --------------------------------------
+# --- Kueue (sigs.k8s.io/kueue, at the version the platform pins: konduktor/tools/versions.toml) -------------
 
+KUEUE_PINNED = load_tools()["kueue"].version
 KUEUE_METRICS_SOURCE = (
-    "kubernetes-sigs/kueue@v0.19.2 pkg/metrics/metrics.go (docs: site/content/en/docs/reference/metrics.md)"
+    f"kubernetes-sigs/kueue@{KUEUE_PINNED} pkg/metrics/metrics.go (docs: site/content/en/docs/reference/metrics.md)"
 )
 KUEUE_CQ_RESOURCES = "metrics.enableClusterQueueResources: true in the Kueue Configuration"
 KUEUE_LQ_METRICS = "feature gate LocalQueueMetrics (beta, on by default since Kueue 0.17)"

@@ -22,9 +22,9 @@ from konduktor.preflight.results import Check, Status, check
 from konduktor.vocabulary import GPU_RESOURCE, HEALTH_TAINT_KEY, HELM_NAMESPACE, HELM_RELEASE, KUEUE_API, QUARANTINED_AT
 
 # The oldest release Konduktor installs on: konduktor-core's ValidatingAdmissionPolicies (tenancy and the health
-# controller's confinement) use admissionregistration.k8s.io/v1, served from 1.30 (Kueue 0.19 alone would take 1.29).
-# The charts' `kubeVersion` says the same (a test holds them together). Kueue and the simulated cluster are built
-# against 1.36, the newest release this stack has been run on.
+# controller's confinement) use admissionregistration.k8s.io/v1, served from 1.30 (the pinned Kueue alone would
+# take 1.29). The charts' `kubeVersion` says the same (a test holds them together). Kueue and the simulated cluster
+# are built against 1.36, the newest release this stack has been run on.
 MIN_KUBERNETES = (1, 30)
 NEWEST_TESTED_KUBERNETES = (1, 36)
 

@@ -56,7 +56,7 @@ EVENTS_ROLE = f"{FLEET_EVENTS_SERVICE_ACCOUNT}-read"
 EVENTS_TOKEN_SECRET = f"{FLEET_EVENTS_SERVICE_ACCOUNT}-token"
 
 # Kueue integration (its Configuration's integrations.frameworks) -> the kinds MultiKueue creates on a worker for
-# it: (API group, resource, write verbs beyond create and delete). From Kueue v0.19.2's MultiKueue adapters and its
+# it: (API group, resource, write verbs beyond create and delete). From the pinned Kueue's MultiKueue adapters and its
 # create-multikueue-kubeconfig.sh; `deployment` has no adapter (its pods go by the `pod` integration).
 FRAMEWORK_KINDS: dict[str, list[tuple[str, str, tuple[str, ...]]]] = {
     "batch/job": [("batch", "jobs", ())],
