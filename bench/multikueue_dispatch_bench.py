@@ -26,7 +26,6 @@ import statistics
 import tempfile
 import time
 from collections import Counter
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ os.environ["KONDUKTOR_STATE"] = tempfile.mkdtemp(prefix="konduktor-bench-")
 from konduktor.config.model import Config
 from konduktor.kube.client import Kube
 from konduktor.kube.conditions import is_true
+from konduktor.kube.timestamps import parse_time
 from konduktor.ops.multicluster import start_sim_fleet
 from konduktor.quotas.multikueue import MULTIKUEUE_SERVICE_ACCOUNT
 from konduktor.sim.cluster import SimCluster
@@ -152,8 +152,8 @@ def request_rate(audit_logs: list[Path], since: float, until: float) -> dict[str
                 continue
             if entry.get("verb") == "watch":
                 continue  # a watch is one long request, not limited
-            at = datetime.fromisoformat(entry["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
-            if since <= at < until:
+            at = parse_time(entry["requestReceivedTimestamp"])
+            if at is not None and since <= at < until:
                 ref = entry.get("objectRef", {})
                 kind = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
                 per_second[(index, int(at))] += 1

@@ -27,7 +27,6 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from ruamel.yaml import YAML
 import konduktor
 from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
+from konduktor.kube.timestamps import parse_time
 from konduktor.sim import kueue
 from konduktor.sim.faults import kernel_log_dir
 from konduktor.sim.processes import alive, free_port, stop_process, tail
@@ -253,7 +253,9 @@ class SimPlatform:
         port = free_port() if program.port is not None else None
         argv = local_argv(program, mounted, kubeconfig, port)
         issued = time.time()
-        expires = datetime.fromisoformat(token["expirationTimestamp"].replace("Z", "+00:00")).timestamp()
+        expires = parse_time(token["expirationTimestamp"])
+        if expires is None:
+            raise ValueError(f"token expirationTimestamp {token['expirationTimestamp']!r}: not an RFC 3339 time")
         log_path = self.log(component)
         with log_path.open("ab") as log:
             process = subprocess.Popen(
