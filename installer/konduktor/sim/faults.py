@@ -17,12 +17,12 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from konduktor.errors import UsageError
 from konduktor.kube.client import Kube
+from konduktor.kube.timestamps import parse_time
 from konduktor.sim.gpus import FAULTS_ANNOTATION, FakeNode, Fault, FaultSpecError, parse_faults
 from konduktor.vocabulary import GPU_RESOURCE
 
@@ -138,7 +138,7 @@ def inject(kube: Kube, root: Path, name: str, kind_name: str, gpu: int) -> Injec
         raise UsageError(f"--gpu {gpu}: node {name!r} has GPUs 0 to {capacity - 1}")
     signals = []
     if kind.xid is not None:
-        created = datetime.fromisoformat(node["metadata"]["creationTimestamp"].replace("Z", "+00:00")).timestamp()
+        created = parse_time(node["metadata"].get("creationTimestamp")) or time.time()
         bus_id = FakeNode(name, "", capacity).bus_id(gpu)
         logs = kernel_log_dir(root)
         logs.mkdir(parents=True, exist_ok=True)
