@@ -78,6 +78,13 @@ func (i *informer) take() (change, bool) {
 	return c, true
 }
 
+// forget drops what the informer remembers of a Workload that is gone without an event.
+func (i *informer) forget(key types.NamespacedName) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	delete(i.last, key)
+}
+
 func (c change) key() types.NamespacedName {
 	if c.new != nil {
 		return types.NamespacedName{Namespace: c.new.Namespace, Name: c.new.Name}

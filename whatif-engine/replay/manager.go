@@ -6,12 +6,14 @@ import (
 	"testing/synctest"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	"sigs.k8s.io/kueue/pkg/controller/core"
+	workloadfinish "sigs.k8s.io/kueue/pkg/workload/finish"
 )
 
 // manager is the replay's controller manager, one goroutine: it delivers each Workload change to the event
@@ -25,14 +27,16 @@ type manager struct {
 	workloads  *core.WorkloadReconciler
 	world      *world
 	record     *recorder
+	tracker    *fieldManagedTracker
 	reconciles []types.NamespacedName
 	queued     map[types.NamespacedName]bool
 	failures   map[types.NamespacedName]int
 }
 
-func newManager(i *informer, r *core.WorkloadReconciler, w *world, record *recorder) *manager {
+func newManager(i *informer, r *core.WorkloadReconciler, w *world, record *recorder, t *fieldManagedTracker) *manager {
 	return &manager{
 		informer:  i,
+		tracker:   t,
 		workloads: r,
 		world:     w,
 		record:    record,
@@ -93,7 +97,28 @@ func (m *manager) deliver(ctx context.Context, c change) {
 	default:
 		m.workloads.Update(event.TypedUpdateEvent[*kueue.Workload]{ObjectOld: c.old.DeepCopy(), ObjectNew: c.new.DeepCopy()})
 	}
+	if c.new != nil && workloadfinish.IsFinished(c.new) {
+		m.forget(c.new)
+	}
 }
+
+// forget drops a finished Workload and its Job from the in-memory API once Kueue has seen it finish, without an
+// event: Kueue's cache and queues hold it no longer, nothing reads it again, and a long trace would otherwise keep
+// every job it ever ran. (The reconciler, if the Workload is still queued for it, finds it gone and stops.)
+func (m *manager) forget(wl *kueue.Workload) {
+	m.informer.forget(types.NamespacedName{Namespace: wl.Namespace, Name: wl.Name})
+	_ = m.tracker.ObjectTracker.Delete(workloadsResource, wl.Namespace, wl.Name)
+	for _, owner := range wl.OwnerReferences {
+		if owner.Kind == "Job" {
+			_ = m.tracker.ObjectTracker.Delete(jobsResource, wl.Namespace, owner.Name)
+		}
+	}
+}
+
+var (
+	workloadsResource = kueue.SchemeGroupVersion.WithResource("workloads")
+	jobsResource      = batchv1.SchemeGroupVersion.WithResource("jobs")
+)
 
 func (m *manager) enqueue(key types.NamespacedName) {
 	if !m.queued[key] {

@@ -66,11 +66,12 @@ func Run(ctx context.Context, cfg *configapi.Configuration, in *Input, progress 
 		return nil, err
 	}
 	informer := newInformer()
+	tracker := newFieldManagedTracker(scheme, kueueSchemas, clientgoapply.NewTypeConverter(clientgoscheme.Scheme))
 	builder := utiltesting.NewClientBuilder().WithScheme(scheme).
 		WithStatusSubresource(&kueue.Workload{}, &kueue.ClusterQueue{}, &kueue.LocalQueue{}, &batchv1.Job{}).
 		// Server-side apply as the API server does it (field managers, list-maps merged by key), from Kueue's
 		// CRDs and the built-in types' schemas: Kueue writes Workload status so.
-		WithObjectTracker(newFieldManagedTracker(scheme, kueueSchemas, clientgoapply.NewTypeConverter(clientgoscheme.Scheme))).
+		WithObjectTracker(tracker).
 		WithInterceptorFuncs(informer.interceptors())
 	if err := tasindexer.SetupIndexes(ctx, utiltesting.AsIndexer(builder)); err != nil {
 		return nil, err
@@ -122,7 +123,7 @@ func Run(ctx context.Context, cfg *configapi.Configuration, in *Input, progress 
 	record := newRecorder(start, in.Jobs)
 	record.progress = progress
 	world := newWorld(cl, start, in.Jobs, record, waitforpodsready.Enabled(cfg.WaitForPodsReady))
-	manager := newManager(informer, workloads, world, record)
+	manager := newManager(informer, workloads, world, record, tracker)
 
 	var running sync.WaitGroup
 	goRun := func(f func()) {
