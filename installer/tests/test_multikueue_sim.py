@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,9 +26,11 @@ from konduktor.cli.team import main as team_main
 from konduktor.config.model import Config
 from konduktor.kube.client import ApiError, Identity, Kube
 from konduktor.kube.conditions import is_true
+from konduktor.quotas.by_hand import BY_HAND_DIR, KUEUE_CONFIGURATION_FILE
 from konduktor.quotas.multikueue import kubeconfig_secret_name, manager_kueue_settings
 from konduktor.sim.cluster import SimCluster
 from konduktor.sim.workloads import gpu_job, running_on, workload_of
+from konduktor.tools.toolbox import Toolbox
 from konduktor.vocabulary import HEALTH_TAINT_KEY, KUBECONFIG_KEY, KUEUE_API, KUEUE_NAMESPACE
 from konduktor.waiting import wait_until
 
@@ -502,3 +505,94 @@ def test_a_gpu_fault_on_a_worker_sends_its_job_to_another_worker(
     code, clusters = fleet_read(fleet_up, "status", capsys)
     assert code == 1
     assert (clusters[first]["release"]["installed"], clusters[other]["release"]["installed"]) == (False, True)
+
+
+def test_the_by_hand_artefacts_connect_the_fleet(fleet_up: Fleet, tmp_path: Path) -> None:
+    """docs/multicluster.md#applying-by-hand, on the fleet as the tests above left it (one worker taken down) or as
+    `sim up --config` started it: `render --output-dir`; each worker's directory applied with kubectl; the manager's
+    Kueue restarted with the Configuration render wrote; the manager's kubeconfig Secrets deleted and made again from
+    render's templates, filled in as their comments say; then the manager's directory: every worker connects, and
+    the relay's kubeconfig made by hand reads a worker's Events."""
+    assert main(["render", str(fleet_up.path), "--output-dir", str(tmp_path)]) == 0
+    by_hand = tmp_path / MANAGER / BY_HAND_DIR
+    kubectl = str(Toolbox().path("kubectl"))
+    manager = fleet_up.manager
+    workers = {WORKER: fleet_up.worker, SECOND: fleet_up.second}
+
+    def on(cluster: str, *args: str, stdin: str | None = None) -> str:
+        kubeconfig = str(fleet_up.sims[cluster].kubeconfig)
+        done = subprocess.run(
+            [kubectl, "--kubeconfig", kubeconfig, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    # Each worker: its queues and the identities the manager uses there (made again on a worker taken down above).
+    for name in workers:
+        on(name, "apply", "-f", str(tmp_path / name))
+    # The manager's Kueue with the sections render wrote (the sim's Kueue Configuration is its spec): what `up` gives
+    # it, the incremental dispatcher again after the all-at-once one above.
+    written = yaml.safe_load((by_hand / KUEUE_CONFIGURATION_FILE).read_text())
+    sections = {key: value for key, value in written.items() if key not in ("apiVersion", "kind")}
+    assert sections == manager_kueue_settings(fleet_up.config)
+    running = fleet_up.sims[MANAGER].spec()
+    assert running is not None
+    fleet_up.sims[MANAGER].up(replace(running, kueue_settings=sections))
+
+    # Without its Secret, a worker's MultiKueueCluster is not connected.
+    for name in workers:
+        manager.delete("v1", "Secret", kubeconfig_secret_name(name), KUEUE_NAMESPACE)
+        if manager.get(KUEUE_API, "MultiKueueCluster", name) is not None:
+            wait_until(
+                f"the MultiKueueCluster {name} to lose its Secret",
+                lambda name=name: not is_true(manager.get(KUEUE_API, "MultiKueueCluster", name), "Active"),
+                timeout=120,
+            )
+    # The manager's Secrets from the templates: SERVER (unless the config gives it), CA_DATA as the worker's token
+    # Secret holds it (base64), TOKEN decoded; the relay's once `up` installed its chart (and namespace).
+    relays = manager.get("v1", "Namespace", "konduktor-system") is not None
+    for name, kube in workers.items():
+        templates = [("konduktor-multikueue-token", f"secret-{kubeconfig_secret_name(name)}.yaml")]
+        if relays:
+            templates.append(("konduktor-fleet-events-token", f"secret-konduktor-fleet-events-{name}.yaml"))
+        for token_secret, file in templates:
+            wait_until(
+                f"the token of {token_secret} on {name}",
+                lambda kube=kube, token_secret=token_secret: bool(
+                    (kube.get("v1", "Secret", token_secret, KUEUE_NAMESPACE) or {}).get("data", {}).get("token")
+                ),
+                timeout=60,
+            )
+            get = ["-n", KUEUE_NAMESPACE, "get", "secret", token_secret, "-o"]
+            values = {
+                "${SERVER}": kube.server,
+                "${CA_DATA}": on(name, *get, "jsonpath={.data.ca\\.crt}"),
+                "${TOKEN}": base64.b64decode(on(name, *get, "jsonpath={.data.token}")).decode(),
+            }
+            text = (by_hand / file).read_text()
+            assert ("${SERVER}" in text) == (name == WORKER)  # the second worker's `server:` is in the config
+            for placeholder, value in values.items():
+                text = text.replace(placeholder, value)  # as envsubst does
+            on(MANAGER, "apply", "--server-side", "-f", "-", stdin=text)
+    on(MANAGER, "apply", "-f", str(tmp_path / MANAGER))
+
+    for name in workers:
+        wait_until(
+            f"the MultiKueueCluster {name} to be connected",
+            lambda name=name: is_true(manager.get(KUEUE_API, "MultiKueueCluster", name), "Active"),
+            timeout=180,
+        )
+    dispatch = manager.get(KUEUE_API, "MultiKueueConfig", f"multikueue-{TEAM}")
+    assert dispatch is not None and dispatch["spec"]["clusters"] == [WORKER, SECOND]
+    if relays:
+        secret = manager.get("v1", "Secret", f"konduktor-fleet-events-{WORKER}", "konduktor-system")
+        assert secret is not None
+        kubeconfig = tmp_path / "relay.kubeconfig"
+        kubeconfig.write_bytes(base64.b64decode(secret["data"][KUBECONFIG_KEY]))
+        with Kube(kubeconfig) as relay:
+            relay.list("v1", "Event", TEAM)

@@ -3,7 +3,9 @@ duration such as `--timeout 45m`. Light on purpose: `validate` and `render` star
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated
 
@@ -11,7 +13,8 @@ import typer
 from rich.markup import escape
 
 from konduktor.cli.console import err
-from konduktor.config.findings import Finding
+from konduktor.config.clusters import member_accesses
+from konduktor.config.findings import Finding, format_path
 from konduktor.config.load import LoadedConfig, load_config
 from konduktor.config.model import duration_seconds
 from konduktor.errors import UsageError
@@ -32,9 +35,14 @@ def load_checked(path: Path, *, several_clusters: bool = False) -> LoadedConfig:
             hint="`up`, `plan`, `status --config`, `nodes --config`, `validate` and `render` handle several "
             "clusters (docs/multicluster.md); give this command one cluster's config",
         )
-    for finding in loaded.warnings:
-        _report_warning(finding, loaded.filename)
+    report_warnings(loaded.warnings, loaded.filename)
     return loaded
+
+
+def report_warnings(findings: list[Finding], filename: str) -> None:
+    """Warnings on stderr, each with its file:line and hint."""
+    for finding in findings:
+        _report_warning(finding, filename)
 
 
 def _report_warning(finding: Finding, filename: str) -> None:
@@ -75,3 +83,36 @@ def load_fleet(path: Path, kubeconfig: Path | None, context: str | None, sim: st
             f"{path}: no clusters: section, so the config names one cluster", hint="leave out --config to read it"
         )
     return loaded
+
+
+def check_kubeconfigs(loaded: LoadedConfig, path: Path, only: Collection[str] | None = None) -> None:
+    """Every kubeconfig file a config with `clusters:` names for its members (or those of them `only` names) exists
+    (exit 2 naming each missing one at its line), before any member is reached: a missing file is not an invalid
+    one. A member that names a context and no file reads $KUBECONFIG's files, else ~/.kube/config, which must exist
+    then."""
+    missing = []
+    for member in member_accesses(loaded.config):
+        if only is not None and member.name not in only:
+            continue
+        file = member.kubeconfig_file(path.parent)
+        if file is not None:
+            key = (*member.path, "kubeconfig")
+            named = member.access.kubeconfig
+            said = f"{member.role} {member.name}'s kubeconfig {named}" + (f" ({file})" if str(file) != named else "")
+        elif member.access.context is not None and not os.environ.get("KUBECONFIG"):
+            file, key = Path("~/.kube/config").expanduser(), (*member.path, "context")
+            said = f"{member.role} {member.name} names no kubeconfig and KUBECONFIG is not set, so kubectl's {file}"
+        else:
+            continue
+        if file.exists():
+            continue
+        line = loaded.lines.get(key, loaded.lines.get(member.path))
+        where = f"{loaded.filename}:{line}" if line is not None else loaded.filename
+        missing.append(f"{where}: {format_path(key)}: {said}: no such file")
+    if missing:
+        raise UsageError(
+            missing[0] if len(missing) == 1 else f"{len(missing)} kubeconfig files are missing",
+            detail=None if len(missing) == 1 else "\n".join(missing),
+            hint="give an existing file (~ expands, a relative path is taken from the config's directory); a member "
+            "that names neither kubeconfig nor context is the simulated cluster of its name",
+        )

@@ -17,7 +17,7 @@ import typer
 
 from konduktor.burnin.record import Policy
 from konduktor.burnin.results import BurnInReport, NodeVerdict, Verdict
-from konduktor.cli.arguments import ConfigArgument, load_checked, load_fleet, no_cluster_option
+from konduktor.cli.arguments import ConfigArgument, check_kubeconfigs, load_checked, load_fleet, no_cluster_option
 from konduktor.cli.console import OutputFormat, err, print_document, print_rows, progress, say
 from konduktor.cli.quota_options import AdoptOption, DrainOption, DrainTimeoutOption
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption
@@ -183,6 +183,7 @@ def up(
     loaded = load_checked(config, several_clusters=True)  # nothing runs unless the whole config validates
     if loaded.config.clusters is not None:
         no_cluster_option(kubeconfig, context, sim)
+        check_kubeconfigs(loaded, config)
     request = UpRequest(
         loaded,
         kubeconfig,
@@ -197,9 +198,7 @@ def up(
     )
     if loaded.config.clusters is not None:
         with progress("up") as report:
-            fleet = run_fleet_up(
-                request, config.parent, confirm=confirmation(yes), report=report, say=say, progress=progress
-            )
+            fleet = run_fleet_up(request, config, confirm=confirmation(yes), report=report, say=say, progress=progress)
         _report_fleet(fleet, output)
         return
     with progress("up") as report:
@@ -266,7 +265,8 @@ def plan(
     files = read_values_files(values or [])
     if loaded.config.clusters is not None:
         no_cluster_option(kubeconfig, context, sim)
-        _plan_fleet(plan_fleet(loaded.config, config.parent, merged(files), Takeover(adopt or ()), say), output)
+        check_kubeconfigs(loaded, config)
+        _plan_fleet(plan_fleet(loaded.config, config, merged(files), Takeover(adopt or ()), say), output)
         return
     target = resolve_target(kubeconfig, context, sim, read_only=True)
     planned = plan_up(target, loaded.config, merged(files), files, Takeover(adopt or ()), say)
@@ -519,10 +519,13 @@ def down(
             raise UsageError("--cluster names a cluster of a config with clusters:; give the config with --config")
         targets = [("", running_target(kubeconfig, context, sim))]
     else:
-        fleet = load_fleet(config, kubeconfig, context, sim).config
+        loaded = load_fleet(config, kubeconfig, context, sim)
+        fleet = loaded.config
         found = members(fleet, config.parent, simulated_unless_named=True)
         targets = _fleet_targets(found, config, cluster)
         manager = found[0]
+        # The clusters it reaches: those it takes down, and the manager, which stops dispatching to a worker first.
+        check_kubeconfigs(loaded, config, None if cluster is None else {cluster, manager.name})
         if cluster is not None and cluster != manager.name:
             _detach_worker(fleet, manager, cluster, dry_run=dry_run)
     for heading, target in targets:

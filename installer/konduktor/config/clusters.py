@@ -7,10 +7,67 @@ which workers a team's jobs may go to, in dispatch order.
 
 from __future__ import annotations
 
-from konduktor.config.model import Config, WorkerCluster
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from konduktor.config.findings import Finding, YamlPath, warning
+from konduktor.config.model import ClusterAccess, Config, WorkerCluster
 
 # worker -> team -> GPU type -> GPUs
 WorkerQuotas = dict[str, dict[str, dict[str, int]]]
+Role = Literal["manager", "worker"]
+
+
+@dataclass(frozen=True)
+class MemberAccess:
+    """One cluster of a config with `clusters:` as the config names it: its name, role, how it is reached, and
+    where in the file that is said (`clusters.manager`, `clusters.workers[0]`)."""
+
+    name: str
+    role: Role
+    access: ClusterAccess
+    path: YamlPath
+
+    @property
+    def unnamed(self) -> bool:
+        """Neither a kubeconfig nor a context: the simulated cluster of its name, for `up` and `plan`."""
+        return self.access.kubeconfig is None and self.access.context is None
+
+    def kubeconfig_file(self, config_dir: Path) -> Path | None:
+        """The kubeconfig file it names: ~ expanded, a relative path taken from the config's directory."""
+        named = self.access.kubeconfig
+        return None if named is None else config_dir / Path(named).expanduser()
+
+
+def member_accesses(config: Config) -> list[MemberAccess]:
+    """The manager, then each worker in dispatch order; empty without `clusters:`."""
+    if config.clusters is None:
+        return []
+    return [
+        MemberAccess(config.cluster.name, "manager", config.clusters.manager, ("clusters", "manager")),
+        *(
+            MemberAccess(worker.name, "worker", worker, ("clusters", "workers", index))
+            for index, worker in enumerate(config.clusters.workers)
+        ),
+    ]
+
+
+def simulated_members(config: Config) -> list[Finding]:
+    """A warning for each member that names no kubeconfig and no context: `up`, `plan` and `down --config` take it
+    as the simulated cluster of its name (`up` starts one), which is easily a forgotten context."""
+    return [
+        warning(
+            "L19",
+            member.path,
+            f"{member.role} {member.name!r} names no kubeconfig and no context: `up`, `plan` and `down --config` "
+            f"take it as the simulated cluster {member.name!r} (`up` starts it); `status --config` and `nodes "
+            "--config` read that one when it runs, else the current context",
+            hint="give its kubeconfig and context to reach a real cluster (docs/multicluster.md)",
+        )
+        for member in member_accesses(config)
+        if member.unnamed
+    ]
 
 
 def split(total: int, weights: list[int]) -> list[int]:

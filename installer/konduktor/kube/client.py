@@ -48,6 +48,11 @@ class Resource:
 
 # Answers that mean "not this identity" or "not these rights": the command cannot work at all with them.
 UNAUTHORISED = (401, 403)
+KUBECONFIG_HINT = "pass --kubeconfig, set KUBECONFIG, or start the simulated cluster: konduktor-install sim up"
+
+
+class KubeconfigError(UsageError):
+    """A kubeconfig that is missing or does not load, or names no such context (exit 2): nothing was read."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,9 @@ class Kube:
     ) -> None:
         configuration = client.Configuration()
         namespace = "default"
+        if kubeconfig is not None and not Path(kubeconfig).expanduser().exists():
+            # The client would call it an invalid file ("No configuration found").
+            raise KubeconfigError(f"kubeconfig {kubeconfig}: no such file", hint=KUBECONFIG_HINT)
         try:
             if kubeconfig is None and context is None and in_cluster_only():
                 config.load_incluster_config(client_configuration=configuration)
@@ -101,15 +109,18 @@ class Kube:
                 # No file named: $KUBECONFIG's files merged, else ~/.kube/config, read now (the client's own default
                 # was fixed when it was imported).
                 files = str(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG") or None
+                if files is None and not Path("~/.kube/config").expanduser().exists():
+                    raise KubeconfigError(
+                        "no kubeconfig: KUBECONFIG is not set and ~/.kube/config does not exist", hint=KUBECONFIG_HINT
+                    )
                 config.load_kube_config(config_file=files, context=context, client_configuration=configuration)
                 contexts, active = config.list_kube_config_contexts(config_file=files)
                 chosen = active if context is None else next(c for c in contexts if c["name"] == context)
                 context = chosen["name"]
                 namespace = (chosen.get("context") or {}).get("namespace") or namespace
         except (config.ConfigException, OSError) as problem:
-            raise UsageError(
-                f"cannot load kubeconfig {kubeconfig or '(default)'}: {problem}",
-                hint="pass --kubeconfig, set KUBECONFIG, or start the simulated cluster: konduktor-install sim up",
+            raise KubeconfigError(
+                f"cannot load kubeconfig {kubeconfig or '(default)'}: {problem}", hint=KUBECONFIG_HINT
             ) from problem
         configuration.retries = 2
         # Connections kept for reuse (default: 5 per CPU). The health controller writes up to 64 nodes at once; with

@@ -7,18 +7,20 @@ connected to the manager: the worker's kubeconfig Secret on the manager, built f
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from konduktor.burnin.runner import Progress as BurnInProgress
 from konduktor.burnin.runner import Say
-from konduktor.config.clusters import worker_quotas
-from konduktor.config.model import ClusterAccess, Config
-from konduktor.errors import UsageError
+from konduktor.config.clusters import member_accesses, worker_quotas
+from konduktor.config.findings import format_path
+from konduktor.config.model import Config
+from konduktor.errors import KonduktorError, UsageError
 from konduktor.helm.values import kueue_frameworks
-from konduktor.kube.client import Kube
+from konduktor.kube.client import Kube, KubeconfigError
 from konduktor.kube.sync import adoption_of, owner_of, selector_of
 from konduktor.ops.plan import UpPlan, plan_up
 from konduktor.ops.target import Confirm, Target, resolve_target, running_target
@@ -70,20 +72,33 @@ def members(config: Config, config_dir: Path, *, simulated_unless_named: bool = 
     `up`, which starts it) always; else the current context of $KUBECONFIG or ~/.kube/config, as kubectl reads
     them."""
     assert config.clusters is not None
-    accesses: list[tuple[str, Role, ClusterAccess]] = [
-        (config.cluster.name, "manager", config.clusters.manager),
-        *((worker.name, "worker", worker) for worker in config.clusters.workers),
-    ]
     found = []
-    for name, role, access in accesses:
-        unnamed = access.kubeconfig is None and access.context is None
-        if unnamed and (simulated_unless_named or SimCluster(name).kubeconfig.exists()):
-            target = resolve_target(sim=name)
+    for one in member_accesses(config):
+        if one.unnamed and (simulated_unless_named or SimCluster(one.name).kubeconfig.exists()):
+            target = resolve_target(sim=one.name)
         else:
-            path = None if access.kubeconfig is None else config_dir / Path(access.kubeconfig).expanduser()
-            target = resolve_target(path, access.context, read_only=True)
-        found.append(Member(name, role, target))
+            target = resolve_target(one.kubeconfig_file(config_dir), one.access.context, read_only=True)
+        found.append(Member(one.name, one.role, target))
     return found
+
+
+@contextmanager
+def as_member(member: Member, config: Config, config_path: Path) -> Iterator[None]:
+    """An error while working on one member of a fleet names it; a kubeconfig of it that does not load gets the
+    fleet's hint (the config names it), not a single cluster's."""
+    try:
+        yield
+    except KonduktorError as problem:
+        problem.message = f"{member.name} ({member.role}): {problem.message}"
+        problem.args = (problem.message,)
+        if isinstance(problem, KubeconfigError):
+            [path] = [one.path for one in member_accesses(config) if one.name == member.name]
+            problem.hint = (
+                f"fix {format_path(path)}.kubeconfig or .context in {config_path}; or, to try the fleet on "
+                f"simulated clusters, leave out both for every member and start them: konduktor-install sim up "
+                f"--config {config_path}"
+            )
+        raise
 
 
 @dataclass(frozen=True)
@@ -242,7 +257,7 @@ def _member_request(request: UpRequest, step: FleetStep) -> UpRequest:
 
 def run_fleet_up(
     request: UpRequest,
-    config_dir: Path,
+    config_path: Path,
     *,
     confirm: Confirm | None = None,
     report: Report,
@@ -254,22 +269,26 @@ def run_fleet_up(
     finishes the fleet, as `up` finishes one cluster."""
     done = []
     config = request.config.config
-    for step in fleet_steps(config, members(config, config_dir, simulated_unless_named=True)):
+    for step in fleet_steps(config, members(config, config_path.parent, simulated_unless_named=True)):
         name = step.member.name
         asked = _member_request(request, step)
-        result = run_up(asked, confirm=confirm, report=_named(report, name), say=_named(say, name), progress=progress)
+        with as_member(step.member, config, config_path):
+            result = run_up(
+                asked, confirm=confirm, report=_named(report, name), say=_named(say, name), progress=progress
+            )
         done.append((step.member, result))
     return done
 
 
 def plan_fleet(
-    config: Config, config_dir: Path, extra: dict[str, Any], takeover: Takeover, say: Say
+    config: Config, config_path: Path, extra: dict[str, Any], takeover: Takeover, say: Say
 ) -> list[tuple[Member, UpPlan]]:
-    """`plan` on every member, as `up` would reach it; reads only."""
+    """`plan` on every member, as `up` would reach it; reads only. An error names the member it came from."""
     planned = []
-    for step in fleet_steps(config, members(config, config_dir, simulated_unless_named=True)):
+    for step in fleet_steps(config, members(config, config_path.parent, simulated_unless_named=True)):
         target, named = step.member.target, _named(say, step.member.name)
-        planned.append((step.member, plan_up(target, step.config, extra, (), takeover, named, step.share)))
+        with as_member(step.member, config, config_path):
+            planned.append((step.member, plan_up(target, step.config, extra, (), takeover, named, step.share)))
     return planned
 
 
