@@ -1,5 +1,6 @@
-"""The packages of `konduktor` import each other only downwards (docs/design/architecture.md#import-rule), and a CLI
-module imports no other command's module, only the CLI's shared plumbing (`CLI_PLUMBING`).
+"""The packages of `konduktor` import each other only downwards (docs/design/architecture.md#import-rule), a CLI
+module imports no other command's module, only the CLI's shared plumbing (`CLI_PLUMBING`), and a third-party
+library that talks to the outside world is imported by one package only, its edge (`LIBRARY_EDGES`).
 
 Every module's imports are read with `ast` (imports inside functions and under TYPE_CHECKING included), each
 one is mapped to its package, and the pair must be allowed by `ALLOWED`. Imports that run against the layering
@@ -84,6 +85,14 @@ CLI_PLUMBING = frozenset(
 # import runs downwards.
 KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()
 
+# Third-party libraries behind their edges: library -> the one package that may import it (under TYPE_CHECKING
+# too). The others call that package's functions, so a library's types, errors and quirks stay in one place.
+LIBRARY_EDGES: dict[str, str] = {
+    "kubernetes": "kube",  # the Kubernetes client: clients built, objects applied, rights checked (konduktor.kube)
+    "pyhelm3": "helm",  # helm through pyhelm3: install, upgrade, render, and its errors read (konduktor.helm.release)
+    "testinfra": "preflight",  # the hosts the node checks run on, local or over SSH (konduktor.preflight.hosts)
+}
+
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE_ROOT).with_suffix("").parts
@@ -116,6 +125,29 @@ def imported_modules(path: Path) -> Iterator[str]:
         else:
             continue
         yield from (name for name in names if name == "konduktor" or name.startswith("konduktor."))
+
+
+def imported_libraries(path: Path) -> Iterator[str]:
+    """The top-level names of the modules a source file imports absolutely: `from pyhelm3.errors import Error`
+    -> `pyhelm3`."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            yield node.module.split(".")[0]
+
+
+def library_edges() -> set[tuple[str, str]]:
+    """(importing module, library) for every library of `LIBRARY_EDGES` a module imports."""
+    edges: set[tuple[str, str]] = set()
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        source = module_name(path)
+        edges.update((source, library) for library in imported_libraries(path) if library in LIBRARY_EDGES)
+    return edges
+
+
+def library_allowed(source: str, library: str) -> bool:
+    return library not in LIBRARY_EDGES or package_of(source) == LIBRARY_EDGES[library]
 
 
 def _submodule_or_self(module: str, name: str) -> str:
@@ -185,6 +217,31 @@ def test_cli_plumbing_modules_are_there() -> None:
     """The allow-list names modules that exist, so it never keeps a stale excuse."""
     modules = {module_name(path) for path in (PACKAGE_ROOT / "cli").glob("*.py")}
     assert modules >= CLI_PLUMBING, f"gone from cli, delete from CLI_PLUMBING: {sorted(CLI_PLUMBING - modules)}"
+
+
+def test_third_party_libraries_are_imported_only_by_their_edge_package() -> None:
+    found = sorted((source, library) for source, library in library_edges() if not library_allowed(source, library))
+    assert not found, "libraries imported outside their edge package (call a function of the edge instead):\n" + (
+        "\n".join(f"  {s} -> {library} (only in {LIBRARY_EDGES[library]})" for s, library in found)
+    )
+
+
+def test_every_edge_package_exists_and_imports_its_library() -> None:
+    """The contract names packages that are there and libraries that are used, so it never keeps a stale line."""
+    assert set(LIBRARY_EDGES.values()) <= ALLOWED.keys()
+    assert {library for _, library in library_edges()} == LIBRARY_EDGES.keys()
+
+
+def test_the_library_checker_sees_an_import_outside_its_edge() -> None:
+    """A library imported by another package is judged wrong, by its own edge right; other libraries are free."""
+    assert not library_allowed("konduktor.ops.values", "pyhelm3")
+    assert not library_allowed("konduktor.cli.preflight", "testinfra")
+    assert not library_allowed("konduktor.health.loop", "kubernetes")
+    assert library_allowed("konduktor.helm.release", "pyhelm3")
+    assert library_allowed("konduktor.preflight.ssh", "testinfra")
+    assert library_allowed("konduktor.ops.values", "yaml")
+    assert ("konduktor.kube.client", "kubernetes") in library_edges()  # the edges it judges are seen
+    assert ("konduktor.preflight.ssh", "testinfra") in library_edges()
 
 
 def test_the_checker_sees_an_upward_import() -> None:

@@ -30,7 +30,7 @@ from konduktor.config.model import NodeCheckPods, ssh_host_problem
 from konduktor.errors import UsageError
 from konduktor.kube.access import Permission
 from konduktor.kube.client import ApiError, Kube
-from konduktor.ops.preflight import expectations_for, host_checks, open_host, pinned_versions, ssh_inventory
+from konduktor.ops.preflight import expectations_for, host_checks, pinned_versions, ssh_inventory
 from konduktor.ops.preflight_pods import node_result, pod_checks
 from konduktor.preflight.cluster import (
     MIN_KUBERNETES,
@@ -48,6 +48,7 @@ from konduktor.preflight.cluster import (
     node_facts,
 )
 from konduktor.preflight.host_namespaces import UNREACHABLE_HINT, HostNamespaces
+from konduktor.preflight.hosts import open_host
 from konduktor.preflight.inventory import HostTarget, SshHosts, config_inventory
 from konduktor.preflight.node import NodeExpectations, Ran, run_node_checks
 from konduktor.preflight.pods import (

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
-import testinfra
 import typer
 
 from konduktor.cli.arguments import ConfigArgument, load_checked
@@ -21,7 +20,8 @@ from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, con
 from konduktor.config.model import Config
 from konduktor.errors import PreflightFailed
 from konduktor.ops.preflight import check_all, require_reachable, ssh_inventory
-from konduktor.preflight.host_namespaces import LOCAL, UNREACHABLE_HINT, HostNamespaces
+from konduktor.preflight.host_namespaces import UNREACHABLE_HINT, HostNamespaces
+from konduktor.preflight.hosts import local_host
 from konduktor.preflight.node import NodeExpectations, run_node_checks
 from konduktor.preflight.results import PreflightReport, render_json, render_table, render_yaml, summary_line
 
@@ -113,6 +113,6 @@ def preflight_node(
     if in_host_namespaces:
         checks = run_node_checks(HostNamespaces(), subject, expect, UNREACHABLE_HINT)
     else:
-        checks = run_node_checks(testinfra.get_host(LOCAL), subject, expect)
+        checks = run_node_checks(local_host(), subject, expect)
     render = {"json": render_json, "yaml": render_yaml, "table": render_table}[output]
     sys.stdout.write(render(PreflightReport(tuple(checks))))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from pyhelm3.errors import Error as HelmError
 from pyhelm3.errors import ReleaseNotFoundError
 
 from konduktor.errors import ClusterUnreachable, KonduktorError, PartialApply
+from konduktor.helm.schema import ValuesFile, refusal, schema_problems
 from konduktor.paths import product_dir
 from konduktor.tools.toolbox import Toolbox
 from konduktor.vocabulary import SYSTEM_NAMESPACE
@@ -217,6 +219,27 @@ def render_new(
     try:
         return Rendered(None, [], asyncio.run(run()))
     except HelmError as problem:
+        raise helm_problem(problem) from problem
+
+
+def check_values(
+    chart: Path, release: str, namespace: str, values: dict[str, Any], files: Sequence[ValuesFile], toolbox: Toolbox
+) -> None:
+    """Renders the chart with `values` on this machine (no cluster is read), for `up` and `plan` before anything
+    touches a cluster: a refusal by a chart's schema is a UsageError naming the files and fields
+    (`konduktor.helm.schema`); any other helm failure is reported as helm's."""
+
+    async def run() -> None:
+        helm = command(None, str(toolbox.path("helm")))
+        await helm.template(release, chart, values, namespace=namespace, no_hooks=True)
+
+    try:
+        asyncio.run(run())
+    except HelmError as problem:
+        name = yaml.safe_load((chart / "Chart.yaml").read_text())["name"]
+        found = schema_problems(str(problem), name)
+        if found:
+            raise refusal(found, files, chart) from problem
         raise helm_problem(problem) from problem
 
 

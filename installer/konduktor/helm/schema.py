@@ -1,6 +1,6 @@
 """Values files checked against the charts' values.schema.json before anything touches a cluster: helm's refusal
 read, and each refused field traced to the values file and line that set it (pure but for reading those files;
-`konduktor.ops.values` runs helm).
+`konduktor.helm.release.check_values` runs helm).
 
 Helm checks the values it is given against the chart's `values.schema.json` and each subchart's (its section)
 whenever it renders; `up` would find out only when its install fails, after it started changing the cluster. So

@@ -12,14 +12,13 @@ from konduktor.burnin.runner import Say
 from konduktor.config.model import Config
 from konduktor.errors import ExitCode
 from konduktor.helm.diff import ObjectChange, release_changes
-from konduktor.helm.release import NAMESPACE, RELEASE, Release, render_new, render_upgrade
+from konduktor.helm.release import NAMESPACE, RELEASE, Release, check_values, render_new, render_upgrade
 from konduktor.helm.schema import ValuesFile
 from konduktor.kube.documents import load_documents
 from konduktor.kube.sync import Change
 from konduktor.ops.chart import chart_for
 from konduktor.ops.target import Target
 from konduktor.ops.up import FleetShare
-from konduktor.ops.values import check_values
 from konduktor.quotas.sync import Takeover, pending_code, plan_quotas
 
 

@@ -13,8 +13,6 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-import testinfra
-
 from konduktor.config.load import LoadedConfig
 from konduktor.errors import ClusterUnreachable, PreflightFailed, UsageError
 from konduktor.helm.release import CHARTS, NAMESPACE, RELEASE
@@ -31,15 +29,13 @@ from konduktor.preflight.cluster import (
     judge_cluster,
     node_facts,
 )
-from konduktor.preflight.host_namespaces import LOCAL
+from konduktor.preflight.hosts import LOCAL, open_host
 from konduktor.preflight.inventory import HostTarget, SshHosts, config_inventory, expectations_of, no_hosts
 from konduktor.preflight.node import NodeExpectations, run_node_checks
 from konduktor.preflight.results import Check, Status
-from konduktor.preflight.ssh import ssh_host
 from konduktor.tools.catalog import load_tools
 from konduktor.vocabulary import HOSTNAME_LABEL
 
-SSH_OPTIONS = "-o BatchMode=yes -o ConnectTimeout=10 -o ServerAliveInterval=15 -o ServerAliveCountMax=2"
 HOST_WORKERS = 32
 Report = Callable[[str], None]
 
@@ -191,14 +187,6 @@ def host_checks(
             report(f"checked host {target.subject} ({index}/{len(targets)})")
             checks += found
     return checks
-
-
-def open_host(url: str, key: Path | None) -> Any:
-    """A testinfra host. BatchMode: a host that wants a password or a host-key answer fails instead of prompting;
-    the timeouts make an unreachable or vanished host fail instead of hanging."""
-    if url == LOCAL:
-        return testinfra.get_host(url)
-    return ssh_host(url, str(key) if key else None, SSH_OPTIONS)
 
 
 def expectations_for(name: str, loaded: LoadedConfig, facts: ClusterFacts) -> NodeExpectations:

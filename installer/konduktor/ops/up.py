@@ -21,7 +21,7 @@ from konduktor.burnin.runner import Progress, Say
 from konduktor.config.load import LoadedConfig
 from konduktor.config.model import Config
 from konduktor.errors import KonduktorError, PartialApply
-from konduktor.helm.release import NAMESPACE, RELEASE, Release, install_or_upgrade, release_namespace
+from konduktor.helm.release import NAMESPACE, RELEASE, Release, check_values, install_or_upgrade, release_namespace
 from konduktor.helm.schema import ValuesFile
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.policy_audit import Violation, audit_workloads
@@ -30,7 +30,6 @@ from konduktor.ops.burnin import UpBurnIn, burn_in_for_up
 from konduktor.ops.chart import chart_for, chart_image
 from konduktor.ops.preflight import require_preflight
 from konduktor.ops.target import Confirm, Target, resolve_target
-from konduktor.ops.values import check_values
 from konduktor.preflight.inventory import config_inventory
 from konduktor.queueing.cluster import publish_capacity
 from konduktor.quotas.render import render

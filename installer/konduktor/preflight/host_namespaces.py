@@ -13,12 +13,10 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-import testinfra
-
+from konduktor.preflight.hosts import local_host
 from konduktor.preflight.node import CommandOutput, Host
 
 HOST_INIT_PID = 1  # with hostPID, the node's init
-LOCAL = "local://"
 # What to do when the namespaces cannot be entered: the pod lost its privileges or its host PID namespace.
 UNREACHABLE_HINT = (
     "the preflight pod must run as root, privileged and with hostPID to enter the node's namespaces (nsenter "
@@ -32,7 +30,7 @@ class HostNamespaces:
     """A testinfra host whose every command runs in the namespaces of `pid` (the node's init by default)."""
 
     pid: int = HOST_INIT_PID
-    local: Host = field(default_factory=lambda: testinfra.get_host(LOCAL))
+    local: Host = field(default_factory=local_host)
 
     def run(self, command: str) -> CommandOutput:
         inner = shlex.join(["/bin/sh", "-c", command])
