@@ -54,6 +54,9 @@ REQUALIFICATION_RESULT = "konduktor.ai/requalification-result"
 # finds them again with a selector), and which node and fault that was (annotation). Both go on reactivation.
 REQUEUE_LABEL = "konduktor.ai/requeued-for-node-health"
 REQUEUE_REASON = "konduktor.ai/requeue-reason"
+# The reason of the Warning Event the health controller puts on such a workload's owner (Job, JobSet, ...) and on
+# its Workload, which says which node, when and why; `konduktor why` reads it back (Kueue emits no such reason).
+REQUEUED_FOR_NODE_HEALTH = "RequeuedForNodeHealth"
 # On a Kueue Workload the health controller deactivated because admission refused its pods (label), and the
 # refusal (annotation): `konduktor why` shows it. It stays deactivated; the job is fixed and submitted again.
 PODS_REFUSED_LABEL = "konduktor.ai/pods-refused"

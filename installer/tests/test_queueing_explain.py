@@ -3,9 +3,14 @@ capacity, on examples/config.yaml's shape (two teams, 20 GPUs each, 4 nodes of 1
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
 
+from konduktor.gpu.kernel_log import parse_line
+from konduktor.health.affected import AffectedWorkload, ObjectRef, owner_message
+from konduktor.health.classify import classify_report
+from konduktor.health.settings import HealthSettings
 from konduktor.queueing.capacity import (
     Capacity,
     NodeCapacity,
@@ -16,11 +21,13 @@ from konduktor.queueing.capacity import (
 )
 from konduktor.queueing.explain import (
     as_json,
+    node_requeues,
     pending_order,
     running_jobs,
     why,
     with_pod_nodes,
     with_policy,
+    with_requeues,
 )
 from konduktor.quotas.usage import TeamUsage
 
@@ -452,3 +459,157 @@ def test_an_admitted_job_with_a_pod_on_a_quarantined_node_is_told() -> None:
         "train", "team-a", target, workloads=[target], local_queues=LOCAL_QUEUES, capacity=capacity, pending=[]
     )
     assert "quarantined-node" not in kinds(as_json(with_pod_nodes(healthy, [pods[0]], capacity)))
+
+
+# --- a job the health controller requeued off a node it quarantined ----------------------------------------------
+
+
+def requeue_note(node: str, pods: tuple[str, ...] = ("train-x1",)) -> str:
+    """The note of the controller's Event, made by the controller's own words (`owner_message`)."""
+    report = parse_line("NVRM: Xid (PCI:0000:48:00): 79, pid=0, name=python, GPU has fallen off the bus.")
+    assert report is not None
+    finding = classify_report(report, node, HealthSettings())
+    affected = AffectedWorkload("team-a", "job-train-1234", node, pods, owner=ObjectRef("batch/v1", "Job", "train"))
+    quarantined_at = datetime(2026, 11, 23, 20, 10, tzinfo=UTC).timestamp()
+    return owner_message(affected, finding, quarantined_at, "requeued", dry_run=False, opt_out_label="opt-out")
+
+
+def requeue_event(kind: str, name: str, note: str, at: str, uid: str | None = None) -> dict[str, Any]:
+    involved = {"kind": kind, "name": name, **({"uid": uid} if uid else {})}
+    return {
+        "metadata": {"name": f"{name}.17f", "creationTimestamp": at},
+        "involvedObject": involved,
+        "reason": "RequeuedForNodeHealth",
+        "message": note,
+        "lastTimestamp": at,
+    }
+
+
+REQUEUED_AND_ADMITTED = [
+    {"type": "QuotaReserved", "status": "True"},
+    {"type": "Admitted", "status": "True", "lastTransitionTime": "2026-11-23T20:10:05Z"},
+    {"type": "Evicted", "status": "False", "reason": "QuotaReserved", "message": "Previously: deactivated"},
+    {"type": "Requeued", "status": "True", "reason": "Reactivated"},
+]
+
+
+def requeued_workload() -> dict[str, Any]:
+    found = workload("train", gpus=8, conditions=REQUEUED_AND_ADMITTED)
+    found["status"]["admission"] = {
+        "clusterQueue": "team-a",
+        "podSetAssignments": [{"name": "main", "flavors": {"nvidia.com/gpu": "h100"}}],
+    }
+    found["status"]["schedulingStats"] = {"evictions": [{"reason": "Deactivated", "count": 1}]}
+    return found
+
+
+def pod_on(name: str, node: str, **meta: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, **meta}, "spec": {"nodeName": node}, "status": {"phase": "Running"}}
+
+
+def test_a_requeued_job_says_when_from_which_node_why_where_it_runs_now_and_the_capacity() -> None:
+    target = requeued_workload()
+    note = requeue_note("gpu-h100-0000")
+    events = [
+        # The same requeue told on the Job and on its Workload: one requeue.
+        requeue_event("Job", "train", note, "2026-11-23T20:10:01Z", uid="job-uid"),
+        requeue_event("Workload", "job-train-1234", note, "2026-11-23T20:10:01Z"),
+        # An earlier Job of the same name, and another job's requeue: not this job's.
+        requeue_event("Job", "train", requeue_note("gpu-h100-0003"), "2026-11-23T19:00:00Z", uid="old-uid"),
+        requeue_event("Job", "other", requeue_note("gpu-h100-0002"), "2026-11-23T20:10:01Z"),
+    ]
+    requeues = node_requeues(events, "train", "job-train-1234", "job-uid", "2026-11-23T20:00:00Z")
+    assert [(r.at, r.node, r.quarantined_at, r.pods) for r in requeues] == [
+        ("2026-11-23T20:10:01Z", "gpu-h100-0000", "2026-11-23T20:10:00Z", ("train-x1",))
+    ]
+    assert requeues[0].fault == "Xid 79, GPU has fallen off the bus on 0000:48:00"
+    capacity = Capacity(nodes(10, 2, 10, 10, quarantined=(0,)), (usage("team-a", used=8), usage("team-b")), "T")
+    answer = why(
+        "train", "team-a", target, workloads=[target], local_queues=LOCAL_QUEUES, capacity=capacity, pending=[]
+    )
+    pods = [pod_on("train-y2", "gpu-h100-0001"), pod_on("train-x1", "gpu-h100-0000", deletionTimestamp="now")]
+    told = as_json(with_requeues(answer, requeues, target, pods, capacity))
+    assert told["state"] == "admitted"
+    assert kinds(told) == ["admitted", "requeued", "runs-on", "node-out", "capacity-now"]
+    said = {r["kind"]: r["message"] for r in told["reasons"]}
+    assert said["requeued"] == (
+        "requeued at 2026-11-23T20:10:01Z from node gpu-h100-0000: the health controller quarantined the node at "
+        "2026-11-23T20:10:00Z for Xid 79, GPU has fallen off the bus on 0000:48:00 (its pod train-x1 stopped "
+        "there); the job kept its place in the queue"
+    )
+    assert said["runs-on"] == "admitted again at 2026-11-23T20:10:05Z; runs now on node gpu-h100-0001 (pod train-y2)"
+    assert said["node-out"] == (
+        "node gpu-h100-0000 stays quarantined (since 2026-11-23T19:00:00Z: Xid 79: GPU fell off the bus) until a "
+        "burn-in passes"
+    )
+    assert said["capacity-now"] == (
+        "h100 capacity now (published at T): 30 of 40 GPUs in service, 22 free; out of service: gpu-h100-0000 "
+        "(10 GPUs, quarantined since 2026-11-23T19:00:00Z: Xid); your team uses 8 of its 20 (borrowed 0)"
+    )
+    assert told["requeues"] == [
+        {
+            "at": "2026-11-23T20:10:01Z",
+            "node": "gpu-h100-0000",
+            "fault": "Xid 79, GPU has fallen off the bus on 0000:48:00",
+            "quarantinedAt": "2026-11-23T20:10:00Z",
+            "pods": ["train-x1"],
+        }
+    ]
+    assert told["runsOn"] == [{"pod": "train-y2", "node": "gpu-h100-0001"}]
+    [flavor] = told["capacity"]
+    assert (flavor["gpus"], flavor["inService"], flavor["free"], flavor["quota"]) == (
+        40,
+        30,
+        22,
+        {"nominal": 20, "used": 8, "borrowed": 0},
+    )
+    assert [q["node"] for q in flavor["quarantined"]] == ["gpu-h100-0000"]
+
+
+def test_requeues_are_told_oldest_first_and_a_node_back_in_service_is_said() -> None:
+    target = requeued_workload()
+    events = [
+        requeue_event("Job", "train", requeue_note("gpu-h100-0002"), "2026-11-23T21:00:00Z"),
+        requeue_event("Job", "train", requeue_note("gpu-h100-0000"), "2026-11-23T20:10:01Z"),
+    ]
+    requeues = node_requeues(events, "train", None)
+    assert [r.node for r in requeues] == ["gpu-h100-0000", "gpu-h100-0002"]
+    capacity = Capacity(nodes(10, 2, 10, 10), (usage("team-a", used=8),))
+    answer = why(
+        "train", "team-a", target, workloads=[target], local_queues=LOCAL_QUEUES, capacity=capacity, pending=[]
+    )
+    told = as_json(with_requeues(answer, requeues, target, [], capacity))
+    assert [r["message"].split(":")[0] for r in told["reasons"] if r["kind"] == "requeued"] == [
+        "requeued at 2026-11-23T20",
+        "requeued at 2026-11-23T21",
+    ]
+    said = {r["kind"]: r["message"] for r in told["reasons"]}
+    assert said["runs-on"] == "admitted again at 2026-11-23T20:10:05Z; its pods are being scheduled"
+    assert said["node-back"] == "node gpu-h100-0002 is back in service"
+
+
+def test_a_requeue_whose_event_expired_is_still_told_from_the_workload() -> None:
+    target = requeued_workload()
+    capacity = Capacity(nodes(10, 2, 10, 10), (usage("team-a", used=8),))
+    answer = why(
+        "train", "team-a", target, workloads=[target], local_queues=LOCAL_QUEUES, capacity=capacity, pending=[]
+    )
+    told = as_json(with_requeues(answer, [], target, [], capacity))
+    assert kinds(told) == ["admitted", "evicted"] and told["requeues"] == [] and told["capacity"] == []
+    assert "the Event that said which node and why is gone" in told["reasons"][-1]["message"]
+    # A job never requeued says nothing of it.
+    plain = workload("plain", gpus=8, conditions=ADMITTED)
+    answer = why("plain", "team-a", plain, workloads=[plain], local_queues=LOCAL_QUEUES, capacity=capacity, pending=[])
+    assert kinds(as_json(with_requeues(answer, [], plain, [], capacity))) == ["admitted"]
+
+
+def test_a_job_being_requeued_waits_seconds_and_needs_nothing() -> None:
+    target = workload("train", gpus=8)
+    target["spec"]["active"] = False
+    target["metadata"]["annotations"] = {"konduktor.ai/requeue-reason": "Xid79 on gpu-h100-0000 at 2026-11-23T20:10Z"}
+    answer = as_json(
+        why("train", "team-a", target, workloads=[target], local_queues=LOCAL_QUEUES, capacity=None, pending=[])
+    )
+    assert answer["state"] == "pending" and kinds(answer) == ["requeuing"]
+    assert "being requeued by the health controller (Xid79 on gpu-h100-0000" in answer["reasons"][0]["message"]
+    assert answer["remedies"] == ["nothing to do: it runs again within seconds when GPUs are free"]

@@ -24,7 +24,7 @@ from konduktor.queueing.admission import (
     probe_pods,
     reasons_of,
 )
-from konduktor.queueing.cluster import explanation_for, job_pods, team_queues, workload_of_job
+from konduktor.queueing.cluster import explanation_for, job_pods, requeue_events, team_queues, workload_of_job
 from konduktor.queueing.explain import PRIORITY_LABEL, QUEUE_LABEL, Explanation, as_json, queue_view
 from konduktor.queueing.submit import (
     PRIORITIES,
@@ -145,7 +145,8 @@ def why_command(
         labels = found["metadata"].get("labels", {}) if found is not None else None
         # The job as it stands, judged by the platform's policies as if the member created it now.
         policy = policy_findings(kube, found) if found is not None else []
-        explanation = explanation_for(team, job, workload, labels, policy, job_pods(kube, ns, found))
+        pods = job_pods(kube, ns, found)
+        explanation = explanation_for(team, job, workload, labels, policy, pods, requeue_events(kube, ns), found)
         _print_explanation(explanation, output)
         raise typer.Exit(EXIT_CODES[explanation.state])
 

@@ -13,12 +13,12 @@ from typing import Literal
 from konduktor.health.classify import Finding
 from konduktor.health.settings import HealthSettings, WorkPolicy
 from konduktor.kube.timestamps import format_time
-from konduktor.vocabulary import KUEUE_API
+from konduktor.vocabulary import KUEUE_API, REQUEUED_FOR_NODE_HEALTH
 
 # What became of a workload on a quarantined node; the owner's Event says it in words.
 Fate = Literal["requeued", "drained", "untouched", "opted-out"]
 
-REQUEUED_REASON = "RequeuedForNodeHealth"  # Kueue emits none of these reasons (docs/design/kueue.md#events-kueue-emits)
+REQUEUED_REASON = REQUEUED_FOR_NODE_HEALTH  # Kueue emits none of these (docs/design/kueue.md#events-kueue-emits)
 NODE_FAULT_REASON = "NodeQuarantined"
 # Dry-run's: the same news, as what would have happened.
 WOULD_REQUEUE_REASON = "WouldRequeueForNodeHealth"

@@ -16,14 +16,22 @@ from konduktor.queueing.explain import (
     Running,
     Source,
     job_name,
+    node_requeues,
     pending_order,
     running_jobs,
     why,
     with_pod_nodes,
     with_policy,
+    with_requeues,
 )
 from konduktor.quotas.usage import team_usage
-from konduktor.vocabulary import CAPACITY_CONFIGMAP, JOB_NAME_LABEL, KUEUE_API, TEAM_LABEL
+from konduktor.vocabulary import (
+    CAPACITY_CONFIGMAP,
+    JOB_NAME_LABEL,
+    KUEUE_API,
+    REQUEUED_FOR_NODE_HEALTH,
+    TEAM_LABEL,
+)
 
 VISIBILITY_API = "/apis/visibility.kueue.x-k8s.io/v1beta2"
 # The visibility API is absent (404) or its aggregated server unreachable (503): derive the order instead.
@@ -159,6 +167,17 @@ def job_pods(kube: Kube, namespace: str, job: dict[str, Any] | None) -> list[dic
     return []
 
 
+def requeue_events(kube: Kube, namespace: str) -> list[dict[str, Any]]:
+    """The health controller's Events of the namespace's requeues off quarantined nodes (a team member may read its
+    namespace's Events; none where they may not)."""
+    try:
+        return kube.list("v1", "Event", namespace, field_selector=f"reason={REQUEUED_FOR_NODE_HEALTH}")
+    except ApiError as problem:
+        if problem.status == 403:
+            return []
+        raise
+
+
 def workload_of_job(workloads: list[dict[str, Any]], job: str) -> dict[str, Any] | None:
     """The job's Workload (owned by it), else a Workload of that name."""
     for workload in workloads:
@@ -174,9 +193,12 @@ def explanation_for(
     job_labels: dict[str, str] | None = None,
     policy: Sequence[str] = (),
     pods: Sequence[dict[str, Any]] = (),
+    events: Sequence[dict[str, Any]] = (),
+    job_object: dict[str, Any] | None = None,
 ) -> Explanation:
     """`why` for one job of the team's namespace, from what `team_queues` read, with what the platform's policies
-    say of it and where its pods run."""
+    say of it, where its pods run, and the health controller's requeues of it (from the namespace's `events`;
+    `job_object`, the Job or Pod, tells this job from an earlier one of its name)."""
     explanation = why(
         job,
         team.namespace,
@@ -188,4 +210,13 @@ def explanation_for(
         job_labels=job_labels,
         source=team.source,
     )
+    meta = (job_object or {}).get("metadata", {})
+    requeues = node_requeues(
+        events,
+        job,
+        workload["metadata"]["name"] if workload else None,
+        meta.get("uid", ""),
+        meta.get("creationTimestamp", ""),
+    )
+    explanation = with_requeues(explanation, requeues, workload, pods, team.capacity)
     return with_pod_nodes(with_policy(explanation, policy), pods, team.capacity)

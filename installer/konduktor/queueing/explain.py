@@ -15,10 +15,11 @@ from typing import Any, Literal
 
 from konduktor.gpu.pod import pod_gpus
 from konduktor.kube.conditions import condition, is_true
+from konduktor.kube.timestamps import format_time, parse_time
 from konduktor.queueing.capacity import Capacity, NodeCapacity
 from konduktor.quotas.multikueue import is_dispatch_check
 from konduktor.quotas.usage import TeamUsage
-from konduktor.vocabulary import PODS_REFUSED_REASON
+from konduktor.vocabulary import GPU_RESOURCE, PODS_REFUSED_REASON, REQUEUE_REASON, REQUEUED_FOR_NODE_HEALTH
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -32,6 +33,14 @@ PREEMPTED_FOR = {
     "InClusterQueue": "for a higher-priority job of your own team",
 }
 QUARANTINES_LISTED = 5  # named one by one; more are counted
+# The note of the health controller's Event on a job it requeued off a node it quarantined
+# (konduktor.health.affected.owner_message): "GPU node N was quarantined at T: Xid 79, GPU has fallen off the bus
+# on 0000:48:00.0. Pods of this workload on it: P1, P2. ... Next: requeued. ..."
+_REQUEUE_NOTE = re.compile(
+    r"GPU node (?P<node>\S+) was quarantined at (?P<at>\S+): (?P<fault>.*?)\. "
+    r"Pods of this workload on it: (?P<pods>.*?)\.(?:\s|$)"
+)
+EVENTS_KEPT = "the API server keeps Events for 1 h by default"
 
 State = Literal["pending", "admitted", "finished", "never-fit", "not-queued"]
 Source = Literal["visibility", "derived"]
@@ -76,6 +85,79 @@ class Reason:
     message: str
 
 
+@dataclass(frozen=True)
+class Requeue:
+    """One requeue of the job off a node the health controller quarantined, as the controller's Event tells it."""
+
+    at: str  # when the controller requeued it (its Event's time)
+    node: str  # the node the job was taken off
+    fault: str  # what the controller saw: "Xid 79, GPU has fallen off the bus on 0000:48:00.0"
+    quarantined_at: str  # when it quarantined the node
+    pods: tuple[str, ...]  # the job's pods that were on the node
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "at": self.at,
+            "node": self.node,
+            "fault": self.fault,
+            "quarantinedAt": self.quarantined_at,
+            "pods": list(self.pods),
+        }
+
+
+@dataclass(frozen=True)
+class PodPlace:
+    pod: str
+    node: str  # empty while the pod waits to be scheduled
+
+
+@dataclass(frozen=True)
+class FlavorCapacity:
+    """A GPU type of the team's queue as the platform publishes it now: GPUs in service, free, the nodes out of
+    service, and the team's quota and usage of it."""
+
+    flavor: str
+    gpus: int
+    in_service: int
+    free: int
+    quarantined: tuple[NodeCapacity, ...]
+    nominal: Fraction
+    used: Fraction
+    borrowed: Fraction
+    published_at: str
+
+    def describe(self) -> str:
+        out = ", ".join(
+            f"{n.name} ({_gpus_text(n.gpus)}, quarantined since {n.quarantine.since or '?'}: "
+            f"{n.quarantine.reason.split(' ', 1)[0]})"
+            for n in self.quarantined[:QUARANTINES_LISTED]
+            if n.quarantine is not None
+        )
+        if len(self.quarantined) > QUARANTINES_LISTED:
+            out += f" and {len(self.quarantined) - QUARANTINES_LISTED} more"
+        published = f" (published at {self.published_at})" if self.published_at else ""
+        return (
+            f"{self.flavor} capacity now{published}: {self.in_service} of {_gpus_text(self.gpus)} in service, "
+            f"{self.free} free" + (f"; out of service: {out}" if out else "") + f"; your team uses {_plain(self.used)} "
+            f"of its {_plain(self.nominal)} (borrowed {_plain(self.borrowed)})"
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "flavor": self.flavor,
+            "gpus": self.gpus,
+            "inService": self.in_service,
+            "free": self.free,
+            "quarantined": [
+                {"node": n.name, "gpus": n.gpus, "since": n.quarantine.since, "reason": n.quarantine.reason}
+                for n in self.quarantined
+                if n.quarantine is not None
+            ],
+            "quota": {"nominal": _number(self.nominal), "used": _number(self.used), "borrowed": _number(self.borrowed)},
+            "publishedAt": self.published_at,
+        }
+
+
 @dataclass
 class Explanation:
     job: str
@@ -91,6 +173,9 @@ class Explanation:
     kueue_message: str = ""
     source: Source = "derived"
     worker: str | None = None  # the worker cluster MultiKueue dispatched it to (its `status.clusterName`)
+    requeues: list[Requeue] = field(default_factory=list)  # off nodes the health controller quarantined
+    runs_on: list[PodPlace] = field(default_factory=list)  # where its pods are now, once requeued
+    capacity_now: list[FlavorCapacity] = field(default_factory=list)  # once requeued and admitted again
 
 
 def job_name(workload: dict[str, Any]) -> str:
@@ -204,6 +289,10 @@ def _plain(value: Fraction) -> str:
     return str(int(value)) if value.denominator == 1 else str(float(value))
 
 
+def _number(value: Fraction) -> int | float:
+    return int(value) if value.denominator == 1 else float(value)
+
+
 def _gpus_text(count: int | Fraction) -> str:
     number = _plain(Fraction(count))
     return f"{number} GPU" if number == "1" else f"{number} GPUs"
@@ -268,6 +357,19 @@ def why(
         return explanation
     if is_true(workload, "QuotaReserved"):
         _awaiting_checks(explanation, workload)
+        return explanation
+    requeuing = workload["metadata"].get("annotations", {}).get(REQUEUE_REASON)
+    if requeuing and workload.get("spec", {}).get("active", True) is False:
+        # The health controller deactivated it a moment ago to move it off a quarantined node
+        # (konduktor.health.workloads): it reactivates it once Kueue has evicted it.
+        explanation.reasons.append(
+            Reason(
+                "requeuing",
+                f"being requeued by the health controller ({requeuing}): Kueue stops its pods, then it is queued "
+                "again with its place and admitted on healthy nodes",
+            )
+        )
+        explanation.remedies.append("nothing to do: it runs again within seconds when GPUs are free")
         return explanation
     if workload.get("spec", {}).get("active", True) is False:
         explanation.reasons.append(Reason("deactivated", "the workload is deactivated (spec.active=false)"))
@@ -377,6 +479,151 @@ def with_pod_nodes(explanation: Explanation, pods: Sequence[dict[str, Any]], cap
             "`kubectl describe job` shows its event (NodeQuarantined or RequeuedForNodeHealth). A job that cannot "
             "resume from a checkpoint may be better stopped and submitted again"
         )
+    return explanation
+
+
+def node_requeues(
+    events: Sequence[dict[str, Any]], job: str, workload: str | None, job_uid: str = "", since: str = ""
+) -> list[Requeue]:
+    """The health controller's requeues of this job off quarantined nodes, oldest first, from its Events on the job
+    and on its Workload (both carry the same note: one requeue each). Events of an earlier job of the same name
+    (another uid, or older than `since`, the job's creation) are left out."""
+    found: dict[tuple[str, str], Requeue] = {}
+    created = parse_time(since)
+    for event in events:
+        if event.get("reason") != REQUEUED_FOR_NODE_HEALTH:
+            continue
+        involved = event.get("involvedObject", {})
+        if involved.get("kind") == "Workload":
+            if workload is None or involved.get("name") != workload:
+                continue
+        elif involved.get("name") != job or (job_uid and involved.get("uid") not in (None, "", job_uid)):
+            continue
+        told = _REQUEUE_NOTE.search(str(event.get("message", "")))
+        at = _event_time(event)
+        if told is None or (created is not None and at is not None and at < created):
+            continue
+        pods = tuple(p.strip() for p in told["pods"].split(",") if p.strip() and p.strip() != "none")
+        requeue = Requeue(format_time(at) if at is not None else "?", told["node"], told["fault"], told["at"], pods)
+        key = (requeue.node, requeue.quarantined_at)
+        if key not in found or requeue.at < found[key].at:
+            found[key] = requeue
+    return sorted(found.values(), key=lambda r: (r.at, r.node))
+
+
+def _event_time(event: dict[str, Any]) -> float | None:
+    stamps = (event.get(k) for k in ("lastTimestamp", "eventTime", "firstTimestamp"))
+    found = (parse_time(s) for s in (*stamps, event.get("metadata", {}).get("creationTimestamp")))
+    return next((t for t in found if t is not None), None)
+
+
+def with_requeues(
+    explanation: Explanation,
+    requeues: Sequence[Requeue],
+    workload: dict[str, Any] | None,
+    pods: Sequence[dict[str, Any]],
+    capacity: Capacity | None,
+) -> Explanation:
+    """A job the health controller requeued off a node it quarantined: when, from which node and why (the fault and
+    the quarantine), whether that node is still out, where the job runs now and, admitted again, the capacity of
+    its team's GPU types now, as the platform publishes it. Without the Events (expired), the Workload's own record
+    of a deactivation says that it was evicted and queued again."""
+    if workload is None or explanation.state in ("not-queued", "finished"):
+        return explanation
+    if not requeues:
+        return _with_evictions(explanation, workload)
+    for requeue in requeues:
+        stopped = f" (its pod {', '.join(requeue.pods)} stopped there)" if requeue.pods else ""
+        explanation.reasons.append(
+            Reason(
+                "requeued",
+                f"requeued at {requeue.at} from node {requeue.node}: the health controller quarantined the node at "
+                f"{requeue.quarantined_at} for {requeue.fault}{stopped}; the job kept its place in the queue",
+            )
+        )
+    explanation.requeues = list(requeues)
+    last = requeues[-1].node
+    if explanation.state == "admitted":
+        admitted = (condition(workload, "Admitted") or {}).get("lastTransitionTime") or "?"
+        explanation.runs_on = _places(pods)
+        running = [p for p in explanation.runs_on if p.node]
+        if running:
+            where = ", ".join(f"{p.node} (pod {p.pod})" for p in running)
+            text = f"admitted again at {admitted}; runs now on node{'s' if len(running) > 1 else ''} {where}"
+        else:
+            text = f"admitted again at {admitted}; its pods are being scheduled"
+        explanation.reasons.append(Reason("runs-on", text))
+    node = next((n for n in capacity.nodes if n.name == last), None) if capacity else None
+    if node is not None and node.quarantine is not None:
+        explanation.reasons.append(
+            Reason(
+                "node-out",
+                f"node {last} stays quarantined (since {node.quarantine.since or '?'}: {node.quarantine.reason}) "
+                "until a burn-in passes",
+            )
+        )
+    elif node is not None:
+        explanation.reasons.append(Reason("node-back", f"node {last} is back in service"))
+    if explanation.state == "admitted" and capacity is not None:
+        explanation.capacity_now = _capacity_now(explanation, workload, capacity)
+        explanation.reasons.extend(Reason("capacity-now", flavor.describe()) for flavor in explanation.capacity_now)
+    return explanation
+
+
+def _places(pods: Sequence[dict[str, Any]]) -> list[PodPlace]:
+    """The job's pods that run or are about to: not finished, not being deleted."""
+    return [
+        PodPlace(pod["metadata"]["name"], pod.get("spec", {}).get("nodeName") or "")
+        for pod in sorted(pods, key=lambda p: p["metadata"]["name"])
+        if pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+        and not pod["metadata"].get("deletionTimestamp")
+    ]
+
+
+def _capacity_now(explanation: Explanation, workload: dict[str, Any], capacity: Capacity) -> list[FlavorCapacity]:
+    """The GPU types of the job's admission (else of its team's queue), as published."""
+    assignments = workload.get("status", {}).get("admission", {}).get("podSetAssignments", [])
+    admitted = {str(a["flavors"][GPU_RESOURCE]) for a in assignments if GPU_RESOURCE in (a.get("flavors") or {})}
+    rows = _team_rows(capacity, explanation.cluster_queue or "")
+    flavors = sorted(admitted or {r.flavor for r in rows})
+    found = []
+    for flavor in flavors:
+        nodes = [n for n in capacity.nodes if n.flavor == flavor]
+        usable = [n for n in nodes if n.usable]
+        row = next((r for r in rows if r.flavor == flavor), None)
+        found.append(
+            FlavorCapacity(
+                flavor=flavor,
+                gpus=sum(n.gpus for n in nodes),
+                in_service=sum(n.gpus for n in usable),
+                free=sum(n.free for n in usable),
+                quarantined=tuple(n for n in nodes if n.quarantine is not None),
+                nominal=row.nominal if row else Fraction(0),
+                used=row.used if row else Fraction(0),
+                borrowed=row.borrowed if row else Fraction(0),
+                published_at=capacity.published_at,
+            )
+        )
+    return found
+
+
+def _with_evictions(explanation: Explanation, workload: dict[str, Any]) -> Explanation:
+    """No requeue Event (they expire): a Workload that Kueue evicted on deactivation and that was reactivated, as the
+    health controller requeues a job, says so in its own status."""
+    requeued = condition(workload, "Requeued") or {}
+    evictions = workload.get("status", {}).get("schedulingStats", {}).get("evictions") or []
+    count = sum(int(e.get("count", 1)) for e in evictions if e.get("reason") == "Deactivated")
+    if not count or requeued.get("reason") != "Reactivated" or explanation.state != "admitted":
+        return explanation
+    times = "once" if count == 1 else f"{count} times"
+    explanation.reasons.append(
+        Reason(
+            "evicted",
+            f"Kueue evicted it {times} on deactivation and it was queued again (as the health controller requeues a "
+            "job off a quarantined node, or `kubectl kueue stop` and `resume`); the Event that said which node and "
+            f"why is gone ({EVENTS_KEPT})",
+        )
+    )
     return explanation
 
 
@@ -663,4 +910,7 @@ def as_json(explanation: Explanation) -> dict[str, Any]:
         "kueueMessage": explanation.kueue_message,
         "source": explanation.source,
         "workerCluster": explanation.worker,
+        "requeues": [r.as_json() for r in explanation.requeues],
+        "runsOn": [{"pod": p.pod, "node": p.node or None} for p in explanation.runs_on],
+        "capacity": [c.as_json() for c in explanation.capacity_now],
     }
