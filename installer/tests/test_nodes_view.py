@@ -285,6 +285,46 @@ def test_a_quarantined_node_says_why_it_waits_and_what_happens_next() -> None:
     assert steps([node("g-held", healthy="False")], breaker=breaker(tripped=False)) == {"g-held": None}
 
 
+def requalification(name: str, finished: str | None) -> dict[str, Any]:
+    """The controller's requalification Job of a node (`konduktor.health.requalification`), finished at `finished`."""
+    found = job(name, finished=finished is not None)
+    found["metadata"]["labels"] = {"konduktor.ai/requalification": "true"}
+    if finished is not None:
+        found["status"]["conditions"][0]["lastTransitionTime"] = finished
+        found["status"]["completionTime"] = finished
+    return found
+
+
+def test_a_requalification_is_one_state_from_its_start_to_its_verdict() -> None:
+    def seen(node: dict[str, Any], *jobs: dict[str, Any]) -> tuple[Health, str | None]:
+        [view] = health_view([node], (), jobs, now=NOW)
+        return view.state, view.next_step
+
+    # The controller's burn-in runs, then has finished: until the controller acts on its verdict (at its next poll),
+    # the node is still requalifying, never "quarantined, burn-in due" while its only burn-in is done.
+    running = seen(quarantined("a"), requalification("a", None))
+    assert running == (
+        Health.REQUALIFYING,
+        "requalification burn-in running: PASS releases the node, anything else keeps it out",
+    )
+    done = seen(quarantined("a"), requalification("a", "2027-01-15T07:40:00Z"))
+    assert done == (
+        Health.REQUALIFYING,
+        "requalification burn-in finished at 2027-01-15T07:40:00Z; the controller acts on its verdict at its next "
+        "poll: PASS releases the node, anything else keeps it out",
+    )
+    # The verdict acted on: a FAIL stamps the node (it rests again), a PASS releases it.
+    failed = {REQUALIFIED_AT: "2027-01-15T07:40:03Z", REQUALIFICATION_RESULT: "FAIL: kernel_log: 1 recent Xid"}
+    state, step = seen(quarantined("a", annotations=failed), requalification("a", "2027-01-15T07:40:00Z"))
+    assert state is Health.QUARANTINED and (step or "").startswith("requalification burn-in due")
+    passed = {REQUALIFIED_AT: "2027-01-15T07:40:03Z", REQUALIFICATION_RESULT: "PASS: inventory: 10 x H100"}
+    released = node("a", healthy="True", annotations=passed)
+    assert seen(released, requalification("a", "2027-01-15T07:40:00Z")) == (Health.HEALTHY, None)
+    # A Job that ended before the quarantine was acted on then; a manual burn-in's verdict is not the controller's.
+    assert seen(quarantined("a"), requalification("a", "2027-01-15T07:20:00Z"))[0] is Health.QUARANTINED
+    assert seen(quarantined("a"), job("a", finished=True))[0] is Health.QUARANTINED
+
+
 def test_the_next_step_follows_the_controllers_settings() -> None:
     off = HealthSettings(max_concurrent_requalifications=0)
     assert steps([quarantined("a")], off)["a"] == (

@@ -22,7 +22,7 @@ from konduktor.burnin.record import record_of
 from konduktor.health.breaker import RESET_COMMAND, BreakerView
 from konduktor.health.decide import CONDITION_TYPE, NodeState, quarantined_by_us
 from konduktor.health.nodes import gpu_node_state
-from konduktor.health.requalification import run_of
+from konduktor.health.requalification import REQUALIFICATION_LABEL, Run, acted_on, run_of
 from konduktor.health.settings import HealthSettings
 from konduktor.kube.timestamps import format_time, parse_time
 from konduktor.vocabulary import (
@@ -46,7 +46,9 @@ GAP = "  "  # between columns
 
 class Health(StrEnum):
     HEALTHY = "healthy"
-    REQUALIFYING = "requalifying"  # quarantined, a burn-in Job running on it
+    # Quarantined, a burn-in Job running on it, or the controller's requalification finished and its verdict not yet
+    # acted on: one state from the burn-in's start to its verdict.
+    REQUALIFYING = "requalifying"
     QUARANTINED = "quarantined"  # the gpu-health taint: ours, or someone else's (owner says which)
     CORDONED = "cordoned"  # spec.unschedulable, set by someone else (Konduktor never cordons)
     UNHEALTHY = "unhealthy"  # GPUHealthy=False without a quarantine (breaker open, or opted out)
@@ -149,6 +151,28 @@ def running_burnins(jobs: Iterable[Mapping[str, Any]]) -> set[str]:
     return {run.node for run in map(run_of, jobs) if run is not None and run.finished_at is None}
 
 
+def finished_requalifications(jobs: Iterable[Mapping[str, Any]]) -> dict[str, Run]:
+    """Per node, its newest finished requalification Job of the controller's (`konduktor.health.requalification`)."""
+    newest: dict[str, Run] = {}
+    for job in jobs:
+        if (job.get("metadata", {}).get("labels") or {}).get(REQUALIFICATION_LABEL) != "true":
+            continue
+        run = run_of(job)
+        if run is None or run.finished_at is None:
+            continue
+        if run.node not in newest or run.finished_at > (newest[run.node].finished_at or 0.0):
+            newest[run.node] = run
+    return newest
+
+
+def awaiting_verdict(run: Run | None, state: NodeState) -> Run | None:
+    """The node's requalification run when it has finished and the controller has not acted on its verdict yet (it
+    does at its next poll, stamping the node: `requalification.acted_on`); None otherwise."""
+    if run is None or not quarantined_by_us(state) or acted_on(run, state):
+        return None
+    return run
+
+
 def _verdict(node: Mapping[str, Any], annotations: Mapping[str, str]) -> tuple[str | None, float | None, str | None]:
     """The newest verdict on the node: its requalification's (or a manual release), or the last burn-in's
     (`burnin.record`). (verdict, when, detail)."""
@@ -229,14 +253,17 @@ def health_view(
     """Every GPU node's health, by name; with the clock (`now`), each node's next step (`next_step`), judged with the
     breaker's state and the GPU pods still running on the nodes out of service (`busy`)."""
     settings = settings or HealthSettings()
-    authors, running = quarantine_authors(events), running_burnins(jobs)
+    jobs = list(jobs)
+    authors, running, finished = quarantine_authors(events), running_burnins(jobs), finished_requalifications(jobs)
     views = []
     for node in nodes:
         state = gpu_node_state(dict(node), settings, node["metadata"]["name"] in running)
         if state is not None:
-            view = node_health(node, state, authors, running, settings)
+            awaiting = awaiting_verdict(finished.get(state.name), state)
+            view = node_health(node, state, authors, running | ({state.name} if awaiting else set()), settings)
             if now is not None:
-                step = next_step(view, state, settings, breaker, (busy or {}).get(state.name, ()), now)
+                pods = (busy or {}).get(state.name, ())
+                step = next_step(view, state, settings, breaker, pods, now, awaiting=awaiting)
                 view = replace(view, next_step=step)
             views.append(view)
     return sorted(views, key=lambda view: view.node)
@@ -249,18 +276,26 @@ def next_step(
     breaker: BreakerView | None,
     gpu_pods: Sequence[str],
     now: float,
+    *,
+    awaiting: Run | None = None,
 ) -> str | None:
     """Why a node out of service (or held back) waits, and what happens next; None for a node in service.
 
     The rules are the controller's (`decide._due`): a quarantined node is burned in once it has rested
     `cooldown_seconds` since its quarantine or its last attempt, has every expected GPU in allocatable, is not
     cordoned, and a requalification slot is free; its burn-in pod needs every GPU, so it starts once the GPU pods
-    still on the node have finished."""
+    still on the node have finished. A requalification that has finished waits for the controller's next poll to act
+    on its verdict (`awaiting`): the node stays requalifying until then."""
     name = view.node
     pods = f"{len(gpu_pods)} GPU pod{'s' if len(gpu_pods) != 1 else ''} still running ({', '.join(gpu_pods[:3])}" + (
         ", ...)" if len(gpu_pods) > 3 else ")"
     )
     if view.state is Health.REQUALIFYING:
+        if awaiting is not None and awaiting.finished_at is not None:
+            return (
+                f"requalification burn-in finished at {format_time(awaiting.finished_at)}; the controller acts on "
+                "its verdict at its next poll: PASS releases the node, anything else keeps it out"
+            )
         if gpu_pods:
             return (
                 f"requalification burn-in waits for the {pods} to finish (it needs every GPU; past its deadline it "
