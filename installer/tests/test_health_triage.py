@@ -11,6 +11,7 @@ from konduktor.health.prometheus import DcgmSignal
 from konduktor.health.settings import HealthSettings, PrometheusSettings
 from konduktor.health.triage import (
     LATE_SECONDS,
+    TABLE_WIDTH,
     NodeRecord,
     Sighting,
     burnin_sightings,
@@ -19,8 +20,11 @@ from konduktor.health.triage import (
     judge,
     kernel_sightings,
     pair_culprits,
+    render_table,
     with_sightings,
+    wrap_note,
 )
+from konduktor.health.triage_sources import SOURCES_HINT, kernel_files_note, sources_hint
 
 START, END = 1_750_000_000.0, 1_750_003_600.0
 
@@ -220,3 +224,59 @@ def test_the_quarantine_acts_on_each_culprits_first_fault_and_leaves_the_rest() 
     assert [(f.node, f.reason) for f in culprit_findings(found)] == [("gpu-0", "Xid79")]
     burnt = judge("train", "team-a", START, END, [node("gpu-0", *burnin["gpu-0"])])
     assert [(f.node, f.reason) for f in culprit_findings(burnt)] == [("gpu-0", "BurnInFailed")]
+
+
+# --- what triage prints ---------------------------------------------------------------------------------------------
+
+EVENT = (
+    "quarantined (NoSchedule): GPU_HAS_FALLEN_OFF_THE_BUS (GPU has fallen off the bus) on 0000:48:00.0; "
+    "recommended action: reboot; evidence: [   93.436159] NVRM: Xid (PCI:0000:48:00.0): 79, pid=0, name=python, "
+    "GPU has fallen off the bus."
+)
+
+
+def test_the_table_fits_100_columns_each_signal_on_its_own_lines_never_cut() -> None:
+    lost = "also: GPU_LOST (GPUs missing from allocatable); recommended action: reboot; evidence: allocatable 9 < 10"
+    culprit = NodeRecord(
+        "gpu-h100-0000",
+        tuple(f"train-multi-node-worker-{i}-abcde" for i in range(3)),
+        (Sighting(START + 60, "event", "Xid79", EVENT, True), Sighting(START + 120, "event", "GPULost", lost, True)),
+    )
+    found = judge("train", "team-a", START, END, [culprit, NodeRecord("gpu-h100-0001", ("train-0-b",), ())])
+    table = render_table(found)
+    lines = table.splitlines()
+    assert max(len(line) for line in lines) <= TABLE_WIDTH
+    assert lines[0].split() == ["NODE", "VERDICT", "PODS", "EVIDENCE"]
+    evidence_at = lines[0].index("EVIDENCE")
+    # Every signal starts a line of its own in the evidence column; its continued lines are indented under it.
+    starts = [line[evidence_at:] for line in lines[1:] if line[evidence_at : evidence_at + 1].isdigit()]
+    assert [s.split()[1:3] for s in starts] == [["event", "Xid79:"], ["event", "GPULost:"]]
+    # Nothing is cut: the words of the evidence and of the pods are all there, in order.
+    shown = " ".join(line[evidence_at:].strip() for line in lines[1:])
+    assert " ".join(EVENT.split()) in " ".join(shown.split())
+    pods_at = lines[0].index("PODS")
+    pods = " ".join(line[pods_at:evidence_at].strip() for line in lines[1:])
+    assert all(f"train-multi-node-worker-{i}-abcde" in pods for i in range(3))
+    assert lines[1].startswith("gpu-h100-0000  CULPRIT  ")
+    clean = next(line for line in lines if line.startswith("gpu-h100-0001"))
+    assert clean.split() == ["gpu-h100-0001", "clean", "train-0-b", "-"]
+
+
+def test_the_notes_say_where_kernel_logs_were_read_and_how_to_point_triage_at_loki() -> None:
+    files = HealthSettings.model_validate({"kernel_log_files": {"directory": "/state/kernel-logs"}})
+    note = kernel_files_note(files)
+    assert note.startswith("kernel logs: read by the health controller from its files (/state/kernel-logs/<node>.log")
+    assert "not read" not in note
+    assert kernel_files_note(HealthSettings()) == "not read: kernel logs: no Loki in the health controller's settings"
+    assert sources_hint(files) == [SOURCES_HINT] and "--loki URL and --prometheus URL" in SOURCES_HINT
+    wired = HealthSettings.model_validate(
+        {
+            "loki": {"url": "http://loki:3100", "query": '{job="kernel"}', "node_label": "node"},
+            "prometheus": {"url": "http://prometheus:9090"},
+        }
+    )
+    assert sources_hint(wired) == []
+    wrapped = wrap_note(SOURCES_HINT).splitlines()
+    assert len(wrapped) > 1 and max(map(len, wrapped)) <= TABLE_WIDTH
+    assert all(line.startswith("    ") for line in wrapped[1:])
+    assert " ".join(w.strip() for w in wrapped) == SOURCES_HINT

@@ -3,14 +3,17 @@ burn-in of the job's nodes, and the quarantine of the culprits as the health con
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
 
 from konduktor.burnin.tiers import Tier
-from konduktor.cli.console import OutputFormat, print_document, print_rows, progress, say
-from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
+from konduktor.cli.console import OutputFormat, print_document, progress, say
+from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption
 from konduktor.errors import ExitCode
+from konduktor.health.triage import render_table
+from konduktor.ops.target import running_target
 from konduktor.ops.triage import TriageRequest
 from konduktor.ops.triage import triage as run_triage
 
@@ -62,12 +65,13 @@ def triage(
     With --burnin, a burn-in of just those nodes adds its verdicts (progress on stderr). With --quarantine, each
     culprit not yet quarantined goes through the controller's decision with its settings and fleet breaker. Exit 2:
     no such Job; 5: the cluster could not be reached."""
-    asked = TriageRequest(job, namespace, level if burnin else None, quarantine, loki, prometheus)
-    with connect(kubeconfig, context, sim, read_only=not (burnin or quarantine)) as kube:
+    target = running_target(kubeconfig, context, sim, read_only=not (burnin or quarantine))
+    asked = TriageRequest(job, namespace, level if burnin else None, quarantine, loki, prometheus, target.sim)
+    with target.connect() as kube:
         found = run_triage(kube, asked, say, progress)
     if output in ("json", "yaml"):
         print_document(found.as_json(), "json" if output == "json" else "yaml")
     else:
-        print_rows(found.rows(), ["node", "verdict", "pods", "evidence"], output)
+        sys.stdout.write(render_table(found))
     if not found.culprits:
         raise typer.Exit(ExitCode.NEGATIVE)

@@ -8,6 +8,7 @@ health controller's `decide` quarantines the culprits.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -34,6 +35,10 @@ from konduktor.kube.timestamps import format_time
 LATE_SECONDS = 600.0
 
 Source = Literal["quarantine", "condition", "event", "kernel-log", "dcgm", "burnin"]
+TABLE_WIDTH = 100  # triage's table and notes, as `konduktor-install nodes`
+PODS_WIDTH = 30  # the pods column wraps beyond this, between pod names
+GAP = "  "
+INDENT = "  "  # a signal's continued lines in the evidence column; a note's
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,7 @@ class Triage:
                     "node": node.node,
                     "verdict": "CULPRIT" if node.node in self.culprits else "clean",
                     "pods": ", ".join(node.pods),
-                    "evidence": "; ".join(f"{_stamp(s.at)} {s.source} {s.reason}: {s.message}" for s in seen) or "-",
+                    "evidence": "; ".join(_signal(s) for s in seen) or "-",
                 }
             )
         return rows
@@ -112,6 +117,64 @@ class Triage:
                 for n in self.nodes
             ],
         }
+
+
+def _wrap(text: str, width: int, indent: str = "") -> list[str]:
+    return textwrap.wrap(text, width, subsequent_indent=indent, break_on_hyphens=False) or [""]
+
+
+def render_table(found: Triage, width: int = TABLE_WIDTH) -> str:
+    """NODE, VERDICT, PODS and EVIDENCE within `width` columns: the pods wrap between names past PODS_WIDTH, and each
+    signal of the evidence starts a line of its own and wraps within its column, never cut."""
+    rows = [(r["node"], r["verdict"], r["pods"] or "-", r["evidence"]) for r in found.rows()]
+    evidence = {node.node: [_signal(s) for s in found.evidence(node)] or ["-"] for node in found.nodes}
+    node_width = max([len("NODE"), *(len(r[0]) for r in rows)])
+    verdict_width = max([len("VERDICT"), *(len(r[1]) for r in rows)])
+    longest_pod = max([len(p) for r in rows for p in r[2].split(", ")], default=0)
+    packed = {r[0]: _pack(r[2].split(", "), max(PODS_WIDTH, longest_pod)) for r in rows}
+    pods_width = max([len("PODS"), *(len(line) for lines in packed.values() for line in lines)])
+    head = node_width + verdict_width + pods_width + 3 * len(GAP)
+    room = max(width - head, 20)
+    lines = [_line(("NODE", "VERDICT", "PODS", "EVIDENCE"), (node_width, verdict_width, pods_width))]
+    for node, verdict, _, _ in rows:
+        pod_lines = packed[node]
+        told = [line for signal in evidence[node] for line in _wrap(signal, room, INDENT)]
+        for index in range(max(len(pod_lines), len(told))):
+            first = index == 0
+            cells = (
+                node if first else "",
+                verdict if first else "",
+                pod_lines[index] if index < len(pod_lines) else "",
+                told[index] if index < len(told) else "",
+            )
+            lines.append(_line(cells, (node_width, verdict_width, pods_width)))
+    return "\n".join(lines) + "\n"
+
+
+def _pack(names: Sequence[str], width: int) -> list[str]:
+    """Names joined by ", " on lines of at most `width` (a longer name alone on its line), never split."""
+    lines: list[str] = []
+    for name in names:
+        if lines and len(lines[-1]) + 2 + len(name) + 1 <= width:
+            lines[-1] += f", {name}"
+        else:
+            if lines:
+                lines[-1] += ","
+            lines.append(name)
+    return lines or [""]
+
+
+def _line(cells: Sequence[str], widths: Sequence[int]) -> str:
+    return GAP.join([*(cell.ljust(w) for cell, w in zip(cells, widths, strict=False)), cells[-1]]).rstrip()
+
+
+def _signal(sighting: Sighting) -> str:
+    return f"{_stamp(sighting.at)} {sighting.source} {sighting.reason}: {sighting.message}"
+
+
+def wrap_note(note: str, width: int = TABLE_WIDTH) -> str:
+    """A note of triage's (`not read: ...`, `hint: ...`) wrapped to `width` columns, continued lines indented."""
+    return "\n".join(_wrap(note, width, INDENT * 2))
 
 
 # The controller records one quarantine three times: its Event (with the evidence), the GPUHealthy condition (the

@@ -42,6 +42,11 @@ from konduktor.vocabulary import (
 )
 
 COMPONENT = "konduktor-health"
+SOURCES_HINT = (
+    "hint: on a cluster with Loki and Prometheus, triage reads them as the health controller does: set loki and "
+    "prometheus in its settings (the chart's controller.services write their URLs); --loki URL and --prometheus URL "
+    "replace those URLs for one run (a port-forward): docs/health.md#triage-of-a-failed-job"
+)
 SETTINGS_KEY = "health.yaml"  # in konduktor-core's ConfigMap of the controller's settings
 CORE_SELECTOR = "app.kubernetes.io/name=konduktor-core"
 _ASSIGNED = re.compile(r"Successfully assigned (?P<namespace>[^/\s]+)/(?P<pod>\S+) to (?P<node>\S+)")
@@ -181,14 +186,37 @@ def deployed_settings(kube: Kube, namespace: str = SYSTEM_NAMESPACE) -> HealthSe
     return None
 
 
+def kernel_files_note(settings: HealthSettings) -> str:
+    """Where the kernel logs were read without Loki: by the controller from its files (the simulated cluster's), or
+    nowhere."""
+    files = settings.kernel_log_files
+    if files is None:
+        return "not read: kernel logs: no Loki in the health controller's settings"
+    return (
+        f"kernel logs: read by the health controller from its files ({files.directory}/<node>.log, its "
+        "kernel_log_files), not by triage: the lines it acted on are quoted in its Events (evidence `event`)"
+    )
+
+
+def sources_hint(settings: HealthSettings | None) -> list[str]:
+    """How to point triage at Loki and Prometheus, when the controller's settings lack either."""
+    if settings is not None and settings.loki is not None and settings.prometheus is not None:
+        return []
+    return [SOURCES_HINT]
+
+
 def with_telemetry(
     found: Triage, settings: HealthSettings | None, loki_url: str | None = None, prometheus_url: str | None = None
 ) -> tuple[Triage, list[str]]:
     """The triage with the job's nodes' DCGM series and kernel lines in its window (and LATE_SECONDS after), read
     as the health controller reads them (its `settings`; a URL given here instead of its own, for a port-forward),
-    and what could not be read, in words."""
+    and lines that say what could not be read (`not read: ...`), where the kernel logs were read, and how to point
+    triage at Loki and Prometheus when it read neither from them (`sources_hint`)."""
     if settings is None:
-        return found, ["no health controller settings (is konduktor-core installed?): no kernel logs, no DCGM"]
+        return found, [
+            "not read: no health controller settings (is konduktor-core installed?): no kernel logs, no DCGM",
+            SOURCES_HINT,
+        ]
     unread = []
     nodes = {n.node for n in found.nodes}
     start, end = found.start, found.end + LATE_SECONDS
@@ -203,14 +231,17 @@ def with_telemetry(
             dcgm = dcgm_sightings(signals, settings)
         except SourceError as problem:
             unread.append(f"DCGM: Prometheus at {prometheus.url}: {problem}")
+    notes = [f"not read: {what}" for what in unread]
     if settings.loki is None:
-        unread.append("kernel logs: no Loki in the health controller's settings")
-        return with_sightings(found, dcgm), unread
+        notes.append(kernel_files_note(settings))
+        return with_sightings(found, dcgm), [*notes, *sources_hint(settings)]
     loki = settings.loki if loki_url is None else settings.loki.model_copy(update={"url": loki_url})
     try:
         lines = LokiSource(loki, HealthMetrics()).lines_between(int(start * 1e9), int(end * 1e9))
     except SourceError as problem:
-        unread.append(f"kernel logs: Loki at {loki.url}: {problem}")
-        return with_sightings(found, dcgm), unread
+        notes.append(f"not read: kernel logs: Loki at {loki.url}: {problem}")
+        return with_sightings(found, dcgm), [*notes, *sources_hint(settings)]
     kernel = kernel_sightings([line for line in lines if line.node in nodes], settings, dcgm)
-    return with_sightings(found, {n: [*dcgm.get(n, ()), *kernel.get(n, ())] for n in nodes}), unread
+    notes.append(f"kernel logs: read from Loki at {loki.url}")
+    found = with_sightings(found, {n: [*dcgm.get(n, ()), *kernel.get(n, ())] for n in nodes})
+    return found, [*notes, *sources_hint(settings)]
