@@ -20,23 +20,9 @@ from pathlib import Path
 
 from whatif_bench import EXAMPLE
 
-from konduktor.whatif.alibaba import import_alibaba
+from konduktor.whatif.alibaba import COLUMNS, import_alibaba
 from konduktor.whatif.run import run_one
 from konduktor.whatif.trace import write_csv
-
-HEADER = [
-    "name",
-    "cpu_milli",
-    "memory_mib",
-    "num_gpu",
-    "gpu_milli",
-    "gpu_spec",
-    "qos",
-    "pod_phase",
-    "creation_time",
-    "deletion_time",
-    "scheduled_time",
-]
 
 
 def pod_list(path: Path, tasks: int, days: float, seed: int) -> None:
@@ -45,7 +31,7 @@ def pod_list(path: Path, tasks: int, days: float, seed: int) -> None:
     span = int(days * 86400)
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(HEADER)
+        writer.writerow(COLUMNS)
         for index, created in enumerate(sorted(rng.randrange(span) for _ in range(tasks))):
             fractional = rng.random() < 0.44
             gpus = 1 if fractional else rng.choices([1, 2, 4, 8], [60, 20, 12, 8])[0]
