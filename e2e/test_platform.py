@@ -26,6 +26,9 @@ from konduktor.sim.workloads import gpu_job, is_true, job_state, workload_of
 from konduktor.vocabulary import KUEUE_API
 from konduktor.waiting import wait_until
 
+# Without KONDUKTOR_E2E_KUBECONFIG the platform is `up` on the simulated cluster (the `platform` fixture).
+pytestmark = pytest.mark.sim
+
 
 @dataclass
 class Platform:

@@ -1,5 +1,6 @@
 """Konduktor's admission policies on the session cluster, as they ship (enforcing), with their parameters and the
-objects their cases assume: the `enforcing` fixture, shared by the policy cases and the tenancy tests."""
+objects their cases assume: the `enforcing` fixture, shared by the policy cases and the tenancy tests; and the
+refusal of a dry-run request, for the tests that try what an identity may not do."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from konduktor.kube.client import ApiError, Identity, Kube
+from konduktor.kube.client import MERGE_PATCH, ApiError, Identity, Kube
 from konduktor.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,6 +81,29 @@ def denial(kube: Kube, obj: dict[str, Any], sender: Identity | None = None) -> A
         if client is not kube:
             client.close()
     return None
+
+
+def refusal(kube: Kube, method: str, path: str, body: dict[str, Any], content_type: str) -> ApiError | None:
+    """The refusal of a dry-run request (None: admitted)."""
+    try:
+        kube.request(method, path, query={"dryRun": "All"}, body=body, content_type=content_type)
+    except ApiError as problem:
+        return problem
+    return None
+
+
+def create_refusal(kube: Kube, obj: dict[str, Any]) -> ApiError | None:
+    """The refusal of a dry-run create of `obj`, sent by `kube`'s identity."""
+    path = kube.resource(obj["apiVersion"], obj["kind"]).path(obj["metadata"].get("namespace"))
+    return refusal(kube, "POST", path, obj, "application/json")
+
+
+def patch_refusal(
+    kube: Kube, kind: str, name: str, patch: dict[str, Any], namespace: str | None, subresource: str | None = None
+) -> ApiError | None:
+    """The refusal of a dry-run merge patch of a core object (or its subresource)."""
+    path = kube.resource("v1", kind).path(namespace, name, subresource)
+    return refusal(kube, "PATCH", path, patch, MERGE_PATCH)
 
 
 def stored(kube: Kube, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:

@@ -1,4 +1,5 @@
-"""Config data for the quota tests: the seed cluster (4 nodes x 10 H100, two teams of 20) and edits to it."""
+"""Config data for the tests: the seed cluster (4 nodes x 10 H100, two teams of 20), edits to it, a fleet of two
+workers made from it (MultiKueue), and a config written as a file with the line a text is on."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from konduktor.config.model import Config
+from konduktor.quotas.manifests import to_yaml
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DELETE = object()
@@ -81,3 +83,33 @@ def two_types() -> dict[str, Any]:
             "teams": {"team-a": {"gpus": {"a100": {"quota": 16}}}},
         }
     )
+
+
+def fleet(changes: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The seed (4 nodes x 10 H100, two teams of 20) over two workers of 2 nodes each."""
+    base = edited(
+        {
+            "clusters": {
+                "manager": {"context": "hub"},
+                "workers": [
+                    {"name": "west", "context": "west", "gpuTypes": {"h100": 2}},
+                    {"name": "east", "context": "east", "gpuTypes": {"h100": 2}},
+                ],
+            }
+        }
+    )
+    return edited(changes or {}, base)
+
+
+def write_config(directory: Path, data: dict[str, Any], name: str = "config.yaml") -> Path:
+    """`data` as a config file in `directory`, as a user writes it."""
+    path = directory / name
+    path.write_text(to_yaml([data]).removeprefix("---\n"), encoding="utf-8")
+    return path
+
+
+def line_of(data: dict[str, Any], needle: str, after: str = "") -> int:
+    """The 1-based line of the first line containing `needle` (after the first containing `after`)."""
+    lines = to_yaml([data]).removeprefix("---\n").splitlines()
+    start = next(i for i, line in enumerate(lines) if after in line) if after else 0
+    return next(i for i, line in enumerate(lines) if i >= start and needle in line) + 1

@@ -10,17 +10,16 @@ from pathlib import Path
 import pytest
 from alert_pipeline import WebhookReceiver, alert_pipeline, health_controller, scraped
 from conftest import Sim
-from test_health_cluster import (  # noqa: F401 (kube and clean are fixtures: the namespace, and nodes reset)
+from health_cluster import (  # noqa: F401 (fixtures: `kube`, the controller's namespace; `clean`, nodes reset)
     NAMESPACE,
     clean,
-    health_taints,
-    kube,
-    node,
+    kube_with_controller_namespace,
     set_allocatable,
     settings,
     wait_for_job,
     write_config,
 )
+from sim_fixture import health_taints, node
 
 from konduktor.config import load_config
 from konduktor.health.requalification import REQUALIFICATION_LABEL

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 from amtool import amtool, report
-from quota_samples import DELETE, EXAMPLES, edited
-from test_config_cli import run, write_config
+from quota_samples import DELETE, EXAMPLES, edited, write_config
+from support import run
 
 from konduktor.alerts.render import alertmanager_config, kube_prometheus_stack_values
 from konduktor.config import load_config

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from admission import create_refusal, patch_refusal
 from conftest import EXAMPLE, Sim
-from test_charts import render
-from test_tenancy import create_refusal, patch_refusal
+from support import render
 
 from konduktor.config.load import load_config
 from konduktor.kube.client import ApiError, Identity, Kube

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from conftest import Sim
 from ruamel.yaml import YAML
+from support import CORE, NAMESPACE, helm, render
 
 from konduktor.config.model import KONDUKTOR_IMAGE
-from konduktor.helm.release import CHARTS, install_or_upgrade, uninstall
+from konduktor.helm.release import install_or_upgrade, uninstall
 from konduktor.kube.client import Kube
 from konduktor.kube.conditions import is_true
 from konduktor.kube.documents import load_documents
@@ -24,23 +25,8 @@ from konduktor.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-CORE = CHARTS / "konduktor-core"
 # The supported shapes: the fixtures of ci/ and the simulated cluster's runtime values (`up`, overlays/sim).
 CI_VALUES = [*sorted((CORE / "ci").glob("*-values.yaml")), CORE / "values-sim.yaml"]
-NAMESPACE = "konduktor-system"
-
-
-def helm(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(Toolbox().path("helm")), *args], capture_output=True, text=True, check=False)
-
-
-def render(values: Path | None = None, *extra: str) -> list[dict[str, Any]]:
-    args = ["template", "konduktor", str(CORE), "--namespace", NAMESPACE, *extra]
-    if values:
-        args += ["--values", str(values)]
-    result = helm(*args)
-    assert result.returncode == 0, result.stderr
-    return [doc for doc in YAML(typ="safe").load_all(result.stdout) if doc]
 
 
 def test_chart_lints() -> None:

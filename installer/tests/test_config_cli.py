@@ -5,30 +5,15 @@ from __future__ import annotations
 import json
 from io import StringIO
 from pathlib import Path
-from typing import Any
 
 import pytest
-from quota_samples import EXAMPLES, edited, seed
+from quota_samples import EXAMPLES, edited, seed, write_config
 from ruamel.yaml import YAML
+from support import run
 
-from konduktor.cli.main import main
 from konduktor.config import load_config
 from konduktor.config.schema import config_schema_text
-from konduktor.quotas.manifests import to_yaml
 from konduktor.quotas.render import render
-
-
-def write_config(directory: Path, data: dict[str, Any], name: str = "config.yaml") -> Path:
-    path = directory / name
-    path.write_text(to_yaml([data]).removeprefix("---\n"), encoding="utf-8")
-    return path
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.err + captured.out
-    return code, captured.out, captured.err
 
 
 def test_config_cli_validate_example(capsys: pytest.CaptureFixture[str]) -> None:

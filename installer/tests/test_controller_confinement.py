@@ -15,7 +15,7 @@ from conftest import Sim
 from identities import service_account_kubeconfig
 from ruamel.yaml import YAML
 from sim_fixture import release_nodes
-from test_charts import render
+from support import render
 
 from konduktor.burnin.tiers import BurnInImages
 from konduktor.errors import KonduktorError

@@ -95,6 +95,7 @@ def generations(kube: Kube) -> dict[str, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.sim
 def test_config_in_git_syncs_and_quota_change_applies(
     sim: Sim, argocd: tuple[ArgoCD, Repo], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -138,6 +139,7 @@ def refresh_pending(kube: Kube) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.sim
 def test_a_manual_clusterqueue_edit_is_reverted_by_self_heal(sim: Sim, argocd: tuple[ArgoCD, Repo]) -> None:
     _, repo = argocd
     head = repo.head()
@@ -157,6 +159,7 @@ def test_a_manual_clusterqueue_edit_is_reverted_by_self_heal(sim: Sim, argocd: t
 
 
 @pytest.mark.slow
+@pytest.mark.sim
 def test_an_invalid_config_fails_visibly_and_applies_nothing(sim: Sim, argocd: tuple[ArgoCD, Repo]) -> None:
     _, repo = argocd
     before = {t: gpu_quota(sim.kube.get(CQ, "ClusterQueue", t) or {}) for t in TEAMS}
@@ -181,6 +184,7 @@ def test_an_invalid_config_fails_visibly_and_applies_nothing(sim: Sim, argocd: t
 
 
 @pytest.mark.slow
+@pytest.mark.sim
 def test_removing_a_team_prunes_its_queues_and_rolebindings_but_not_its_namespace(
     sim: Sim, argocd: tuple[ArgoCD, Repo]
 ) -> None:

@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from quota_samples import EXAMPLES, edited
+from quota_samples import EXAMPLES, edited, write_config
 from ruamel.yaml import YAML
-from test_config_cli import run, write_config
-from test_umbrella import render_umbrella, values
+from support import helm, render_umbrella, run, values
 
 from konduktor.config.findings import ConfigError
 from konduktor.config.load import parse_config
@@ -92,8 +91,6 @@ def test_the_umbrella_carries_the_section_into_the_settings_file_the_controller_
 def test_on_the_simulated_cluster_the_section_reaches_konduktor_core(tmp_path: Path) -> None:
     """`up` on the simulated cluster installs konduktor-core alone, with the sim's values: the config's settings
     still win (the sim's values turn dry-run on)."""
-    from test_charts import helm
-
     chart, chart_values = chart_for(True, config_with({"dryRun": False, "breaker": {"maxNodes": 2}}), {})
     values_file = tmp_path / "values.yaml"
     YAML().dump(chart_values, values_file)

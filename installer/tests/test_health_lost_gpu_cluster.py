@@ -11,17 +11,16 @@ from typing import Any
 
 import pytest
 from conftest import Sim
-from test_health_cluster import (
+from health_cluster import (
     NODES,
     controller,
     health_events,
-    health_taints,
-    node,
     reset_cluster,
     set_allocatable,
     settings,
     with_team_queues,
 )
+from sim_fixture import health_taints, node
 
 from konduktor.health.loop import HealthController
 from konduktor.health.settings import PrometheusSettings

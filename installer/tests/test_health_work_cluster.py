@@ -13,22 +13,20 @@ from typing import Any
 
 import pytest
 from conftest import Sim
-from loki_api import LokiApi
-from sim_fixture import health_settings_deployed, installer_events, release_nodes
-from test_health_cluster import (
+from health_cluster import (
     XID_13,
     XID_48,
     XID_79,
     controller,
     health_events,
-    health_taints,
-    node,
     our_events,
     reset_cluster,
     set_allocatable,
     settings,
     with_team_queues,
 )
+from loki_api import LokiApi
+from sim_fixture import health_settings_deployed, health_taints, installer_events, node, release_nodes
 
 from konduktor.health.leader import BREAKER_ANNOTATION, LEASE_API, LEASE_NAME
 from konduktor.health.loop import HealthController

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from conftest import Sim
 
 PROBE = """
@@ -17,6 +18,7 @@ assert uninstall(kubeconfig, "konduktor-never-installed", "default") is False
 """
 
 
+@pytest.mark.sim
 def test_a_release_not_installed_yet_prints_nothing(sim: Sim) -> None:
     """Before a first install helm's status probe exits non-zero: that is the answer "not installed", which the
     caller reports in its own words. pyhelm3 would log it as `command failed: .../helm status ...`. (A process of

@@ -26,10 +26,10 @@ from typing import Any
 
 import pytest
 from conftest import EXAMPLE, Sim
+from health_cluster import our_events, reset_node, set_allocatable
 from ruamel.yaml import YAML
 from sim_fixture import health_taints, node
-from test_charts import render
-from test_health_cluster import our_events, reset_node, set_allocatable
+from support import render
 
 from konduktor.cli.main import main
 from konduktor.config.load import load_config

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from conftest import Sim
-from test_umbrella import NAMESPACE, render_umbrella, rendered_health_settings, values
+from support import NAMESPACE, render_umbrella, rendered_health_settings, values
 
 from konduktor.health.settings import HealthSettings
 from konduktor.kube.documents import load_documents

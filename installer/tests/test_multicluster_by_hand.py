@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
-from quota_samples import EXAMPLES
-from test_config_cli import run, write_config
-from test_multicluster_config import fleet, line_of
+from quota_samples import EXAMPLES, fleet, line_of, write_config
+from support import run
 
 from konduktor.config.model import Config
 from konduktor.errors import ExitCode

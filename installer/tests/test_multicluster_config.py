@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from quota_samples import DELETE, EXAMPLES, edited, seed
+from quota_samples import DELETE, EXAMPLES, edited, fleet, line_of, seed
 
 from konduktor.cli.main import main
 from konduktor.config import ConfigError, load_config, parse_config
@@ -17,35 +17,12 @@ from konduktor.quotas.manifests import to_yaml
 EXAMPLE = EXAMPLES / "multicluster.yaml"
 
 
-def fleet(changes: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The seed (4 nodes x 10 H100, two teams of 20) over two workers of 2 nodes each."""
-    base = edited(
-        {
-            "clusters": {
-                "manager": {"context": "hub"},
-                "workers": [
-                    {"name": "west", "context": "west", "gpuTypes": {"h100": 2}},
-                    {"name": "east", "context": "east", "gpuTypes": {"h100": 2}},
-                ],
-            }
-        }
-    )
-    return edited(changes or {}, base)
-
-
 def errors_of(data: dict[str, Any]) -> list[str]:
     """The located errors of a config, as `validate` prints them (file:line: path: message)."""
     text = to_yaml([data]).removeprefix("---\n")
     with pytest.raises(ConfigError) as raised:
         parse_config(text, "config.yaml")
     return [f.located("config.yaml") for f in raised.value.findings if f.is_error]
-
-
-def line_of(data: dict[str, Any], needle: str, after: str = "") -> int:
-    """The 1-based line of the first line containing `needle` (after the first containing `after`)."""
-    lines = to_yaml([data]).removeprefix("---\n").splitlines()
-    start = next(i for i, line in enumerate(lines) if after in line) if after else 0
-    return next(i for i, line in enumerate(lines) if i >= start and needle in line) + 1
 
 
 def test_a_config_without_clusters_is_unchanged() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from conftest import Sim
-from test_multicluster_config import fleet
+from quota_samples import fleet
 
 from konduktor.config.model import Config
 from konduktor.kube.client import Kube

@@ -149,6 +149,7 @@ def test_both_commands_run_from_a_plain_install(installed: Installed) -> None:
     assert rows["kube-apiserver"]["version"] == "v1.36.3"
 
 
+@pytest.mark.sim
 def test_up_dry_run_from_the_wheel_on_the_simulated_cluster(installed: Installed, sim: Sim) -> None:
     example = installed.site / "konduktor" / "product" / "examples" / "config.yaml"
     planned = installed.run("konduktor-install", "up", str(example), "--sim", sim.cluster.name, "--dry-run")

@@ -650,7 +650,6 @@ def written_by_anyone(sim: Sim) -> list[Any]:
     return [nodes, sorted(n["metadata"]["name"] for n in sim.kube.list("v1", "Namespace"))]
 
 
-@pytest.mark.sim
 def reset_nodes(sim: Sim) -> None:
     """The nodes as the config describes them: earlier tests on the shared cluster change node status."""
     spec = sim.cluster.spec()
@@ -658,6 +657,7 @@ def reset_nodes(sim: Sim) -> None:
     sim.cluster.apply_nodes(sim.kube, spec)
 
 
+@pytest.mark.sim
 def test_preflight_on_the_simulated_cluster(capsys: pytest.CaptureFixture[str], sim: Sim) -> None:
     reset_nodes(sim)
     code, out, err = preflight(capsys, sim, str(EXAMPLE), "-o", "json")

@@ -12,9 +12,8 @@ import pytest
 import yaml
 from kueue_crds import schema_problems
 from kueue_rules import violations
-from quota_samples import EXAMPLES, edited
-from test_config_cli import run, write_config
-from test_multicluster_config import fleet
+from quota_samples import EXAMPLES, edited, fleet, write_config
+from support import run
 
 from konduktor.config import load_config
 from konduktor.config.model import Config

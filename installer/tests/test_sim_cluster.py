@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import Sim
+from support import V1BETA2, queue_objects
 
 from konduktor.cli.main import main
 from konduktor.config.quantity import parse_quantity
@@ -22,60 +23,9 @@ from konduktor.kube.conditions import condition
 from konduktor.sim.cluster import SimCluster, SimSpec, alive
 from konduktor.sim.nodes import node_manifests, parse_nodes_spec, system_node
 from konduktor.sim.workloads import gpu_job, is_true, job_state, workload_of
-from konduktor.vocabulary import TEAM_LABEL
 from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim
-V1BETA2 = "kueue.x-k8s.io/v1beta2"
-
-
-def queue_objects(namespace: str, gpus: int) -> list[dict[str, Any]]:
-    """One flavor for the H100 nodes, a ClusterQueue with `gpus` of quota, a LocalQueue `default`.
-
-    Named apart from examples/config.yaml's objects, which other tests apply to the same cluster."""
-    return [
-        # A team's namespace, where the admission policies let GPU Jobs through a LocalQueue.
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": {TEAM_LABEL: namespace}}},
-        {
-            "apiVersion": V1BETA2,
-            "kind": "ResourceFlavor",
-            "metadata": {"name": "h100-plain"},
-            "spec": {
-                "nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
-                # the GPU nodes carry the nvidia.com/gpu taint, as GPU nodes usually do
-                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-            },
-        },
-        {
-            "apiVersion": V1BETA2,
-            "kind": "ClusterQueue",
-            "metadata": {"name": namespace},
-            "spec": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                        "flavors": [
-                            {
-                                "name": "h100-plain",
-                                "resources": [
-                                    {"name": "cpu", "nominalQuota": "100"},
-                                    {"name": "memory", "nominalQuota": "1000Gi"},
-                                    {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)},
-                                ],
-                            }
-                        ],
-                    }
-                ],
-            },
-        },
-        {
-            "apiVersion": V1BETA2,
-            "kind": "LocalQueue",
-            "metadata": {"name": "default", "namespace": namespace},
-            "spec": {"clusterQueue": namespace},
-        },
-    ]
 
 
 def pods_of(kube: Kube, namespace: str, job: str) -> list[dict[str, Any]]:

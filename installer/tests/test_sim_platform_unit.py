@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from ruamel.yaml import YAML
-from test_charts import CORE, render
+from support import CORE, render
 
 from konduktor.health.settings import parse_settings
 from konduktor.sim.platform import SUPERVISOR, Running, SimPlatform, local_argv, program_of, with_kernel_logs

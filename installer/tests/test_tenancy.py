@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from admission import create_refusal, patch_refusal, refusal
 from conftest import EXAMPLE, Sim
-from test_health_cluster import controller, controller_namespace, leave_cluster
-from test_health_cluster import settings as health_settings
+from health_cluster import controller, controller_namespace, leave_cluster
+from health_cluster import settings as health_settings
 
 from konduktor.cli.team import main as team_main
 from konduktor.config.load import load_config
@@ -54,26 +55,6 @@ def pod(name: str, *, gpus: int = 0, labels: dict[str, str] | None = None, **spe
         "metadata": {"name": name, "namespace": TEAM, "labels": labels or {}},
         "spec": {"securityContext": copy.deepcopy(RESTRICTED_POD), "containers": [container], **spec},
     }
-
-
-def refusal(kube: Kube, method: str, path: str, body: dict[str, Any], content_type: str) -> ApiError | None:
-    try:
-        kube.request(method, path, query={"dryRun": "All"}, body=body, content_type=content_type)
-    except ApiError as problem:
-        return problem
-    return None
-
-
-def create_refusal(kube: Kube, obj: dict[str, Any]) -> ApiError | None:
-    path = kube.resource(obj["apiVersion"], obj["kind"]).path(obj["metadata"].get("namespace"))
-    return refusal(kube, "POST", path, obj, "application/json")
-
-
-def patch_refusal(
-    kube: Kube, kind: str, name: str, patch: dict[str, Any], namespace: str | None, subresource: str | None = None
-) -> ApiError | None:
-    path = kube.resource("v1", kind).path(namespace, name, subresource)
-    return refusal(kube, "PATCH", path, patch, MERGE_PATCH)
 
 
 def refused_by_policy(problem: ApiError | None, policy: str) -> str:

@@ -20,11 +20,21 @@ from typing import Any
 
 import pytest
 from ruamel.yaml import YAML
+from support import (
+    CORE,
+    NAMESPACE,
+    UMBRELLA,
+    copy_charts,
+    helm,
+    isolated_helm_env,
+    render_umbrella,
+    rendered_health_settings,
+    values,
+)
 
 from konduktor.config.load import load_config
 from konduktor.health.prometheus import HEALTH_FIELDS
 from konduktor.health.settings import HealthSettings
-from konduktor.helm.release import CHARTS
 from konduktor.helm.values import merge_values, umbrella_values
 from konduktor.kube.documents import load_documents
 from konduktor.observability.metrics import DCGM_METRICS, KSM_LABELS_ALLOWLIST, KUBE_STATE_METRICS
@@ -35,11 +45,8 @@ from konduktor.vocabulary import TEAM_LABEL
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-UMBRELLA = CHARTS / "konduktor"
-CORE = CHARTS / "konduktor-core"
 CHECK_VALUES = UMBRELLA / "hack" / "check-values.py"
 OVERLAY_VALUES = sorted((REPO_ROOT / "overlays").glob("*/values.yaml"))
-NAMESPACE = "konduktor-system"
 # The platform: these upstream charts and ours, nothing else.
 COMPONENTS = {
     "gpu-operator",
@@ -58,11 +65,6 @@ def yaml_file(path: Path) -> Any:
     return YAML(typ="safe").load(path.read_text())
 
 
-def values() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml_file(UMBRELLA / "values.yaml")
-    return loaded
-
-
 def dependencies() -> list[dict[str, Any]]:
     deps: list[dict[str, Any]] = yaml_file(UMBRELLA / "Chart.yaml")["dependencies"]
     return deps
@@ -73,20 +75,6 @@ def environments() -> list[tuple[str, dict[str, Any]]]:
     return [("default", values())] + [
         (path.parent.name, merge_values(values(), yaml_file(path))) for path in OVERLAY_VALUES
     ]
-
-
-def helm(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(Toolbox().path("helm")), *args], capture_output=True, text=True, check=False, env=env)
-
-
-def isolated_helm_env(home: Path) -> dict[str, str]:
-    """Helm with its own, empty cache, config and data: nothing from the user's helm setup takes part."""
-    return {
-        **os.environ,
-        "HELM_CACHE_HOME": str(home / "cache"),
-        "HELM_CONFIG_HOME": str(home / "config"),
-        "HELM_DATA_HOME": str(home / "data"),
-    }
 
 
 def kueue_manager_config() -> dict[str, Any]:
@@ -110,13 +98,6 @@ def test_dependencies_are_pinned_exactly_and_each_can_be_switched_off() -> None:
     [core] = [d for d in deps if d["name"] == "konduktor-core"]
     assert core["repository"] == "file://../konduktor-core"
     assert core["version"] == yaml_file(CORE / "Chart.yaml")["version"]
-
-
-def copy_charts(destination: Path) -> Path:
-    """The umbrella and konduktor-core side by side, as file://../konduktor-core expects, outside the repo."""
-    for chart in (UMBRELLA, CORE):
-        shutil.copytree(chart, destination / chart.name)
-    return destination / UMBRELLA.name
 
 
 def repositories_file(path: Path) -> Path:
@@ -432,23 +413,6 @@ def test_kueueviz_is_an_opt_in(tmp_path: Path) -> None:
     assert {"Deployment", "Service"} <= opted_in
 
 
-def stripped_umbrella(destination: Path) -> Path:
-    """The umbrella with konduktor-core as its only dependency: its own templates and core, without downloads."""
-    chart = copy_charts(destination)
-    metadata = yaml_file(chart / "Chart.yaml")
-    metadata["dependencies"] = [d for d in metadata["dependencies"] if d["name"] == "konduktor-core"]
-    YAML().dump(metadata, chart / "Chart.yaml")
-    (chart / "Chart.lock").unlink()
-    return chart
-
-
-def render_umbrella(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    chart = stripped_umbrella(tmp_path / "charts")
-    built = helm("dependency", "build", str(chart), env=isolated_helm_env(tmp_path / "helm"))
-    assert built.returncode == 0, built.stderr
-    return helm("template", "konduktor", str(chart), "--namespace", NAMESPACE, *args)
-
-
 @pytest.mark.parametrize("values_file", [None, *OVERLAY_VALUES], ids=lambda p: p.parent.name if p else "default")
 def test_umbrella_templates_render_under_its_schema(tmp_path: Path, values_file: Path | None) -> None:
     """Helm enforces the umbrella's values.schema.json on values.yaml and on each environment's values."""
@@ -493,16 +457,6 @@ def test_prometheus_selects_every_monitor_and_rule() -> None:
     spec = values()["kube-prometheus-stack"]["prometheus"]["prometheusSpec"]
     for kind in ("serviceMonitor", "podMonitor", "rule", "probe", "scrapeConfig"):
         assert spec[f"{kind}SelectorNilUsesHelmValues"] is False, kind
-
-
-def rendered_health_settings(tmp_path: Path, values_file: Path | None = None) -> dict[str, Any]:
-    """The health controller's settings as konduktor-core renders them inside the umbrella."""
-    result = render_umbrella(tmp_path, *(["--values", str(values_file)] if values_file else []))
-    assert result.returncode == 0, result.stderr
-    objects = load_documents(result.stdout)
-    [config] = [o for o in objects if o["kind"] == "ConfigMap" and "health.yaml" in o.get("data", {})]
-    loaded: dict[str, Any] = YAML(typ="safe").load(config["data"]["health.yaml"])
-    return loaded
 
 
 def test_the_umbrella_turns_on_the_core_charts_monitor_and_alert_rules(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import EXAMPLE
-from test_whatif_replay import DATA
+from support import WHATIF_DATA as DATA
 
 from konduktor.cli.main import main
 from konduktor.errors import ExitCode

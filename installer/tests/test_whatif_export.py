@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import Sim
-from test_sim_cluster import queue_objects
+from support import queue_objects
 
 from konduktor.cli.main import main
 from konduktor.gpu.pod import pod_gpus
