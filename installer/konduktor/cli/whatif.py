@@ -37,7 +37,7 @@ from konduktor.whatif.sweep import (
 
 
 class _Bar:
-    """The cluster engine's progress: a bar on a terminal, a line every 30 s in a log."""
+    """A replay's progress: a bar on a terminal, a line every 30 s in a log."""
 
     def __init__(self) -> None:
         self.last_line = 0.0
