@@ -24,6 +24,8 @@ import pytest
 from conftest import Sim
 from packaging.markers import Marker
 
+from konduktor.tools.catalog import load_tools
+
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME_LOCK = ROOT / "requirements" / "runtime.lock"
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
@@ -109,7 +111,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
 
 def test_the_wheel_carries_the_product_folders(installed: Installed) -> None:
     product = installed.site / "konduktor" / "product"
-    for folder in ("charts", "examples", "policies", "dashboards"):
+    for folder in ("charts", "examples", "policies", "dashboards", "whatif-engine"):
         source = {p.relative_to(ROOT / folder) for p in (ROOT / folder).rglob("*") if p.is_file()}
         source = {p for p in source if not (folder == "charts" and len(p.parts) > 2 and p.parts[1] == "charts")}
         shipped = {
@@ -120,6 +122,10 @@ def test_the_wheel_carries_the_product_folders(installed: Installed) -> None:
         assert shipped == source, folder
         assert not (product / folder).is_symlink(), "the wheel holds files, not links into a checkout"
     assert (installed.site / "konduktor" / "tools" / "modules" / "helm" / "go.sum").is_file()
+    # The what-if engine built from the wheel is the checkout's: its version is a hash of the same source.
+    version = "from konduktor.tools.catalog import load_tools; print(load_tools()['whatif-engine'].version)"
+    shipped_version = installed.run("python", "-c", version)
+    assert shipped_version.stdout.strip() == load_tools()["whatif-engine"].version, shipped_version.stderr
 
 
 def test_both_commands_run_from_a_plain_install(installed: Installed) -> None:
