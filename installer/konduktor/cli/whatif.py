@@ -18,7 +18,7 @@ from konduktor.whatif.run import (
     Run,
     columns,
     document,
-    load,
+    load_all,
     report,
     rows,
     run_loaded,
@@ -121,7 +121,7 @@ def whatif(
     runs = []
     bar = _Bar()
     paths = [config, *([against] if against is not None else [])]
-    loaded = [load(path, trace) for path in paths]  # every config and the trace checked before any replay
+    loaded = load_all(paths, trace)
     for path, (checked, jobs) in zip(paths, loaded, strict=True):
         say(f"whatif: replaying {trace} against {path} ({engine} engine)")
         run = run_loaded(

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from konduktor.config.findings import ConfigError
+from konduktor.config.findings import ConfigError, Finding
 from konduktor.config.load import load_config
 from konduktor.config.model import Config
 from konduktor.errors import UsageError
@@ -65,16 +65,25 @@ def quotas_of(config: Config) -> tuple[dict[str, int], dict[str, int], int]:
     return quotas, lendable, sum(gpu_type.capacity for gpu_type in config.gpu_types.values())
 
 
-def load(config_path: Path, trace_path: Path) -> tuple[Config, list[TraceJob]]:
+def load(
+    config_path: Path, trace_path: Path, trace: tuple[list[TraceJob], list[Finding]] | None = None
+) -> tuple[Config, list[TraceJob]]:
     """The config and the trace's jobs checked against it: every error of the trace, of its form or against the
-    config, exits 2 with its file:line, all in one report."""
+    config, exits 2 with its file:line, all in one report. `trace`: what `read_trace` read of it already, when
+    several configs are checked against one trace."""
     config = load_config(config_path).config
-    jobs, findings = read_trace(trace_path)
+    jobs, findings = trace if trace is not None else read_trace(trace_path)
     checked, mismatches = against(jobs, config)
     findings = sorted([*findings, *mismatches], key=lambda finding: finding.line or 0)[:MAX_ERRORS]
     if findings:
         raise ConfigError(str(trace_path), findings)
     return config, checked
+
+
+def load_all(config_paths: list[Path], trace_path: Path) -> list[tuple[Config, list[TraceJob]]]:
+    """Every config, and the trace (read once) checked against each, before any replay."""
+    trace = read_trace(trace_path)
+    return [load(path, trace_path, trace) for path in config_paths]
 
 
 def run_one(
@@ -108,8 +117,13 @@ def run_loaded(
         replayed = replay_virtual(config, jobs, binary, crds, horizon, say, progress=progress)
     else:
         replayed = replay(config, jobs, speedup, horizon, progress, say)
+    return Run(config_path, config, replayed, measured(config, jobs, replayed))
+
+
+def measured(config: Config, jobs: list[TraceJob], replayed: Replay) -> Result:
+    """The answer of a replay of the config's quotas."""
     quotas, lendable, gpus = quotas_of(config)
-    return Run(config_path, config, replayed, measure(jobs, replayed.events, replayed.end, quotas, lendable, gpus))
+    return measure(jobs, replayed.events, replayed.end, quotas, lendable, gpus)
 
 
 def virtual_engine(say: Callable[[str], None] | None = None) -> tuple[Path, list[dict[str, Any]]]:
@@ -231,11 +245,12 @@ def run_sweep(
     """The trace replayed on the virtual engine once per swept value, as many at once as the machine has cores;
     every value's config is checked before any replay."""
     binary, crds = virtual_engine(say)
+    trace = read_trace(trace_path)  # once, checked against each value's config
     with tempfile.TemporaryDirectory(prefix="konduktor-sweep-") as scratch:
         loaded = []
         for value, path in zip(sweep.values, write_variants(config_path, sweep, Path(scratch)), strict=True):
             try:
-                loaded.append(load(path, trace_path))
+                loaded.append(load(path, trace_path, trace))
             except ConfigError as problem:
                 first = next(finding for finding in problem.findings if finding.is_error)
                 raise UsageError(
@@ -245,9 +260,7 @@ def run_sweep(
 
     def replayed(checked: tuple[Config, list[TraceJob]]) -> Result:
         config, jobs = checked
-        run = replay_virtual(config, jobs, binary, crds, horizon)
-        quotas, lendable, gpus = quotas_of(config)
-        return measure(jobs, run.events, run.end, quotas, lendable, gpus)
+        return measured(config, jobs, replay_virtual(config, jobs, binary, crds, horizon))
 
     with ThreadPoolExecutor(max_workers=max(1, min(len(loaded), os.cpu_count() or 1))) as pool:
         results = list(pool.map(replayed, loaded))
