@@ -245,9 +245,9 @@ func load(ctx context.Context, log logr.Logger, cl client.Client, cache *schdcac
 	return nil
 }
 
-// recorder turns the Workloads the informer delivers into job events, as the cluster engine's watch does.
+// recorder turns the Workloads the informer delivers into job events, as the cluster engine's watch does. Only
+// the manager's goroutine uses it.
 type recorder struct {
-	mu        sync.Mutex
 	start     time.Time
 	jobs      []Job
 	index     map[string]int // Workload name -> trace index
@@ -285,15 +285,11 @@ func (r *recorder) add(job int, kind, detail string) {
 }
 
 func (r *recorder) submitted(job int, workload string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.index[workload] = job
 	r.add(job, "submitted", "")
 }
 
 func (r *recorder) see(wl *kueue.Workload) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	job, ok := r.index[wl.Name]
 	if !ok {
 		return
@@ -335,15 +331,11 @@ func (r *recorder) finish(job int) {
 }
 
 func (r *recorder) allFinished() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	return r.finishedN == len(r.jobs)
 }
 
 // result: the events by time, then trace order; one job's events keep the order they happened in.
 func (r *recorder) result(end float64) []Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	events := append([]indexed(nil), r.events...)
 	sort.SliceStable(events, func(a, b int) bool {
 		if events[a].event.Time != events[b].event.Time {
