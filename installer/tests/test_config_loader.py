@@ -427,6 +427,28 @@ FULL: dict[str, Any] = {
         "requalification": {"maxConcurrent": 1, "cooldownSeconds": 600},
     },
 }
+# GPU sharing, which `clusters:` does not take yet (L20): FULL without the workers, with a group of each way.
+FULL_SHARED: dict[str, Any] = {
+    **{key: value for key, value in FULL.items() if key != "clusters"},
+    "gpuTypes": {
+        "h100": {
+            **FULL["gpuTypes"]["h100"],
+            "nodes": 7,
+            "sharing": {
+                "h100-mig": {"nodes": 1, "mig": {"1g.10gb": 7}},
+                "h100-ts": {"nodes": 1, "timeSlicing": {"replicas": 4}},
+                "h100-mps": {"nodes": 1, "mps": {"replicas": 2}},
+            },
+        }
+    },
+    "teams": {
+        "team-a": {
+            "namespaces": ["team-a"],
+            "gpus": {"h100": {"quota": 32}},
+            "slices": {"h100-mig": {"mig-1g.10gb": {"quota": 56, "borrowLimit": 0, "lendLimit": 8}}},
+        },
+    },
+}
 # Quantities are strings to the model but take numbers in the file.
 QUANTITIES = {
     ("capacityReserve", "cpu"),
@@ -437,16 +459,31 @@ QUANTITIES = {
 NUMBERS = sorted(numeric_paths(Config) | QUANTITIES, key=str)
 
 
+def _full_for(pattern: tuple[str | int, ...]) -> dict[str, Any]:
+    """The document that holds `pattern`; for a sharing setting, with the group of that way first (`concrete`
+    takes the first key)."""
+    if "sharing" not in pattern and "slices" not in pattern:
+        return FULL
+    h100 = FULL_SHARED["gpuTypes"]["h100"]
+    groups = sorted(h100["sharing"].items(), key=lambda item: not set(item[1]) & set(pattern))
+    return {**FULL_SHARED, "gpuTypes": {"h100": {**h100, "sharing": dict(groups)}}}
+
+
 def test_config_every_section_set_is_valid() -> None:
     assert parse_config(yaml.safe_dump(FULL, sort_keys=False)).config.preflight.nodes is not None
+    assert parse_config(yaml.safe_dump(FULL_SHARED, sort_keys=False)).config.shared_resources() == [
+        "nvidia.com/gpu.shared",
+        "nvidia.com/mig-1g.10gb",
+    ]
     assert len(NUMBERS) >= 14 and ("teams", ANY_KEY, "gpus", ANY_KEY, "quota") in NUMBERS
 
 
 @pytest.mark.parametrize("pattern", NUMBERS, ids=lambda p: ".".join(map(str, p)))
 @pytest.mark.parametrize("value", [True, False])
 def test_config_numbers_refuse_booleans(pattern: tuple[str | int, ...], value: bool) -> None:
-    path = concrete(pattern, FULL)
-    text = yaml.safe_dump(replaced(FULL, path, value), sort_keys=False)
+    full = _full_for(pattern)
+    path = concrete(pattern, full)
+    text = yaml.safe_dump(replaced(full, path, value), sort_keys=False)
     _, lines = read_yaml(text, "config.yaml")
     with pytest.raises(ConfigError) as raised:
         parse_config(text, "config.yaml")

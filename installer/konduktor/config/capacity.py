@@ -1,7 +1,8 @@
 """CPU and memory that go with a number of GPUs of one type.
 
 A team's cpu/memory quota is its share of the type's GPUs applied to what the nodes leave for jobs:
-`gpus / (nodes * gpusPerNode) * nodes * (allocatable - reserve)`. Kueue needs cpu and memory quota in the
+`gpus / (nodes * gpusPerNode) * nodes * (allocatable - reserve)`; a slice of a shared GPU counts as its part of
+one GPU (konduktor.gpu.sharing.gpu_fraction). Kueue needs cpu and memory quota in the
 same resource group as the GPUs (otherwise a GPU pod's cpu request is not covered and never admitted),
 and Kueue does not check quotas against the nodes, so the split must not promise more than exists.
 Values are rounded down (millicores, MiB), so shares of a type never add up to more than its pool.
@@ -60,10 +61,10 @@ def pool_share(gpu_type: GpuType, reserve: ResourceReserve) -> NodeShare:
     return share_for(gpu_type.capacity, gpu_type, reserve)
 
 
-def share_for(gpus: int, gpu_type: GpuType, reserve: ResourceReserve) -> NodeShare:
-    """The cpu and memory that go with `gpus` GPUs of this type, rounded down."""
+def share_for(gpus: int | Fraction, gpu_type: GpuType, reserve: ResourceReserve) -> NodeShare:
+    """The cpu and memory that go with `gpus` GPUs of this type (a fraction for slices), rounded down."""
     cpu, memory = _pool(gpu_type, reserve)
-    ratio = Fraction(gpus, gpu_type.capacity)
+    ratio = Fraction(gpus) / (gpu_type.nodes * gpu_type.gpus_per_node)
     return NodeShare(
         cpu_millicores=max(math.floor(cpu * ratio), 0),
         memory_mebibytes=max(math.floor(memory * ratio / MEBI), 0),

@@ -1,8 +1,8 @@
 """Lint rules over a parsed config: what Kueue accepts but gets wrong, and what Kueue would reject.
 
 Rule ids are those of docs/design/kueue.md#lint-rules (L1-L15 Kueue facts; L16 guards tenancy, L17 the alert routes,
-L18 the health settings, L19 the clusters of a multi-cluster config). Every rule is a pure function of the
-config (L14 also of a list of nodes) returning findings with a YAML path; the loader adds the line numbers.
+L18 the health settings, L19 the clusters of a multi-cluster config, L20 GPU sharing). Every rule is a pure function
+of the config (L14 also of a list of nodes) returning findings with a YAML path; the loader adds the line numbers.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from typing import Any
 from konduktor.config.capacity import share_for, usable_per_node
 from konduktor.config.clusters import worker_capacity, worker_quotas
 from konduktor.config.findings import Finding, YamlPath, did_you_mean, error, warning
-from konduktor.config.model import Config, GpuQuota, HealthRequalification, Team, selects
+from konduktor.config.model import Config, GpuQuota, GpuType, HealthRequalification, SharingGroup, Team, selects
 from konduktor.config.quantity import cpu_millicores, parse_quantity
+from konduktor.gpu.sharing import MIG_DISABLED_LAYOUT, layout_problems, resource_key
 from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL, KUEUE_NAMESPACE, PRODUCT_LABEL
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -32,6 +33,7 @@ MAX_FLAVORS_PER_GROUP = 64
 MAX_FLAVORS_TOTAL = 256
 MAX_FLAVOR_LABELS = 8
 MAX_TOPOLOGY_LEVELS = 16
+MAX_COVERED_RESOURCES = 64  # per resource group
 MIN_FAIR_SHARE_WEIGHT = 1e-9
 VALID_STRATEGY_LISTS = (
     ["LessThanOrEqualToFinalShare"],
@@ -157,7 +159,9 @@ def gpu_quota_vs_capacity(config: Config) -> Iterator[Finding]:
     for type_name, gpu_type in config.gpu_types.items():
         quotas = {name: config.teams[name].gpus[type_name].quota for name in config.teams_using(type_name)}
         total = sum(quotas.values())
-        shape = f"{gpu_type.nodes} nodes x {gpu_type.gpus_per_node} GPUs"
+        shape = f"{gpu_type.whole_nodes} nodes x {gpu_type.gpus_per_node} GPUs"
+        if gpu_type.sharing:
+            shape += " not in a sharing group"
         listing = ", ".join(f"{name} {quota}" for name, quota in quotas.items()) or "no team"
         if total > gpu_type.capacity:
             yield error(
@@ -371,11 +375,12 @@ def flavor_limits(config: Config) -> Iterator[Finding]:
     if len(config.gpu_types) > MAX_FLAVORS_TOTAL:
         yield error("L10", ("gpuTypes",), f"{len(config.gpu_types)} GPU types; Kueue allows {MAX_FLAVORS_TOTAL}")
     for team_name, team in config.teams.items():
-        if len(team.gpus) > MAX_FLAVORS_PER_GROUP:
+        if len(team.gpus) + len(team.slices) > MAX_FLAVORS_PER_GROUP:
             yield error(
                 "L10",
                 ("teams", team_name, "gpus"),
-                f"{len(team.gpus)} GPU types in one team; a Kueue resource group holds at most "
+                f"{len(team.gpus) + len(team.slices)} GPU types and sharing groups in one team; a Kueue resource "
+                "group holds at most "
                 f"{MAX_FLAVORS_PER_GROUP} flavors",
             )
     for type_name, gpu_type in config.gpu_types.items():
@@ -690,6 +695,117 @@ def _worker_capacity(config: Config) -> Iterator[Finding]:
                 )
 
 
+def gpu_sharing(config: Config) -> Iterator[Finding]:
+    """L20: GPUs shared below one GPU (docs/design/gpu-sharing.md): groups the nodes can be, layouts the GPU can
+    make, and team quotas in the resources the group's nodes advertise, adding up to no more than they have."""
+    groups = {name: (type_name, gpu_type, group) for name, type_name, gpu_type, group in config.sharing_groups()}
+    seen: dict[str, str] = {}
+    for name, type_name, gpu_type, group in config.sharing_groups():
+        path = ("gpuTypes", type_name, "sharing", name)
+        if name in seen and seen[name] != type_name:
+            yield error("L20", path, f"sharing group {name!r} is also a group of {seen[name]}", hint="name it anew")
+        seen[name] = type_name
+        if name in config.gpu_types:
+            yield error("L20", path, f"{name!r} is also a GPU type: both name a ResourceFlavor", hint="name it anew")
+        if not is_dns_label(name) or len(name) > LABEL_VALUE_MAX or name.startswith("all-"):
+            yield error(
+                "L20",
+                path,
+                f"{name!r} cannot name a sharing group: it is a ResourceFlavor name and the value of the node label "
+                "that gives the nodes their sharing",
+                hint=f"lowercase letters, digits and '-', at most {LABEL_VALUE_MAX}, not starting with 'all-' "
+                f"(the GPU Operator's own layouts, e.g. {MIG_DISABLED_LAYOUT})",
+            )
+        if group.mig is not None:
+            for problem in layout_problems(gpu_type.product, group.mig):
+                yield error("L20", (*path, "mig"), problem, hint="docs/gpu-sharing.md lists each product's profiles")
+    for type_name, gpu_type in config.gpu_types.items():
+        grouped = sum(group.nodes for group in gpu_type.sharing.values())
+        if grouped > gpu_type.nodes:
+            yield error(
+                "L20",
+                ("gpuTypes", type_name, "sharing"),
+                f"the sharing groups hold {grouped} nodes but the type has {gpu_type.nodes}",
+                hint="lower the groups' nodes, or raise the type's nodes",
+            )
+    if groups and config.clusters is not None:
+        yield error(
+            "L20",
+            ("clusters",),
+            "sharing groups are not supported with clusters: yet (a worker's share of each group is not defined)",
+            hint="share GPUs on a single-cluster config, or remove the sharing groups",
+        )
+    yield from _team_slices(config, groups)
+    covered = 3 + len(config.shared_resources())
+    if covered > MAX_COVERED_RESOURCES:
+        yield error(
+            "L20",
+            ("gpuTypes",),
+            f"cpu, memory, GPUs and {covered - 3} shared resources make {covered} resources in one ClusterQueue "
+            f"resource group; Kueue allows {MAX_COVERED_RESOURCES}",
+        )
+
+
+def _team_slices(config: Config, groups: Mapping[str, tuple[str, GpuType, SharingGroup]]) -> Iterator[Finding]:
+    totals: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for team_name, team in config.teams.items():
+        if not team.gpus and not team.slices:
+            yield error(
+                "L20",
+                ("teams", team_name),
+                "the team has no GPUs: neither gpus nor slices",
+                hint="give it a quota of whole GPUs under gpus, or of shared ones under slices",
+            )
+        for name, quotas in team.slices.items():
+            path = ("teams", team_name, "slices", name)
+            if name not in groups:
+                yield error(
+                    "L20",
+                    path,
+                    f"unknown sharing group {name!r}",
+                    hint=did_you_mean(name, groups)
+                    or f"groups are defined under gpuTypes.<type>.sharing (defined: {', '.join(groups) or 'none'})",
+                )
+                continue
+            _, gpu_type, group = groups[name]
+            offered = {resource_key(r): n * group.nodes for r, n in group.units(gpu_type.gpus_per_node).items()}
+            for key, limits in quotas.items():
+                if key not in offered:
+                    yield error(
+                        "L20",
+                        (*path, key),
+                        f"the nodes of {name} do not advertise {key}",
+                        hint=did_you_mean(key, offered) or f"they advertise {', '.join(offered)}",
+                    )
+                    continue
+                totals.setdefault((name, key), []).append((team_name, limits.quota))
+                if limits.lend_limit is not None and limits.lend_limit > limits.quota:
+                    yield error(
+                        "L20",
+                        (*path, key, "lendLimit"),
+                        f"lendLimit {limits.lend_limit} is more than the quota {limits.quota}",
+                        hint="a team can lend at most its own quota",
+                    )
+                if (limits.borrow_limit is not None or limits.lend_limit is not None) and not config.shares:
+                    yield error(
+                        "L20",
+                        (*path, key),
+                        "borrowLimit and lendLimit need teams that share (kueue.sharing fair or classic)",
+                    )
+    for (name, key), given in totals.items():
+        _, gpu_type, group = groups[name]
+        have = group.units(gpu_type.gpus_per_node)[f"nvidia.com/{key}"] * group.nodes
+        total = sum(quota for _, quota in given)
+        listing = ", ".join(f"{team} {quota}" for team, quota in given)
+        if total > have:
+            yield error(
+                "L20",
+                ("gpuTypes", groups[name][0], "sharing", name),
+                f"team quotas add up to {total} {key} but the group's {group.nodes} nodes have {have}",
+                hint=f"quotas: {listing}; lower them, or add nodes to the group",
+            )
+
+
 RULES: tuple[Callable[[Config], Iterable[Finding]], ...] = (
     names,
     known_gpu_types,
@@ -708,6 +824,7 @@ RULES: tuple[Callable[[Config], Iterable[Finding]], ...] = (
     alert_receivers,
     health_settings,
     cluster_rules,
+    gpu_sharing,
 )
 
 

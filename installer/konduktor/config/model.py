@@ -9,7 +9,8 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from fractions import Fraction
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -25,6 +26,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from konduktor.config.quantity import parse_quantity
+from konduktor.gpu import sharing
 from konduktor.vocabulary import BURNIN_NAMESPACE, PRODUCT_LABEL
 
 # What charts/konduktor-core runs (controller.image, tagged with the chart's appVersion); it holds
@@ -172,6 +174,63 @@ class Toleration(Model):
     toleration_seconds: int | None = None
 
 
+class Replicas(Model):
+    replicas: int = Field(ge=2, le=64, description="Shared GPUs each physical GPU is advertised as")
+
+
+class SharingGroup(Model):
+    """Some nodes of a GPU type whose GPUs are shared below one GPU, all alike: by MIG, time-slicing or MPS."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"oneOf": [{"required": ["mig"]}, {"required": ["timeSlicing"]}, {"required": ["mps"]}]}
+    )
+
+    nodes: int = Field(ge=1, description="How many of the type's nodes are in the group")
+    mig: dict[str, Annotated[int, Field(ge=1)]] | None = Field(
+        default=None,
+        description='MIG layout of every GPU of the group: profile -> instances, e.g. {"1g.10gb": 7} or '
+        '{"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}; advertised as nvidia.com/mig-<profile>',
+    )
+    time_slicing: Replicas | None = Field(
+        default=None, description="Time-slicing: each GPU advertised as `replicas` nvidia.com/gpu.shared"
+    )
+    mps: Replicas | None = Field(
+        default=None, description="MPS: as time-slicing, each replica with 1/replicas of the memory and compute"
+    )
+
+    @model_validator(mode="after")
+    def _one_way(self) -> SharingGroup:
+        ways = [name for name in ("mig", "time_slicing", "mps") if getattr(self, name) is not None]
+        if len(ways) != 1:
+            raise ValueError("set exactly one of mig, timeSlicing or mps: the way this group's GPUs are shared")
+        return self
+
+    @property
+    def replicas(self) -> int | None:
+        way = self.time_slicing or self.mps
+        return way.replicas if way is not None else None
+
+    @property
+    def way(self) -> Literal["mig", "timeSlicing", "mps"]:
+        return "mig" if self.mig is not None else "timeSlicing" if self.time_slicing is not None else "mps"
+
+    def units(self, gpus_per_node: int) -> dict[str, int]:
+        """The shared resources one node of the group advertises, as the device plugin does."""
+        if self.mig is not None:
+            return sharing.mig_units(self.mig, gpus_per_node)
+        return sharing.shared_units(self.replicas or 0, gpus_per_node)
+
+    def fraction(self, resource: str) -> Fraction:
+        """The part of one GPU a unit of `resource` is on this group's nodes."""
+        return sharing.gpu_fraction(resource, self.replicas)
+
+    def node_label(self, name: str) -> tuple[str, str]:
+        """The GPU Operator's label that gives a node this group's sharing (and selects the group's nodes): the MIG
+        layout or the device plugin's config, each named after the group."""
+        key = sharing.MIG_CONFIG_LABEL if self.mig is not None else sharing.DEVICE_PLUGIN_CONFIG_LABEL
+        return key, name
+
+
 class GpuType(Model):
     product: str = Field(description="nvidia.com/gpu.product value, e.g. NVIDIA-H100-80GB-HBM3")
     node_labels: dict[str, str] | None = Field(
@@ -181,10 +240,21 @@ class GpuType(Model):
     nodes: int = Field(ge=1)
     gpus_per_node: int = Field(ge=1)
     node_allocatable: NodeAllocatable
+    sharing: dict[str, SharingGroup] = Field(
+        default_factory=dict,
+        description="Groups of these nodes whose GPUs are shared (MIG, time-slicing, MPS), by the name of the group's "
+        "ResourceFlavor; the other nodes keep whole GPUs",
+    )
+
+    @property
+    def whole_nodes(self) -> int:
+        """The nodes whose GPUs are handed out whole (not in a sharing group)."""
+        return self.nodes - sum(group.nodes for group in self.sharing.values())
 
     @property
     def capacity(self) -> int:
-        return self.nodes * self.gpus_per_node
+        """Whole GPUs: those of the nodes in no sharing group."""
+        return self.whole_nodes * self.gpus_per_node
 
     @property
     def selector(self) -> dict[str, str]:
@@ -219,7 +289,12 @@ class Team(Model):
     )
     fair_share_weight: float = Field(default=1.0, ge=0)
     department: str | None = Field(default=None, description="Parent cohort shared with other teams")
-    gpus: dict[str, GpuQuota] = Field(min_length=1)
+    gpus: dict[str, GpuQuota] = Field(default_factory=dict, description="GPU type -> the team's whole GPUs")
+    slices: dict[str, dict[str, GpuQuota]] = Field(
+        default_factory=dict,
+        description="Sharing group -> resource as a pod asks for it without nvidia.com/ (mig-1g.10gb, gpu.shared) -> "
+        "the team's quota of it",
+    )
     clusters: dict[str, dict[str, GpuCount]] | None = Field(
         default=None,
         description="With `clusters:`: worker -> GPU type -> the team's GPUs there, adding up to each type's quota; "
@@ -671,6 +746,22 @@ class Config(Model):
 
     def teams_using(self, gpu_type: str) -> list[str]:
         return [name for name, team in self.teams.items() if gpu_type in team.gpus]
+
+    def sharing_groups(self) -> Iterator[tuple[str, str, GpuType, SharingGroup]]:
+        """Every sharing group: its name, its GPU type's name and definition, and the group."""
+        for type_name, gpu_type in self.gpu_types.items():
+            for name, group in gpu_type.sharing.items():
+                yield name, type_name, gpu_type, group
+
+    def shared_resources(self) -> list[str]:
+        """The shared resources some group's nodes advertise, sorted: what the ClusterQueues cover besides GPUs."""
+        return sorted(
+            {
+                resource
+                for _, _, gpu_type, group in self.sharing_groups()
+                for resource in group.units(gpu_type.gpus_per_node)
+            }
+        )
 
     @property
     def preflight_pod_image(self) -> str:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import copy
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from konduktor.config.capacity import share_for
-from konduktor.config.model import Config, GpuQuota, GpuType, Team
+from konduktor.config.model import Config, GpuQuota, GpuType, SharingGroup, Team
 from konduktor.vocabulary import (
     CAPACITY_CONFIGMAP,
     CAPACITY_PUBLISHER,
@@ -144,18 +145,24 @@ def topologies(config: Config) -> list[KubeObject]:
 
 
 def resource_flavors(config: Config) -> list[KubeObject]:
-    """One flavor per GPU type; with a topology each is topology-aware, so a pod is admitted only where it fits."""
-    flavors = []
-    for type_name, gpu_type in config.gpu_types.items():
-        spec: KubeObject = {"nodeLabels": gpu_type.selector}
-        if gpu_type.tolerations:
-            spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in gpu_type.tolerations]
-        if config.topology is not None:
-            spec["topologyName"] = config.topology.name
-        flavors.append(
-            {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": _metadata(config, type_name), "spec": spec}
-        )
+    """One flavor per GPU type and one per sharing group (its nodes: the type's, with the group's node label); with a
+    topology each is topology-aware, so a pod is admitted only where it fits."""
+    flavors = [
+        _flavor(config, type_name, gpu_type, gpu_type.selector) for type_name, gpu_type in config.gpu_types.items()
+    ]
+    for name, _, gpu_type, group in config.sharing_groups():
+        key, value = group.node_label(name)
+        flavors.append(_flavor(config, name, gpu_type, {**gpu_type.selector, key: value}))
     return flavors
+
+
+def _flavor(config: Config, name: str, gpu_type: GpuType, node_labels: dict[str, str]) -> KubeObject:
+    spec: KubeObject = {"nodeLabels": node_labels}
+    if gpu_type.tolerations:
+        spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in gpu_type.tolerations]
+    if config.topology is not None:
+        spec["topologyName"] = config.topology.name
+    return {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": _metadata(config, name), "spec": spec}
 
 
 def root_cohort(config: Config) -> str | None:
@@ -211,12 +218,23 @@ def cluster_queue(config: Config, team_name: str, team: Team) -> KubeObject:
     if config.kueue.sharing == "classic" and borrow is not None:
         preemption["borrowWithinCohort"] = borrow.model_dump(by_alias=True, exclude_none=True)
     spec["preemption"] = preemption
-    # Flavors keep the team's listing order: Kueue tries them in order for jobs that fit several types.
+    # Flavors keep the team's listing order: Kueue tries them in order for jobs that fit several types. Shared
+    # resources go in the same resource group, so a slice's cpu and memory come from its sharing group's flavor and
+    # its pod lands on that group's nodes; every flavor lists every covered resource (Kueue requires it), 0 where
+    # its nodes have none, so a whole GPU is never admitted on a shared flavor nor a slice on a whole one.
+    shared = config.shared_resources()
     flavors = [
-        {"name": type_name, "resources": _flavor_resources(config, config.gpu_types[type_name], limits)}
+        {
+            "name": type_name,
+            "resources": _flavor_resources(config, config.gpu_types[type_name], limits) + _zero(shared),
+        }
         for type_name, limits in team.gpus.items()
     ]
-    spec["resourceGroups"] = [{"coveredResources": list(COVERED_RESOURCES), "flavors": flavors}]
+    groups = {name: (gpu_type, group) for name, _, gpu_type, group in config.sharing_groups()}
+    for name, quotas in team.slices.items():
+        gpu_type, group = groups[name]
+        flavors.append({"name": name, "resources": _slice_resources(config, gpu_type, group, quotas, shared)})
+    spec["resourceGroups"] = [{"coveredResources": [*COVERED_RESOURCES, *shared], "flavors": flavors}]
     return {
         "apiVersion": KUEUE_API,
         "kind": "ClusterQueue",
@@ -244,6 +262,49 @@ def _flavor_resources(config: Config, gpu_type: GpuType, limits: GpuQuota) -> li
         resources[0][key] = share.cpu
         resources[1][key] = share.memory
         resources[2][key] = str(gpus)
+    return resources
+
+
+def _zero(resources: list[str]) -> list[KubeObject]:
+    return [{"name": resource, "nominalQuota": "0"} for resource in resources]
+
+
+def _slice_resources(
+    config: Config, gpu_type: GpuType, group: SharingGroup, quotas: dict[str, GpuQuota], shared: list[str]
+) -> list[KubeObject]:
+    """cpu, memory, no whole GPU and the team's shared resources of one sharing group. cpu and memory follow each
+    slice's part of a GPU (a MIG instance its compute slices of 7, a replica 1/replicas), limits included: a borrow
+    limit on cpu only when every slice has one (no limit is unlimited), a lend limit when some slice has one (no
+    limit lends the whole quota)."""
+    limits = {f"nvidia.com/{key}": quota for key, quota in quotas.items()}
+
+    def in_gpus(amounts: dict[str, int]) -> Fraction:
+        return sum((group.fraction(resource) * amount for resource, amount in amounts.items()), Fraction(0))
+
+    nominal = share_for(in_gpus({r: q.quota for r, q in limits.items()}), gpu_type, config.capacity_reserve)
+    cpu: KubeObject = {"name": "cpu", "nominalQuota": nominal.cpu}
+    memory: KubeObject = {"name": "memory", "nominalQuota": nominal.memory}
+    resources = [cpu, memory, {"name": GPU_RESOURCE, "nominalQuota": "0"}]
+    for resource in shared:
+        quota = limits.get(resource)
+        entry: KubeObject = {"name": resource, "nominalQuota": str(quota.quota if quota else 0)}
+        if config.shares and quota is not None:
+            if quota.borrow_limit is not None:
+                entry["borrowingLimit"] = str(quota.borrow_limit)
+            if quota.lend_limit is not None:
+                entry["lendingLimit"] = str(quota.lend_limit)
+        resources.append(entry)
+    if not config.shares:
+        return resources
+    borrow = {r: q.borrow_limit for r, q in limits.items() if q.borrow_limit is not None}
+    lend = {r: q.lend_limit if q.lend_limit is not None else q.quota for r, q in limits.items()}
+    for key, amounts in (
+        ("borrowingLimit", borrow if len(borrow) == len(limits) else None),
+        ("lendingLimit", lend if any(q.lend_limit is not None for q in limits.values()) else None),
+    ):
+        if amounts is not None:
+            share = share_for(in_gpus(amounts), gpu_type, config.capacity_reserve)
+            cpu[key], memory[key] = share.cpu, share.memory
     return resources
 
 
