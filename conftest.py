@@ -12,6 +12,7 @@ import shutil
 import tempfile
 
 import pytest
+from cluster_count import COUNTS_DIR, ClusterCounter, record, summary
 
 # Set before any test imports code that reads it: clusters started by tests never touch the user's own, and each
 # test process (pytest-xdist's workers inherit the controller's environment) has clusters of its own. Removed when
@@ -19,6 +20,9 @@ import pytest
 os.environ["KONDUKTOR_STATE"] = tempfile.mkdtemp(
     prefix=f"konduktor-test-state-{os.environ.get('PYTEST_XDIST_WORKER', '')}"
 )
+if COUNTS_DIR not in os.environ:  # the run's first process: the others inherit it
+    os.environ[COUNTS_DIR] = tempfile.mkdtemp(prefix="konduktor-test-clusters-")
+    atexit.register(shutil.rmtree, os.environ[COUNTS_DIR], ignore_errors=True)
 
 from admission import enforcing
 from loki_api import loki, loki_server
@@ -49,6 +53,23 @@ LONGEST_FIRST = (
     "test_try_it.py",
     "test_gitops_argocd.py",
 )
+
+
+_counter = ClusterCounter(os.environ["KONDUKTOR_STATE"])
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _counter.start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    record(_counter.stop(), os.environ.get("PYTEST_XDIST_WORKER", ""))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    line = summary()
+    if line is not None:
+        terminalreporter.write_line(line)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

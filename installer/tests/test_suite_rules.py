@@ -5,9 +5,12 @@ modules share has one home (conftest.py, `support.py` or the helper module of it
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from cluster_count import api_servers_under
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_DIRS = (REPO_ROOT / "installer" / "tests", REPO_ROOT / "e2e")
@@ -43,3 +46,22 @@ def test_no_test_module_imports_another() -> None:
         for module in imported_test_modules(path)
     ]
     assert not found, "move what is shared to conftest.py or a helper module:\n" + "\n".join(found)
+
+
+def test_the_cluster_count_sees_each_api_server_started_under_a_state_directory(tmp_path: Path) -> None:
+    """The run's summary counts simulated clusters by their kube-apiserver processes under a process's state
+    directory: one started there is seen once, one elsewhere never."""
+    binary = tmp_path / "bin" / "kube-apiserver"  # a Python that waits, by the API server's name
+    binary.parent.mkdir()
+    binary.symlink_to(sys.executable)
+    state, elsewhere = tmp_path / "state", tmp_path / "elsewhere"
+    wait = "import sys; sys.stdin.read()"
+    ours = subprocess.Popen([binary, "-c", wait, f"--etcd-prefix={state}/cluster/etcd"], stdin=subprocess.PIPE)
+    other = subprocess.Popen([binary, "-c", wait, f"--etcd-prefix={elsewhere}/cluster/etcd"], stdin=subprocess.PIPE)
+    try:
+        assert {pid for pid, _ in api_servers_under(str(state))} == {ours.pid}
+    finally:
+        for process in (ours, other):
+            process.kill()
+            process.wait()
+    assert api_servers_under(str(state)) == set()
