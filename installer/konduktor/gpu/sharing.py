@@ -44,7 +44,7 @@ class MigProduct:
 
 
 # The GPU Operator v26.7.0's default mig-parted layouts (`all-<profile>` at its most instances), per device family.
-# docs/design/gpu-sharing.md#profiles gives the source lines.
+# docs/design/gpu-sharing.md#mig-profiles gives the source lines.
 MIG_PRODUCTS = (
     MigProduct(
         "A100 40GB",
