@@ -209,8 +209,11 @@ class Kube:
         resource_version: str | None = None,
         namespace: str | None = None,
         timeout_seconds: int = 300,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> WatchStream:
-        """A watch from `resource_version` (with bookmarks); the server ends it after `timeout_seconds`.
+        """A watch from `resource_version` (with bookmarks); the server ends it after `timeout_seconds`. An object
+        that stops matching the selectors arrives as DELETED.
 
         An expired resourceVersion is ApiError status 410, as the response status or as an ERROR event.
         """
@@ -218,6 +221,10 @@ class Kube:
         query = {"watch": "1", "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)}
         if resource_version:
             query["resourceVersion"] = resource_version
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
         path = resource.path(namespace)
         method, url, headers, _, _ = self.api.param_serialize(
             "GET",
