@@ -10,16 +10,20 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ["KONDUKTOR_STATE"] = tempfile.mkdtemp(prefix="konduktor-bench-")
+# Argo CD's local processes are the ones the GitOps tests run.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "installer" / "tests"))
+
+import argocd_server as sim_argocd
+from argocd_server import ArgoCD, GitRepo
 
 from konduktor.kube.client import Kube
 from konduktor.paths import product_dir
-from konduktor.sim import argocd as sim_argocd
-from konduktor.sim.argocd import ArgoCD, GitRepo
 from konduktor.sim.cluster import SimCluster
 from konduktor.sim.pools import spec_from
 from konduktor.tools.toolbox import Toolbox

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from argocd_server import APPLICATION, ArgoCD, GitRepo, application_status, synced_healthy
 from conftest import EXAMPLE
 from ruamel.yaml import YAML
 
 from konduktor.kube.client import Kube
 from konduktor.kube.documents import load_documents
-from konduktor.sim.argocd import APPLICATION, ArgoCD, GitRepo, application_status, synced_healthy
 from konduktor.sim.cluster import SimCluster
 from konduktor.sim.pools import spec_from
 from konduktor.tools.toolbox import Toolbox

@@ -13,14 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import argocd_server as sim_argocd
 import pytest
+from argocd_server import ArgoCD, GitRepo, application_status, quotas_application, refresh, synced_healthy
 from conftest import EXAMPLE, Sim
 
 from konduktor.cli.main import main
 from konduktor.kube.client import Kube
 from konduktor.quotas.render import CONFIG_LABEL, QUOTA_KINDS
-from konduktor.sim import argocd as sim_argocd
-from konduktor.sim.argocd import ArgoCD, GitRepo, application_status, quotas_application, refresh, synced_healthy
 from konduktor.tools.toolbox import Toolbox
 from konduktor.vocabulary import TEAM_LABEL
 from konduktor.waiting import wait_until
