@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from konduktor.cli.console import err
+from konduktor.cli.console import warn
 from konduktor.config.clusters import member_accesses
 from konduktor.config.findings import Finding, format_path
 from konduktor.config.load import LoadedConfig, load_config
@@ -42,14 +41,7 @@ def load_checked(path: Path, *, several_clusters: bool = False) -> LoadedConfig:
 def report_warnings(findings: list[Finding], filename: str) -> None:
     """Warnings on stderr, each with its file:line and hint."""
     for finding in findings:
-        _report_warning(finding, filename)
-
-
-def _report_warning(finding: Finding, filename: str) -> None:
-    # Paths such as nodeLabels[nvidia.com/gpu.product] would otherwise be read as rich markup tags.
-    err.print(f"[bold yellow]warning:[/] {escape(finding.located(filename))}", markup=True, highlight=False)
-    for line in (finding.hint or "").splitlines():
-        err.print(f"  [yellow]hint:[/] {escape(line)}", markup=True, highlight=False)
+        warn(finding.located(filename), finding.hint)
 
 
 def parse_timeout(text: str) -> float:

@@ -29,6 +29,14 @@ def report_error(error: KonduktorError) -> None:
             err.print(f"[yellow]hint:[/] {escape(line)}", markup=True, highlight=False)
 
 
+def warn(message: str, hint: str | None = None) -> None:
+    """A warning on stderr, as every command writes one: `warning: ...`, then its hint lines indented. The message
+    is printed as written (it may quote paths such as nodeLabels[nvidia.com/gpu.product], which are no markup)."""
+    err.print(f"[bold yellow]warning:[/] {escape(message)}", markup=True, highlight=False)
+    for line in (hint or "").splitlines():
+        err.print(f"  [yellow]hint:[/] {escape(line)}", markup=True, highlight=False)
+
+
 @contextmanager
 def status(message: str) -> Iterator[Any]:
     """A spinner on a terminal; nothing when stderr is a pipe (callers print plain lines then)."""

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from konduktor.cli.console import err
+from konduktor.cli.console import err, warn
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
 from konduktor.errors import ExitCode
 from konduktor.health.fleet_events import relay_pass
@@ -41,7 +41,7 @@ def relay_fleet_events(
         if done.relayed:
             err.print(f"relayed {done.relayed} Events from the workers to the manager's jobs", markup=False)
         for name, reason in done.unreadable.items():
-            err.print(f"warning: worker {name} not read: {reason}", markup=False)
+            warn(f"worker {name} not read: {reason}")
         if every is None:
             if done.unreadable:
                 raise typer.Exit(ExitCode.NEGATIVE)

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from konduktor.cli.console import err, print_rows
+from konduktor.cli.console import err, print_rows, warn
 from konduktor.cli.target import ContextOption, KubeconfigOption
 from konduktor.errors import ChangeRefused, ExitCode, NeverFits, UsageError
 from konduktor.kube.client import ApiError, Identity, Kube
@@ -101,6 +101,9 @@ def queue(
                 "namespace": ns,
                 "source": team.source,
                 "capacityPublished": team.capacity is not None,
+                "capacityFreshness": team.capacity.freshness.as_json()
+                if team.capacity is not None and team.capacity.freshness is not None
+                else None,
                 "queues": [v.as_json() for v in views],
                 "pending": [vars(p) for p in team.pending],
                 "running": [vars(r) for r in team.running],
@@ -112,6 +115,8 @@ def queue(
             print_rows([q.row() for q in view.quota], QUOTA_COLUMNS, "table")
         if team.capacity is None:
             err.print("quota: not published on this cluster (ask an administrator)", markup=False)
+        elif team.capacity.stale and team.capacity.freshness is not None:
+            err.print(f"warning: the quota figures are stale: {team.capacity.freshness.message}", markup=False)
         err.print(f"pending, in Kueue's order ({_source_text(team.source)}):", markup=False)
         print_rows([vars(p) for p in team.pending], PENDING_COLUMNS, "table")
         err.print("running (admitted by Kueue, earliest first):", markup=False)
@@ -293,7 +298,7 @@ def submit(
             raise UsageError(f"{file}:{line or 1}: {problem.message}", hint=problem.hint) from problem
         refusals, warnings = _judge(kube, job)
         for warning in warnings:
-            err.print(f"warning: {warning}", markup=False)
+            warn(warning)
         if refusals and fix:
             job = _fixed(kube, file, job, refusals)
         elif refusals:

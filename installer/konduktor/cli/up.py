@@ -18,7 +18,7 @@ import typer
 from konduktor.burnin.record import Policy
 from konduktor.burnin.results import BurnInReport, NodeVerdict, Verdict
 from konduktor.cli.arguments import ConfigArgument, check_kubeconfigs, load_checked, load_fleet, no_cluster_option
-from konduktor.cli.console import OutputFormat, err, print_document, print_rows, progress, say
+from konduktor.cli.console import OutputFormat, err, print_document, print_rows, progress, say, warn
 from konduktor.cli.quota_options import AdoptOption, DrainOption, DrainTimeoutOption
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption
 from konduktor.config.model import Config
@@ -550,7 +550,7 @@ def _detach_worker(fleet: Config, manager: Member, cluster: str, *, dry_run: boo
     try:
         changes = stop_dispatching_to(fleet, manager, cluster, dry_run=dry_run)
     except KonduktorError as problem:
-        err.print(f"warning: the manager was not told to stop dispatching to {cluster}: {problem}", markup=False)
+        warn(f"the manager was not told to stop dispatching to {cluster}: {problem}")
         return
     for change in changes:
         if dry_run:
