@@ -14,7 +14,7 @@ import time
 from fractions import Fraction
 from typing import Any
 
-from konduktor.queueing.capacity import Capacity, NodeCapacity, Quarantine
+from konduktor.queueing.capacity import NodeCapacity, Quarantine, summarize
 from konduktor.queueing.explain import pending_order, why
 from konduktor.quotas.usage import TeamUsage
 
@@ -80,7 +80,7 @@ def main() -> None:
         )
         for i in range(args.nodes)
     )
-    capacity = Capacity(nodes, tuple(usage(t) for t in range(TEAMS)))
+    capacity = summarize(nodes, tuple(usage(t) for t in range(TEAMS)))  # what team members read
     times = []
     for _ in range(args.repeat):
         start = time.perf_counter()

@@ -48,7 +48,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     os.environ.pop("KUBECONFIG", None)
     fast = tmp_path_factory.mktemp("values") / "fast.yaml"
     fast.write_text(
-        yaml.safe_dump({"capacityPublisher": {"everySeconds": 2}, "controller": {"settings": {"cooldown_seconds": 5}}})
+        yaml.safe_dump(
+            {
+                "capacityPublisher": {"heartbeatSeconds": 2, "settleSeconds": 1},
+                "controller": {"settings": {"cooldown_seconds": 5}},
+            }
+        )
     )
     try:
         assert main(["up", str(EXAMPLE), "--sim", NAME, "-f", str(fast)]) == 0
@@ -75,7 +80,7 @@ def owner_events(kube: Kube) -> list[dict[str, Any]]:
 
 def quarantined_in_capacity(kube: Kube, name: str) -> bool:
     capacity = published_capacity(kube, TEAM)
-    return capacity is not None and any(n.name == name and n.quarantine is not None for n in capacity.nodes)
+    return capacity is not None and capacity.quarantine_of(name) is not None
 
 
 def run(capsys: pytest.CaptureFixture[str], entry: Entry, *args: str) -> tuple[int, str, str]:

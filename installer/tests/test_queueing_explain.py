@@ -3,6 +3,7 @@ capacity, on examples/config.yaml's shape (two teams, 20 GPUs each, 4 nodes of 1
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
@@ -17,6 +18,7 @@ from konduktor.queueing.capacity import (
     Quarantine,
     from_json,
     node_capacity,
+    summarize,
     to_json,
 )
 from konduktor.queueing.explain import (
@@ -64,6 +66,11 @@ def nodes(*free: int, gpus: int = 10, quarantined: tuple[int, ...] = ()) -> tupl
         )
         for i, f in enumerate(free)
     )
+
+
+def published(found: tuple[NodeCapacity, ...], queues: tuple[TeamUsage, ...], published_at: str = "") -> Capacity:
+    """What the publisher makes of these nodes and queues."""
+    return replace(summarize(found, queues), published_at=published_at)
 
 
 def workload(
@@ -157,13 +164,13 @@ def test_order_is_priority_then_queue_time_per_cluster_queue() -> None:
 
 
 def test_admitted_and_finished() -> None:
-    capacity = Capacity(nodes(10, 10, 10, 10), (usage("team-a", used=8), usage("team-b")))
+    capacity = published(nodes(10, 10, 10, 10), (usage("team-a", used=8), usage("team-b")))
     assert explanation(workload("run", gpus=8, conditions=ADMITTED), [], capacity)["state"] == "admitted"
     assert explanation(workload("done", gpus=8, conditions=FINISHED), [], capacity)["state"] == "finished"
 
 
 def test_admitted_on_borrowed_gpus_warns_of_reclaim() -> None:
-    capacity = Capacity(nodes(0, 0, 0, 10), (usage("team-a", used=30, borrowed=10), usage("team-b", lent=10)))
+    capacity = published(nodes(0, 0, 0, 10), (usage("team-a", used=30, borrowed=10), usage("team-b", lent=10)))
     answer = explanation(workload("big", gpus=10, conditions=ADMITTED), [], capacity)
     assert answer["state"] == "admitted" and "borrowing" in kinds(answer)
 
@@ -200,7 +207,7 @@ def test_another_admission_check_is_named_as_it_is() -> None:
 
 def test_quota_used_by_the_teams_own_jobs_names_them() -> None:
     # team-a holds its 20 and may borrow 10, but team-b uses all of its own: nothing to borrow.
-    capacity = Capacity(nodes(0, 0, 0, 0), (usage("team-a", used=20), usage("team-b", used=20)))
+    capacity = published(nodes(0, 0, 0, 0), (usage("team-a", used=20), usage("team-b", used=20)))
     running = [workload(f"r{i}", gpus=10, conditions=ADMITTED) for i in range(2)]
     answer = explanation(workload("greedy", gpus=8), running, capacity)
     assert answer["state"] == "pending" and answer["position"] == 0
@@ -211,14 +218,14 @@ def test_quota_used_by_the_teams_own_jobs_names_them() -> None:
 
 
 def test_borrowing_limit_reached() -> None:
-    capacity = Capacity(nodes(0, 0, 0, 10), (usage("team-a", used=30, borrowed=10), usage("team-b", used=0, lent=10)))
+    capacity = published(nodes(0, 0, 0, 10), (usage("team-a", used=30, borrowed=10), usage("team-b", used=0, lent=10)))
     answer = explanation(workload("more", gpus=8), [workload("r", gpus=30, conditions=ADMITTED)], capacity)
     assert answer["state"] == "pending" and "borrowing-limit" in kinds(answer)
 
 
 def test_borrowers_of_the_teams_gpus_will_be_preempted() -> None:
     # team-b borrows 10 of team-a's GPUs; team-a uses 0 and asks 30: more than the 20 left unborrowed.
-    capacity = Capacity(nodes(0, 0, 10, 10), (usage("team-a", lent=10), usage("team-b", used=30, borrowed=10)))
+    capacity = published(nodes(0, 0, 10, 10), (usage("team-a", lent=10), usage("team-b", used=30, borrowed=10)))
     answer = explanation(workload("reclaim", gpus=10, pods=3), [], capacity)
     reclaim = next(r["message"] for r in answer["reasons"] if r["kind"] == "reclaim")
     assert "team-b borrows 10 GPUs" in reclaim and "preempting" in reclaim
@@ -226,7 +233,7 @@ def test_borrowers_of_the_teams_gpus_will_be_preempted() -> None:
 
 def test_a_preempted_job_is_told_when_and_why() -> None:
     """Kueue's Preempted condition on a requeued workload, in words; an unknown reason still says it was preempted."""
-    capacity = Capacity(nodes(0, 0, 0, 0), (usage("team-a", used=20), usage("team-b", used=20)))
+    capacity = published(nodes(0, 0, 0, 0), (usage("team-a", used=20), usage("team-b", used=20)))
     at = "2026-11-23T21:00:00Z"
     for reason, words in [
         ("InCohortReclamation", "to give the GPUs it borrowed back to the team that lent them"),
@@ -245,18 +252,18 @@ def test_a_preempted_job_is_told_when_and_why() -> None:
 
 
 def test_fragmentation_free_gpus_spread_over_nodes() -> None:
-    capacity = Capacity(nodes(7, 7, 7, 7), (usage("team-a", used=0), usage("team-b", used=12)))
+    capacity = published(nodes(7, 7, 7, 7), (usage("team-a", used=0), usage("team-b", used=12)))
     answer = explanation(workload("eight", gpus=8), [], capacity)
     assert answer["state"] == "pending"
     message = next(r["message"] for r in answer["reasons"] if r["kind"] == "fragmentation")
     assert "28 GPUs of h100 are free, but at most 7 on one node" in message
     # One node with 8 free: nothing holds it back.
-    answer = explanation(workload("eight", gpus=8), [], Capacity(nodes(8, 7, 7, 7), capacity.queues))
+    answer = explanation(workload("eight", gpus=8), [], published(nodes(8, 7, 7, 7), capacity.queues))
     assert "fragmentation" not in kinds(answer)
 
 
 def test_quarantined_nodes_shrink_the_capacity() -> None:
-    capacity = Capacity(nodes(10, 0, 0, 0, quarantined=(0,)), (usage("team-a"), usage("team-b", used=20)))
+    capacity = published(nodes(10, 0, 0, 0, quarantined=(0,)), (usage("team-a"), usage("team-b", used=20)))
     answer = explanation(workload("waits", gpus=8), [], capacity)
     assert answer["state"] == "pending"
     quarantine = next(r["message"] for r in answer["reasons"] if r["kind"] == "quarantine")
@@ -265,7 +272,7 @@ def test_quarantined_nodes_shrink_the_capacity() -> None:
 
 
 def test_a_pod_bigger_than_every_node_never_fits() -> None:
-    capacity = Capacity(nodes(10, 10, 10, 10), (usage("team-a"), usage("team-b")))
+    capacity = published(nodes(10, 10, 10, 10), (usage("team-a"), usage("team-b")))
     answer = explanation(workload("twelve", gpus=12), [], capacity)
     assert answer["state"] == "never-fit"
     assert "asks 12 GPUs, but no h100 node has more than 10" in answer["reasons"][0]["message"]
@@ -273,19 +280,19 @@ def test_a_pod_bigger_than_every_node_never_fits() -> None:
 
 
 def test_more_than_quota_and_borrowing_never_fits() -> None:
-    capacity = Capacity(nodes(10, 10, 10, 10), (usage("team-a"), usage("team-b")))
+    capacity = published(nodes(10, 10, 10, 10), (usage("team-a"), usage("team-b")))
     answer = explanation(workload("huge", gpus=8, pods=4), [], capacity)
     assert answer["state"] == "never-fit" and "more than the team may ever hold" in answer["reasons"][0]["message"]
 
 
 def test_a_flavor_no_node_provides_never_fits() -> None:
-    capacity = Capacity((), (usage("team-a"), usage("team-b")))
+    capacity = published((), (usage("team-a"), usage("team-b")))
     answer = explanation(workload("nowhere", gpus=1), [], capacity)
     assert answer["state"] == "never-fit" and answer["reasons"][0]["message"] == "no node provides GPU type h100"
 
 
 def test_wrong_queue_label() -> None:
-    capacity = Capacity(nodes(10), (usage("team-a"),))
+    capacity = published(nodes(10), (usage("team-a"),))
     answer = explanation(workload("lost", gpus=1, queue="research"), [], capacity)
     assert answer["state"] == "pending" and kinds(answer) == ["wrong-queue"]
     assert "kueue.x-k8s.io/queue-name: default" in answer["remedies"][0]
@@ -299,7 +306,7 @@ def test_no_workload_without_queue_label() -> None:
 
 
 def test_position_counts_what_comes_first() -> None:
-    capacity = Capacity(nodes(10, 10, 10, 10), (usage("team-a", used=20), usage("team-b", used=20)))
+    capacity = published(nodes(10, 10, 10, 10), (usage("team-a", used=20), usage("team-b", used=20)))
     first = workload("first", gpus=4, created="2026-11-23T20:00:00Z")
     second = workload("second", gpus=4, created="2026-11-23T20:01:00Z")
     answer = explanation(second, [first], capacity)
@@ -325,12 +332,12 @@ def test_capacity_from_nodes_pods_and_flavors_round_trips() -> None:
     done = {**running, "status": {"phase": "Succeeded"}}
     found = node_capacity([node, cpu_node], [running, done], [flavor])
     assert found == [NodeCapacity("n1", "h100", 10, 7, True, Quarantine("xid", "t"))]
-    capacity = Capacity(tuple(found), (usage("team-a", used=3),), "now")
+    capacity = summarize(found, (usage("team-a", used=3),))
     assert from_json(to_json(capacity)) == capacity
 
 
 def test_a_job_kueue_put_in_the_default_queue_says_so() -> None:
-    capacity = Capacity(nodes(10), (usage("team-a"),))
+    capacity = published(nodes(10), (usage("team-a"),))
     target = workload("plain", gpus=1, conditions=ADMITTED)
     found = why(
         "plain",
@@ -346,7 +353,9 @@ def test_a_job_kueue_put_in_the_default_queue_says_so() -> None:
 
 
 def test_many_quarantined_nodes_are_counted_after_the_first_five() -> None:
-    capacity = Capacity(nodes(*([0] * 8), 10, quarantined=tuple(range(8))), (usage("team-a"), usage("team-b", used=20)))
+    capacity = published(
+        nodes(*([0] * 8), 10, quarantined=tuple(range(8))), (usage("team-a"), usage("team-b", used=20))
+    )
     answer = explanation(workload("waits", gpus=8, pods=2), [], capacity)
     quarantines = [r["message"] for r in answer["reasons"] if r["kind"] == "quarantine"]
     assert len(quarantines) == 6 and quarantines[-1] == "and 3 more quarantined h100 nodes (30 GPUs)"
@@ -379,7 +388,7 @@ def test_a_policy_finding_is_a_reason_with_its_policy_and_a_remedy() -> None:
 def test_a_workload_whose_pods_were_refused_says_so_with_the_fix() -> None:
     """The health controller deactivated it after admission refused its pods (konduktor.health.refused): the
     explanation names the refusal and how to fix it, not a queue position."""
-    capacity = Capacity(nodes(10, 10, 10, 10), (usage("team-a"), usage("team-b")))
+    capacity = published(nodes(10, 10, 10, 10), (usage("team-a"), usage("team-b")))
     evicted = [{"type": "Evicted", "status": "True", "reason": "Deactivated"}]
     refused = workload("root", gpus=8, conditions=evicted)
     refused["spec"]["active"] = False
@@ -397,14 +406,14 @@ def test_a_workload_whose_pods_were_refused_says_so_with_the_fix() -> None:
 def test_gpus_given_as_limits_only_count_as_kueue_counts_them() -> None:
     # PyTorch-style jobs: `resources.limits: {nvidia.com/gpu: 10}` and no requests. The team's own jobs holding
     # the quota are named with their GPUs, and the pending job's size counts.
-    capacity = Capacity(nodes(0, 0, 0, 0), (usage("team-a", used=20), usage("team-b", used=20)))
+    capacity = published(nodes(0, 0, 0, 0), (usage("team-a", used=20), usage("team-b", used=20)))
     running = [workload(f"r{i}", gpus=10, conditions=ADMITTED, limits_only=True) for i in range(2)]
     answer = explanation(workload("next", gpus=8, limits_only=True), running, capacity)
     assert answer["gpus"] == 8
     quota = next(r["message"] for r in answer["reasons"] if r["kind"] == "quota")
     assert "r0 (10 GPUs)" in quota and "r1 (10 GPUs)" in quota and "this job needs 8 GPUs" in quota
     # A 12-GPU pod on 10-GPU nodes never fits, limits or requests.
-    capacity = Capacity(nodes(10, 10, 10, 10), (usage("team-a"), usage("team-b")))
+    capacity = published(nodes(10, 10, 10, 10), (usage("team-a"), usage("team-b")))
     answer = explanation(workload("twelve", gpus=12, limits_only=True), [], capacity)
     assert answer["state"] == "never-fit"
     order = pending_order([workload("p", gpus=3, limits_only=True)], LOCAL_QUEUES)
@@ -430,7 +439,7 @@ def test_running_jobs_are_the_admitted_unfinished_ones_earliest_first() -> None:
 
 
 def test_an_admitted_job_with_a_pod_on_a_quarantined_node_is_told() -> None:
-    capacity = Capacity(nodes(0, 10, quarantined=(0,)), (usage("team-a", used=8), usage("team-b")))
+    capacity = published(nodes(0, 10, quarantined=(0,)), (usage("team-a", used=8), usage("team-b")))
     target = workload("train", gpus=8, conditions=ADMITTED)
     answer = why(
         "train",
@@ -523,7 +532,7 @@ def test_a_requeued_job_says_when_from_which_node_why_where_it_runs_now_and_the_
         ("2026-11-23T20:10:01Z", "gpu-h100-0000", "2026-11-23T20:10:00Z", ("train-x1",))
     ]
     assert requeues[0].fault == "Xid 79, GPU has fallen off the bus on 0000:48:00"
-    capacity = Capacity(nodes(10, 2, 10, 10, quarantined=(0,)), (usage("team-a", used=8), usage("team-b")), "T")
+    capacity = published(nodes(10, 2, 10, 10, quarantined=(0,)), (usage("team-a", used=8), usage("team-b")), "T")
     answer = why(
         "train", "team-a", target, workloads=[target], local_queues=LOCAL_QUEUES, capacity=capacity, pending=[]
     )
@@ -574,7 +583,7 @@ def test_requeues_are_told_oldest_first_and_a_node_back_in_service_is_said() -> 
     ]
     requeues = node_requeues(events, "train", None)
     assert [r.node for r in requeues] == ["gpu-h100-0000", "gpu-h100-0002"]
-    capacity = Capacity(nodes(10, 2, 10, 10), (usage("team-a", used=8),))
+    capacity = published(nodes(10, 2, 10, 10), (usage("team-a", used=8),))
     answer = why(
         "train", "team-a", target, workloads=[target], local_queues=LOCAL_QUEUES, capacity=capacity, pending=[]
     )
@@ -585,12 +594,12 @@ def test_requeues_are_told_oldest_first_and_a_node_back_in_service_is_said() -> 
     ]
     said = {r["kind"]: r["message"] for r in told["reasons"]}
     assert said["runs-on"] == "admitted again at 2026-11-23T20:10:05Z; its pods are being scheduled"
-    assert said["node-back"] == "node gpu-h100-0002 is back in service"
+    assert said["node-back"] == "node gpu-h100-0002 is no longer quarantined"
 
 
 def test_a_requeue_whose_event_expired_is_still_told_from_the_workload() -> None:
     target = requeued_workload()
-    capacity = Capacity(nodes(10, 2, 10, 10), (usage("team-a", used=8),))
+    capacity = published(nodes(10, 2, 10, 10), (usage("team-a", used=8),))
     answer = why(
         "train", "team-a", target, workloads=[target], local_queues=LOCAL_QUEUES, capacity=capacity, pending=[]
     )

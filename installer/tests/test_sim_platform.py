@@ -42,7 +42,7 @@ def values(**settings: Any) -> dict[str, Any]:
     """The sim's values, a 1 s publication cycle, and the teams' admission policies off (tried in test_policies.py;
     enforcing here they would judge later modules' pods)."""
     base = YAML(typ="safe").load((CORE / "values-sim.yaml").read_text())
-    extra = {"policies": {"enabled": False}, "capacityPublisher": {"everySeconds": 1}}
+    extra = {"policies": {"enabled": False}, "capacityPublisher": {"heartbeatSeconds": 1, "settleSeconds": 0.2}}
     return merge_values(merge_values(base, extra), {"controller": {"settings": settings}})
 
 

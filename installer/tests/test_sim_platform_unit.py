@@ -45,7 +45,10 @@ def test_the_chart_s_commands_become_local_command_lines_with_its_settings(tmp_p
     assert publisher.service_account == "konduktor-capacity-publisher" and publisher.port is None
     assert local_argv(publisher, {}, tmp_path / "k.yaml", None)[3:] == [
         "publish-capacity",
-        "--every",
+        "--watch",
+        "--heartbeat",
+        "60",
+        "--settle",
         "30",
         "--kubeconfig",
         str(tmp_path / "k.yaml"),

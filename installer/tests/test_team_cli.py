@@ -87,7 +87,7 @@ def konduktor(
 
 
 def why(sim: Sim, capsys: pytest.CaptureFixture[str], job: str, namespace: str = TEAM) -> tuple[int, dict[str, Any]]:
-    publish_capacity(sim.kube, "now")
+    publish_capacity(sim.kube)
     code, out, err = konduktor(sim, capsys, "why", job, "-n", namespace, "-o", "json")
     assert out, err
     return code, json.loads(out)
@@ -200,7 +200,7 @@ def test_a_twelve_gpu_pod_on_ten_gpu_nodes_never_fits(
 ) -> None:
     manifest = tmp_path / "twelve.yaml"
     manifest.write_text(yaml.safe_dump(gpu_job("a-twelve", TEAM, gpus=12, queue=None)))
-    publish_capacity(clean.kube, "now")
+    publish_capacity(clean.kube)
     code, _, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM)
     assert code == ExitCode.NEVER_FITS and "asks 12 GPUs, but no h100 node has more than 10" in err
     assert clean.kube.get("batch/v1", "Job", "a-twelve", TEAM) is None
@@ -268,7 +268,10 @@ def test_without_published_capacity_why_still_answers_and_publish_capacity_publi
     assert installer_main(["publish-capacity", "--kubeconfig", str(clean.kubeconfig)]) == 0
     # Every team namespace on the shared cluster gets it (other tests' teams too): the count is not this test's.
     said = capsys.readouterr().err
-    assert re.search(r"published ConfigMap konduktor-capacity in \d+ team namespaces: 4 GPU nodes", said), said
+    assert re.search(
+        r"published ConfigMap konduktor-capacity in \d+ team namespaces \(\d+ written, \d+ unchanged\): 4 GPU nodes",
+        said,
+    ), said
     assert clean.kube.get("v1", "ConfigMap", CAPACITY_CONFIGMAP, TEAM) is not None
     code, out, _ = konduktor(clean, capsys, "queue", "-n", TEAM, "-o", "json")
     view = json.loads(out)
@@ -283,7 +286,7 @@ def test_the_member_cannot_read_another_teams_jobs(clean: Sim, capsys: pytest.Ca
     assert code == ExitCode.BAD_INPUT
     # The member reads the capacity published in the team's namespace, not another team's copy, nor any Node,
     # ClusterQueue or other team's pod.
-    publish_capacity(clean.kube, "now")
+    publish_capacity(clean.kube)
     member = Kube(clean.kubeconfig, impersonate=Identity("alice", TEAM))
     try:
         assert member.get("v1", "ConfigMap", CAPACITY_CONFIGMAP, TEAM) is not None
@@ -307,7 +310,7 @@ def test_submit_fills_in_queue_and_priority_and_prints_the_next_step(
     job = gpu_job("a-submitted", TEAM, gpus=1, queue=None)
     del job["metadata"]["namespace"]
     manifest.write_text(yaml.safe_dump(job))
-    publish_capacity(clean.kube, "now")
+    publish_capacity(clean.kube)
     code, out, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM, "--priority", "urgent", "--dry-run")
     assert code == 0 and "created nothing" in err and clean.kube.get("batch/v1", "Job", "a-submitted", TEAM) is None
     code, out, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM, "--priority", "urgent")
@@ -322,7 +325,7 @@ def test_each_example_job_is_submitted_admitted_and_completes(
 ) -> None:
     manifest = product_dir("examples") / "jobs" / f"{example}.yaml"
     name = yaml.safe_load(manifest.read_text())["metadata"]["name"]
-    publish_capacity(clean.kube, "now")
+    publish_capacity(clean.kube)
     code, out, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM)
     assert code == 0 and out == f"konduktor why {name} -n {TEAM}\n", err
     wait_until(f"{name} to complete", lambda: job_state(clean.kube, TEAM, name) == "complete", timeout=90)
@@ -447,7 +450,7 @@ def test_a_twelve_gpu_pod_given_as_limits_is_refused_by_a_dry_run(
 ) -> None:
     manifest = tmp_path / "twelve-limits.yaml"
     manifest.write_text(yaml.safe_dump(limits_only(gpu_job("a-twelve-limits", TEAM, gpus=12, queue=None))))
-    publish_capacity(clean.kube, "now")
+    publish_capacity(clean.kube)
     code, _, err = konduktor(clean, capsys, "submit", str(manifest), "-n", TEAM, "--dry-run")
     assert code == ExitCode.NEVER_FITS and "asks 12 GPUs, but no h100 node has more than 10" in err
     assert clean.kube.get("batch/v1", "Job", "a-twelve-limits", TEAM) is None

@@ -12,7 +12,8 @@ from typing import Any
 import yaml
 
 from konduktor.alerts.render import kube_prometheus_stack_values
-from konduktor.config.model import Config, Health
+from konduktor.config.model import Config, Health, SharingGroup
+from konduktor.gpu.sharing import MIG_DISABLED_LAYOUT
 from konduktor.paths import product_dir
 from konduktor.quotas.render import kueue_manager_settings
 
@@ -103,6 +104,8 @@ def umbrella_values(
     environment's values files."""
     values: dict[str, Any] = {"kube-prometheus-stack": kube_prometheus_stack_values(config)}
     values["konduktor-core"] = core_values(config)
+    if operator := gpu_operator_values(config):
+        values["gpu-operator"] = operator
     manager = chart_values.get("kueue", {}).get("managerConfig", {}).get("controllerManagerConfigYaml")
     if manager:
         settings = kueue_manager_settings(config) if kueue_settings is None else kueue_settings
@@ -110,6 +113,66 @@ def umbrella_values(
         text = yaml.safe_dump(configuration, sort_keys=False)
         values["kueue"] = {"managerConfig": {"controllerManagerConfigYaml": text}}
     return values
+
+
+# The ConfigMaps the GPU Operator's chart creates from the sharing groups (in the release namespace): mig-manager's
+# layouts and the device plugin's named configs.
+MIG_CONFIG_MAP = "konduktor-mig-layouts"
+DEVICE_PLUGIN_CONFIG_MAP = "konduktor-device-plugin-sharing"
+
+
+def gpu_operator_values(config: Config) -> dict[str, Any]:
+    """The GPU Operator's values for the config's sharing groups (docs/design/gpu-sharing.md#how-the-gpu-operator-is-
+    told); none for a config without groups, so that the chart's own values stand.
+
+    MIG groups: the `mixed` strategy and mig-manager's layouts, one per group named after it plus `all-disabled`
+    (the default of a node without the label, and the layout `up` gives a node that leaves a group): a custom
+    ConfigMap replaces the operator's own layouts. Time-slicing and MPS groups: one device plugin config each, named
+    after the group; a node without the label gets none (the plugin's flags: whole GPUs)."""
+    groups = [(name, group) for name, _, _, group in config.sharing_groups()]
+    if not groups:
+        return {}
+    values: dict[str, Any] = {}
+    layouts = {name: group.mig for name, group in groups if group.mig is not None}
+    if layouts:
+        values["mig"] = {"strategy": "mixed"}
+        values["migManager"] = {
+            "config": {
+                "name": MIG_CONFIG_MAP,
+                "create": True,
+                "default": MIG_DISABLED_LAYOUT,
+                "data": {"config.yaml": mig_parted_config(layouts)},
+            }
+        }
+    shared = {name: device_plugin_config(group) for name, group in groups if group.mig is None}
+    if shared:
+        values["devicePlugin"] = {
+            "config": {"name": DEVICE_PLUGIN_CONFIG_MAP, "create": True, "default": "", "data": shared}
+        }
+    return values
+
+
+def mig_parted_config(layouts: dict[str, dict[str, int]]) -> str:
+    """mig-parted's config file (`version: v1`, `mig-configs`): every GPU of a node with the group's label gets the
+    group's layout; `all-disabled` turns MIG off."""
+    configs: dict[str, Any] = {MIG_DISABLED_LAYOUT: [{"devices": "all", "mig-enabled": False}]}
+    for name, layout in layouts.items():
+        configs[name] = [{"devices": "all", "mig-enabled": True, "mig-devices": dict(sorted(layout.items()))}]
+    return yaml.safe_dump({"version": "v1", "mig-configs": configs}, sort_keys=False)
+
+
+def device_plugin_config(group: SharingGroup) -> str:
+    """The device plugin's config file for a time-slicing or MPS group: each GPU as `replicas` renamed
+    nvidia.com/gpu.shared, a pod asking for more than one refused."""
+    way = "timeSlicing" if group.time_slicing is not None else "mps"
+    sharing = {
+        way: {
+            "renameByDefault": True,
+            "failRequestsGreaterThanOne": True,
+            "resources": [{"name": "nvidia.com/gpu", "replicas": group.replicas}],
+        }
+    }
+    return yaml.safe_dump({"version": "v1", "sharing": sharing}, sort_keys=False)
 
 
 def merge_values(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
@@ -125,9 +188,15 @@ def merge_values(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any
 
 def kueue_frameworks() -> list[str]:
     """The Kueue integrations the umbrella chart runs (its Kueue Configuration's integrations.frameworks)."""
-    values = umbrella_defaults()
-    configuration = yaml.safe_load(values["kueue"]["managerConfig"]["controllerManagerConfigYaml"])
-    return list(configuration["integrations"]["frameworks"])
+    return list(umbrella_kueue_configuration()["integrations"]["frameworks"])
+
+
+def umbrella_kueue_configuration() -> dict[str, Any]:
+    """The Kueue Configuration the umbrella chart ships (kueue.managerConfig.controllerManagerConfigYaml)."""
+    configuration: dict[str, Any] = yaml.safe_load(
+        umbrella_defaults()["kueue"]["managerConfig"]["controllerManagerConfigYaml"]
+    )
+    return configuration
 
 
 def umbrella_defaults() -> dict[str, Any]:

@@ -211,7 +211,7 @@ def run_up(
             clock.step("verify", "queues active, health controller available")
             verify(kube, config, report)
             # At once, for the teams' `konduktor why`; konduktor-core's capacity publisher keeps it fresh.
-            publish_capacity(kube, datetime.now(UTC).isoformat(timespec="seconds"))
+            publish_capacity(kube, datetime.now(UTC))
             clock.step("policies", "checking existing workloads")
             violations = audit_workloads(kube)
             burnin = None

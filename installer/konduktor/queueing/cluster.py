@@ -3,13 +3,32 @@ where it is served, the published capacity, and (as an administrator) the capaci
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from konduktor.errors import UsageError
 from konduktor.kube.client import ApiError, Kube
-from konduktor.queueing.capacity import CAPACITY_KEY, Capacity, configmap, from_json, node_capacity
+from konduktor.queueing.capacity import (
+    CAPACITY_KEY,
+    HEARTBEAT_LEASE,
+    HEARTBEAT_NAMESPACE,
+    HEARTBEAT_SECONDS,
+    PER_NODE_KEY,
+    Capacity,
+    configmap,
+    copy_revision,
+    freshness,
+    from_json,
+    from_per_node_json,
+    heartbeat,
+    micro_time,
+    node_capacity,
+    revision,
+    summarize,
+)
 from konduktor.queueing.explain import (
     Explanation,
     Pending,
@@ -20,6 +39,7 @@ from konduktor.queueing.explain import (
     pending_order,
     running_jobs,
     why,
+    with_freshness,
     with_pod_nodes,
     with_policy,
     with_requeues,
@@ -34,6 +54,8 @@ from konduktor.vocabulary import (
 )
 
 VISIBILITY_API = "/apis/visibility.kueue.x-k8s.io/v1beta2"
+# Pods that may hold GPUs: bound to a node and not finished (one that finishes leaves a watch as DELETED).
+BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 # The visibility API is absent (404) or its aggregated server unreachable (503): derive the order instead.
 NOT_SERVED = (404, 503)
 
@@ -49,46 +71,110 @@ class TeamQueues:
     running: list[Running]
 
 
-def read_capacity(kube: Kube, published_at: str = "") -> Capacity:
-    """The capacity to publish, read with an administrator's rights (nodes, pods, flavors, ClusterQueues)."""
+def read_capacity(kube: Kube) -> Capacity:
+    """The capacity to publish, listed with an administrator's rights (nodes, pods, flavors, ClusterQueues)."""
     nodes = kube.list("v1", "Node")
-    pods = kube.list("v1", "Pod", field_selector="status.phase!=Succeeded,status.phase!=Failed")
+    pods = kube.list("v1", "Pod", field_selector=BOUND_PODS)
     flavors = kube.list(KUEUE_API, "ResourceFlavor")
     queues = kube.list(KUEUE_API, "ClusterQueue")
-    return Capacity(tuple(node_capacity(nodes, pods, flavors)), tuple(team_usage(queues)), published_at)
+    return summarize(node_capacity(nodes, pods, flavors), team_usage(queues))
 
 
-def publish_capacity(kube: Kube, published_at: str) -> tuple[Capacity, list[str], dict[str, str]]:
-    """The capacity, written to every team namespace; returns it, the namespaces written, and those that refused
-    the write with why. One namespace that refuses (a team label on a namespace the quotas did not grant the
-    publisher, or one still being set up) does not keep the others from their answers."""
-    capacity = read_capacity(kube, published_at)
-    namespaces = sorted(n["metadata"]["name"] for n in kube.list("v1", "Namespace", label_selector=TEAM_LABEL))
-    written: list[str] = []
-    refused: dict[str, str] = {}
+@dataclass
+class Publication:
+    """One round of writes: the capacity, its revision, the team namespaces written, those whose copy was already
+    this revision (nothing written), those that refused the write with why, and the heartbeat's refusal, if any."""
+
+    capacity: Capacity
+    revision: str
+    written: list[str]
+    unchanged: list[str]
+    refused: dict[str, str]
+    heartbeat: str | None = None
+
+    @property
+    def namespaces(self) -> list[str]:
+        return sorted([*self.written, *self.unchanged])
+
+
+def team_namespaces(kube: Kube) -> list[str]:
+    return sorted(n["metadata"]["name"] for n in kube.list("v1", "Namespace", label_selector=TEAM_LABEL))
+
+
+def write_copies(
+    kube: Kube, capacity: Capacity, changed_at: str, namespaces: Sequence[str], known: dict[str, str | None]
+) -> Publication:
+    """The capacity written to each team namespace whose copy is not this revision. `known` holds each namespace's
+    revision as last read or written (read here once for a namespace it lacks) and is kept up to date, so an
+    unchanged capacity costs no write and, once known, no read. One namespace that refuses (a team label on a
+    namespace the quotas did not grant the publisher, or one still being set up) does not keep the others from
+    their answers; it is read again next time."""
+    current = revision(capacity)
+    done = Publication(capacity, current, [], [], {})
     for namespace in namespaces:
         try:
-            kube.apply(configmap(capacity, namespace))
+            if namespace not in known:
+                known[namespace] = copy_revision(kube.get("v1", "ConfigMap", CAPACITY_CONFIGMAP, namespace))
+            if known[namespace] == current:
+                done.unchanged.append(namespace)
+                continue
+            kube.apply(configmap(capacity, namespace, changed_at))
         except ApiError as problem:
             if problem.status not in (403, 404):
                 raise
-            refused[namespace] = problem.message
+            known.pop(namespace, None)
+            done.refused[namespace] = problem.message
             continue
-        written.append(namespace)
-    return capacity, written, refused
+        known[namespace] = current
+        done.written.append(namespace)
+    for gone in set(known) - set(namespaces):
+        del known[gone]
+    return done
 
 
-def published_capacity(kube: Kube, namespace: str) -> Capacity | None:
-    """What the platform publishes to the team; None where nothing is published (or not to this user)."""
+def renew_heartbeat(kube: Kube, current: str, now: datetime, period: float = HEARTBEAT_SECONDS) -> str | None:
+    """One small write: the heartbeat Lease says revision `current` is the cluster's as of `now`. Returns why it was
+    refused (no namespace konduktor-system yet, or no right to it), None when renewed."""
+    try:
+        kube.apply(heartbeat(current, now, period))
+    except ApiError as problem:
+        if problem.status not in (403, 404):
+            raise
+        return problem.message
+    return None
+
+
+def publish_capacity(kube: Kube, now: datetime | None = None) -> Publication:
+    """The capacity, listed once, written to every team namespace whose copy differs, and the heartbeat renewed."""
+    now = now or datetime.now(UTC)
+    capacity = read_capacity(kube)
+    done = write_copies(kube, capacity, micro_time(now), team_namespaces(kube), {})
+    done.heartbeat = renew_heartbeat(kube, done.revision, now)
+    return done
+
+
+def published_capacity(kube: Kube, namespace: str, now: float | None = None) -> Capacity | None:
+    """What the platform publishes to the team, with how fresh it is by the heartbeat and `now` (this machine's
+    clock unless given); None where nothing is published (or not to this user)."""
     try:
         found = kube.get("v1", "ConfigMap", CAPACITY_CONFIGMAP, namespace)
     except ApiError as problem:
         if problem.status == 403:
             return None
         raise
-    if found is None or CAPACITY_KEY not in found.get("data", {}):
+    data = (found or {}).get("data") or {}
+    if found is None or not (CAPACITY_KEY in data or PER_NODE_KEY in data):
         return None
-    return from_json(found["data"][CAPACITY_KEY])
+    if CAPACITY_KEY not in data:  # an earlier publisher's list of every node
+        return from_per_node_json(data[PER_NODE_KEY])
+    try:
+        lease = kube.get("coordination.k8s.io/v1", "Lease", HEARTBEAT_LEASE, HEARTBEAT_NAMESPACE)
+    except ApiError as problem:
+        if problem.status != 403:
+            raise
+        lease = None
+    fresh = freshness(found, lease, time.time() if now is None else now)
+    return replace(from_json(data[CAPACITY_KEY], fresh.as_of), freshness=fresh)
 
 
 def visible_pending(kube: Kube, namespace: str, local_queue: str, cluster_queue: str) -> list[Pending] | None:
@@ -219,4 +305,4 @@ def explanation_for(
         meta.get("creationTimestamp", ""),
     )
     explanation = with_requeues(explanation, requeues, workload, pods, team.capacity)
-    return with_pod_nodes(with_policy(explanation, policy), pods, team.capacity)
+    return with_freshness(with_pod_nodes(with_policy(explanation, policy), pods, team.capacity), team.capacity)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from konduktor.gpu.pod import pod_gpus
 from konduktor.kube.conditions import condition, is_true
 from konduktor.kube.timestamps import format_time, parse_time
-from konduktor.queueing.capacity import Capacity, NodeCapacity
+from konduktor.queueing.capacity import Capacity, FlavorSummary, Freshness, QuarantinedNode
 from konduktor.quotas.multikueue import is_dispatch_check
 from konduktor.quotas.usage import TeamUsage
 from konduktor.vocabulary import GPU_RESOURCE, PODS_REFUSED_REASON, REQUEUE_REASON, REQUEUED_FOR_NODE_HEALTH
@@ -120,21 +120,21 @@ class FlavorCapacity:
     gpus: int
     in_service: int
     free: int
-    quarantined: tuple[NodeCapacity, ...]
+    quarantined: tuple[QuarantinedNode, ...]  # as listed (the most recent first)
+    quarantined_nodes: int  # all of them, listed or not
     nominal: Fraction
     used: Fraction
     borrowed: Fraction
     published_at: str
 
     def describe(self) -> str:
+        shown = self.quarantined[:QUARANTINES_LISTED]
         out = ", ".join(
-            f"{n.name} ({_gpus_text(n.gpus)}, quarantined since {n.quarantine.since or '?'}: "
-            f"{n.quarantine.reason.split(' ', 1)[0]})"
-            for n in self.quarantined[:QUARANTINES_LISTED]
-            if n.quarantine is not None
+            f"{n.name} ({_gpus_text(n.gpus)}, quarantined since {n.since or '?'}: {n.reason.split(' ', 1)[0]})"
+            for n in shown
         )
-        if len(self.quarantined) > QUARANTINES_LISTED:
-            out += f" and {len(self.quarantined) - QUARANTINES_LISTED} more"
+        if self.quarantined_nodes > len(shown):
+            out += f" and {self.quarantined_nodes - len(shown)} more"
         published = f" (published at {self.published_at})" if self.published_at else ""
         return (
             f"{self.flavor} capacity now{published}: {self.in_service} of {_gpus_text(self.gpus)} in service, "
@@ -149,10 +149,9 @@ class FlavorCapacity:
             "inService": self.in_service,
             "free": self.free,
             "quarantined": [
-                {"node": n.name, "gpus": n.gpus, "since": n.quarantine.since, "reason": n.quarantine.reason}
-                for n in self.quarantined
-                if n.quarantine is not None
+                {"node": n.name, "gpus": n.gpus, "since": n.since, "reason": n.reason} for n in self.quarantined
             ],
+            "quarantinedNodes": self.quarantined_nodes,
             "quota": {"nominal": _number(self.nominal), "used": _number(self.used), "borrowed": _number(self.borrowed)},
             "publishedAt": self.published_at,
         }
@@ -176,6 +175,7 @@ class Explanation:
     requeues: list[Requeue] = field(default_factory=list)  # off nodes the health controller quarantined
     runs_on: list[PodPlace] = field(default_factory=list)  # where its pods are now, once requeued
     capacity_now: list[FlavorCapacity] = field(default_factory=list)  # once requeued and admitted again
+    capacity_freshness: Freshness | None = None  # of the published capacity it read
 
 
 def job_name(workload: dict[str, Any]) -> str:
@@ -457,7 +457,7 @@ def with_pod_nodes(explanation: Explanation, pods: Sequence[dict[str, Any]], cap
     happens next (the node's quarantine as the platform publishes it; team members cannot read Nodes)."""
     if explanation.state != "admitted" or capacity is None:
         return explanation
-    quarantined = {n.name: n.quarantine for n in capacity.nodes if n.quarantine is not None}
+    quarantined = {n.name: n.quarantine for n in capacity.quarantined}
     hit = False
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         node = pod.get("spec", {}).get("nodeName", "")
@@ -553,20 +553,37 @@ def with_requeues(
         else:
             text = f"admitted again at {admitted}; its pods are being scheduled"
         explanation.reasons.append(Reason("runs-on", text))
-    node = next((n for n in capacity.nodes if n.name == last), None) if capacity else None
-    if node is not None and node.quarantine is not None:
+    node = capacity.quarantine_of(last) if capacity else None
+    if node is not None:
         explanation.reasons.append(
             Reason(
                 "node-out",
-                f"node {last} stays quarantined (since {node.quarantine.since or '?'}: {node.quarantine.reason}) "
-                "until a burn-in passes",
+                f"node {last} stays quarantined (since {node.since or '?'}: {node.reason}) until a burn-in passes",
             )
         )
-    elif node is not None:
-        explanation.reasons.append(Reason("node-back", f"node {last} is back in service"))
+    elif capacity is not None and capacity.all_quarantines_listed:
+        # Every quarantined node is listed, and this one is not among them.
+        explanation.reasons.append(Reason("node-back", f"node {last} is no longer quarantined"))
     if explanation.state == "admitted" and capacity is not None:
         explanation.capacity_now = _capacity_now(explanation, workload, capacity)
         explanation.reasons.extend(Reason("capacity-now", flavor.describe()) for flavor in explanation.capacity_now)
+    return explanation
+
+
+def with_freshness(explanation: Explanation, capacity: Capacity | None) -> Explanation:
+    """The explanation with the age of the capacity it read: an answer from a stale capacity says so (the
+    publisher's heartbeat is old, or this namespace's copy missed the last change)."""
+    if capacity is None or capacity.freshness is None:
+        return explanation
+    explanation.capacity_freshness = capacity.freshness
+    if capacity.stale and explanation.state in ("pending", "never-fit", "admitted"):
+        explanation.reasons.append(
+            Reason("capacity-stale", f"the published capacity this answer reads is stale: {capacity.freshness.message}")
+        )
+        explanation.remedies.append(
+            "the numbers above may be out of date: ask an administrator to check konduktor-core's capacity "
+            "publisher (its Deployment's log in konduktor-system)"
+        )
     return explanation
 
 
@@ -588,16 +605,16 @@ def _capacity_now(explanation: Explanation, workload: dict[str, Any], capacity: 
     flavors = sorted(admitted or {r.flavor for r in rows})
     found = []
     for flavor in flavors:
-        nodes = [n for n in capacity.nodes if n.flavor == flavor]
-        usable = [n for n in nodes if n.usable]
+        summary = capacity.flavor(flavor) or _no_nodes(flavor)
         row = next((r for r in rows if r.flavor == flavor), None)
         found.append(
             FlavorCapacity(
                 flavor=flavor,
-                gpus=sum(n.gpus for n in nodes),
-                in_service=sum(n.gpus for n in usable),
-                free=sum(n.free for n in usable),
-                quarantined=tuple(n for n in nodes if n.quarantine is not None),
+                gpus=summary.gpus,
+                in_service=summary.in_service,
+                free=summary.free,
+                quarantined=tuple(q for q in capacity.quarantined if q.flavor == flavor),
+                quarantined_nodes=summary.quarantined_nodes,
                 nominal=row.nominal if row else Fraction(0),
                 used=row.used if row else Fraction(0),
                 borrowed=row.borrowed if row else Fraction(0),
@@ -694,8 +711,7 @@ def _explain_pending(
     fits = []
     never: list[str] = []
     for row in rows:
-        nodes = [n for n in capacity.nodes if n.flavor == row.flavor]
-        problem = _never_fits(row, nodes, pod_sets, explanation.gpus)
+        problem = _never_fits(row, capacity.flavor(row.flavor), pod_sets, explanation.gpus)
         if problem is None:
             fits.append(row)
         else:
@@ -703,7 +719,7 @@ def _explain_pending(
     if not fits:
         explanation.state = "never-fit"
         explanation.reasons.extend(Reason("never-fit", text) for text in never)
-        biggest = max((n.gpus for n in capacity.nodes if n.flavor in {r.flavor for r in rows}), default=0)
+        biggest = max((f.largest for f in capacity.flavors if f.flavor in {r.flavor for r in rows}), default=0)
         explanation.remedies.append(
             f"ask for at most {biggest} GPUs per pod and more pods (a multi-node job)"
             if biggest
@@ -726,10 +742,14 @@ def _explain_pending(
         )
 
 
-def _never_fits(row: TeamUsage, nodes: list[NodeCapacity], pod_sets: list[PodSetRequest], total: int) -> str | None:
-    if not nodes:
+def _no_nodes(flavor: str) -> FlavorSummary:
+    return FlavorSummary(flavor, 0, 0, 0, 0, 0, (), 0, 0)
+
+
+def _never_fits(row: TeamUsage, nodes: FlavorSummary | None, pod_sets: list[PodSetRequest], total: int) -> str | None:
+    if nodes is None or nodes.nodes == 0:
         return f"no node provides GPU type {row.flavor}"
-    biggest = max(n.gpus for n in nodes)
+    biggest = nodes.largest
     for pod_set in pod_sets:
         if pod_set.gpus_per_pod > biggest:
             return (
@@ -744,8 +764,8 @@ def _never_fits(row: TeamUsage, nodes: list[NodeCapacity], pod_sets: list[PodSet
             f"the job asks {_gpus_text(total)} of {row.flavor}, more than the team may ever hold "
             f"({_plain(row.nominal)} quota + {_plain(ceiling - row.nominal)} borrowable)"
         )
-    if total > sum(n.gpus for n in nodes):
-        return f"the job asks {_gpus_text(total)}, more than all {len(nodes)} {row.flavor} nodes have"
+    if total > nodes.gpus:
+        return f"the job asks {_gpus_text(total)}, more than all {nodes.nodes} {row.flavor} nodes have"
     return None
 
 
@@ -770,24 +790,19 @@ def _explain_flavor(
         else min(idle_elsewhere, max(Fraction(0), row.borrowing_limit - row.borrowed))
     )
     borrowers = [q for q in others if q.borrowed > 0]
-    nodes = [n for n in capacity.nodes if n.flavor == row.flavor]
-    quarantined = [n for n in nodes if n.quarantine is not None]
-    for node in quarantined[:QUARANTINES_LISTED]:
-        assert node.quarantine is not None
+    nodes = capacity.flavor(row.flavor) or _no_nodes(row.flavor)
+    shown = [q for q in capacity.quarantined if q.flavor == row.flavor][:QUARANTINES_LISTED]
+    for node in shown:
         explanation.reasons.append(
             Reason(
                 "quarantine",
-                f"node {node.name} ({_gpus_text(node.gpus)}) is quarantined since {node.quarantine.since or '?'}: "
-                f"{node.quarantine.reason}",
+                f"node {node.name} ({_gpus_text(node.gpus)}) is quarantined since {node.since or '?'}: {node.reason}",
             )
         )
-    if len(quarantined) > QUARANTINES_LISTED:
-        rest = quarantined[QUARANTINES_LISTED:]
+    if nodes.quarantined_nodes > len(shown):
+        rest, rest_gpus = nodes.quarantined_nodes - len(shown), nodes.quarantined_gpus - sum(n.gpus for n in shown)
         explanation.reasons.append(
-            Reason(
-                "quarantine",
-                f"and {len(rest)} more quarantined {row.flavor} nodes ({_gpus_text(sum(n.gpus for n in rest))})",
-            )
+            Reason("quarantine", f"and {rest} more quarantined {row.flavor} nodes ({_gpus_text(rest_gpus)})")
         )
     if total > own_left + may_borrow:
         if borrowers and row.used < row.nominal:
@@ -830,14 +845,12 @@ def _explain_flavor(
             )
         return
     # Quota allows it: then the nodes decide.
-    usable = [n for n in nodes if n.usable]
-    free = sum(n.free for n in usable)
-    placeable = {ps.name: sum(n.free // ps.gpus_per_pod for n in usable) for ps in pod_sets}
-    blocked = [ps for ps in pod_sets if placeable[ps.name] < ps.count]
+    free = nodes.free
+    blocked = [ps for ps in pod_sets if nodes.placeable(ps.gpus_per_pod) < ps.count]
     if not blocked:
         return
     pod_set = blocked[0]
-    best = max((n.free for n in usable), default=0)
+    best = nodes.most_free
     if free >= total:
         explanation.reasons.append(
             Reason(
@@ -859,7 +872,7 @@ def _explain_flavor(
                 f"only {_gpus_text(free)} of {row.flavor} are free on usable nodes; the job needs {_gpus_text(total)}",
             )
         )
-        returning = " or quarantined nodes to return" if quarantined else ""
+        returning = " or quarantined nodes to return" if nodes.quarantined_nodes else ""
         explanation.remedies.append(f"wait for running jobs to finish{returning}")
 
 
@@ -913,4 +926,5 @@ def as_json(explanation: Explanation) -> dict[str, Any]:
         "requeues": [r.as_json() for r in explanation.requeues],
         "runsOn": [{"pod": p.pod, "node": p.node or None} for p in explanation.runs_on],
         "capacity": [c.as_json() for c in explanation.capacity_now],
+        "capacityFreshness": explanation.capacity_freshness.as_json() if explanation.capacity_freshness else None,
     }
