@@ -154,9 +154,12 @@ def test_alibaba_tasks_map_to_jobs_by_the_documented_rule() -> None:
     by_name = {job.name: job for job in imported.jobs}
     assert sorted(by_name) == ["sample-pod-0000", "sample-pod-0001", "sample-pod-0002", "sample-pod-0005"]
     assert by_name["sample-pod-0000"].submit == 0 and by_name["sample-pod-0000"].duration == 3600
-    # GPU sharing (250 milli-GPU) asks for a whole GPU; BE is opportunistic; run time counts from scheduling.
+    # GPU sharing (250 milli-GPU) keeps its quarter of a GPU for the replay to map to a slice; BE is opportunistic;
+    # run time counts from scheduling.
     sharing = by_name["sample-pod-0001"]
     assert (sharing.gpus_per_pod, sharing.priority, sharing.submit, sharing.duration) == (1, "opportunistic", 200, 590)
+    assert sharing.gpu_fraction == 0.25
+    assert by_name["sample-pod-0000"].gpu_fraction is None and by_name["sample-pod-0002"].gpu_fraction is None
     assert (by_name["sample-pod-0002"].gpus_per_pod, by_name["sample-pod-0002"].gpu_type) == (8, None)
     assert by_name["sample-pod-0005"].duration == 300  # failed tasks held their GPU until deleted
     # The team split is a stable hash of the name.

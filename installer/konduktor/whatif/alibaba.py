@@ -7,8 +7,9 @@ deletion_time, scheduled_time (times in seconds). The mapping rule:
 - a task is a one-pod job; tasks without GPUs (num_gpu 0) are left out;
 - `submit` is creation_time; `duration` is deletion_time - scheduled_time (what it held once placed); a task
   never scheduled (empty scheduled_time, phase Pending) or with no run time is left out;
-- GPUs per pod: num_gpu; a GPU-sharing task (num_gpu 1, gpu_milli < 1000) asks for a whole GPU, since
-  Konduktor's quotas count whole GPUs (`nvidia.com/gpu`);
+- GPUs per pod: num_gpu; a GPU-sharing task (num_gpu 1, gpu_milli < 1000) keeps its part of a GPU as the trace's
+  `gpu_fraction` (gpu_milli / 1000): the replay asks for the smallest slice of the config's sharing that covers it,
+  or a whole GPU when the config has none (konduktor.whatif.slices);
 - the team: the trace names no users, so each task goes to one of the given teams by a stable hash of its
   name (CRC-32 of the name, modulo the number of teams): the same file always gives the same split;
 - the priority class: from the task's QoS, by the given mapping (default: LS, Guaranteed and Burstable ->
@@ -23,7 +24,7 @@ from __future__ import annotations
 import csv
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from konduktor.config.findings import ConfigError, Finding, error
@@ -87,6 +88,7 @@ def import_alibaba(path: Path, teams: Sequence[str], priorities: Mapping[str, st
         cells = dict(zip(COLUMNS, (cell.strip() for cell in row), strict=True))
         try:
             gpus = _whole(cells, "num_gpu")
+            milli = _whole(cells, "gpu_milli") if cells["gpu_milli"] else 1000
             created = _whole(cells, "creation_time")
             deleted = _whole(cells, "deletion_time")
             scheduled = _whole(cells, "scheduled_time") if cells["scheduled_time"] else None
@@ -122,6 +124,7 @@ def import_alibaba(path: Path, teams: Sequence[str], priorities: Mapping[str, st
                 gpus_per_pod=gpus,
                 priority=classes[qos],
                 line=line,
+                gpu_fraction=milli / 1000 if gpus == 1 and 0 < milli < 1000 else None,
             )
         )
     if findings:
@@ -129,11 +132,7 @@ def import_alibaba(path: Path, teams: Sequence[str], priorities: Mapping[str, st
     if jobs:
         start = min(job.submit for job in jobs)
         jobs = sorted(
-            (
-                TraceJob(j.name, j.submit - start, j.duration, j.team, j.pods, j.gpus_per_pod, j.gpu_type, j.priority)
-                for j in jobs
-            ),
-            key=lambda job: (job.submit, job.name),
+            (replace(j, submit=j.submit - start, line=0) for j in jobs), key=lambda job: (job.submit, job.name)
         )
     return Imported(jobs, without_gpus, never_ran)
 

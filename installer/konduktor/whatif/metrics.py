@@ -61,7 +61,7 @@ class Answer:
     lost_gpu_hours: float = 0.0  # held by runs that were evicted
     borrowed_gpu_hours: float = 0.0
     lent_gpu_hours: float = 0.0
-    quota_gpus: int = 0
+    quota_gpus: float = 0  # a slice quota counts as its part of a GPU
     utilisation: float | None = None  # held GPU-hours / (GPUs or quota x span)
     wait_hours: dict[str, float] = field(default_factory=lambda: {"quota": 0.0, "fragmentation": 0.0, "other": 0.0})
 
@@ -71,7 +71,7 @@ class Result:
     span: float  # trace seconds replayed
     teams: dict[str, Answer]
     cluster: Answer
-    usage: dict[str, list[tuple[float, int]]]  # per team: (time, GPUs held from then on)
+    usage: dict[str, list[tuple[float, float]]]  # per team: (time, GPUs held from then on; a slice its part)
     waits: dict[str, list[float]]  # per team: each admitted job's wait in seconds
 
     def as_json(self) -> dict[str, Any]:
@@ -96,8 +96,8 @@ def measure(
     jobs: Iterable[TraceJob],
     events: Iterable[Event],
     end: float,
-    quotas: Mapping[str, int],
-    lendable: Mapping[str, int] | None = None,
+    quotas: Mapping[str, float],
+    lendable: Mapping[str, float] | None = None,
     cluster_gpus: int | None = None,
 ) -> Result:
     """The answer for a replay that ran to trace time `end`.
@@ -145,7 +145,7 @@ class _Ledger:
         self.first_admission: dict[str, float] = {}
         self.pending_since: dict[str, tuple[float, str]] = {}
         self.finished: set[str] = set()
-        self.changes: list[tuple[float, str, int]] = []  # (time, team, +/- GPUs)
+        self.changes: list[tuple[float, str, float]] = []  # (time, team, +/- GPUs; a slice its part of one)
         self.segments: list[tuple[str, float, float, str]] = []  # (team, start, stop, cause) of every wait
 
     def apply(self, event: Event, now: float) -> None:
@@ -229,7 +229,7 @@ def _waits_and_use(answer: Answer, waits: list[float], end: float) -> None:
         answer.utilisation = answer.gpu_hours / (answer.quota_gpus * end / 3600)
 
 
-def _cluster(answers: Mapping[str, Answer], waits: list[float], gpus: int, end: float) -> Answer:
+def _cluster(answers: Mapping[str, Answer], waits: list[float], gpus: float, end: float) -> Answer:
     """The whole cluster: the teams' counts and hours added up; waits and utilisation over every job and GPU."""
     cluster = Answer(quota_gpus=gpus)
     for answer in answers.values():
@@ -245,9 +245,9 @@ def _cluster(answers: Mapping[str, Answer], waits: list[float], gpus: int, end: 
     return cluster
 
 
-def _usage(changes: list[tuple[float, str, int]], teams: Sequence[str]) -> dict[str, list[tuple[float, int]]]:
-    usage: dict[str, list[tuple[float, int]]] = {team: [(0.0, 0)] for team in teams}
-    held = dict.fromkeys(teams, 0)
+def _usage(changes: list[tuple[float, str, float]], teams: Sequence[str]) -> dict[str, list[tuple[float, float]]]:
+    usage: dict[str, list[tuple[float, float]]] = {team: [(0.0, 0)] for team in teams}
+    held: dict[str, float] = dict.fromkeys(teams, 0)
     for time, team, delta in sorted(changes, key=lambda change: change[0]):
         held[team] += delta
         steps = usage[team]
@@ -259,10 +259,10 @@ def _usage(changes: list[tuple[float, str, int]], teams: Sequence[str]) -> dict[
 
 
 def _sharing(
-    usage: dict[str, list[tuple[float, int]]],
+    usage: dict[str, list[tuple[float, float]]],
     answers: dict[str, Answer],
-    quotas: Mapping[str, int],
-    lendable: Mapping[str, int],
+    quotas: Mapping[str, float],
+    lendable: Mapping[str, float],
     end: float,
 ) -> None:
     """Borrowed and lent GPU-hours, integrated over the intervals where no team's usage changes."""

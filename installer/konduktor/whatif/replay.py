@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from konduktor.config.model import Config, duration_seconds
-from konduktor.errors import KonduktorError
+from konduktor.errors import KonduktorError, UsageError
 from konduktor.kube.client import ApiError, Kube, WatchStream
 from konduktor.kube.conditions import condition, is_true
 from konduktor.quotas.render import DEFAULT_LOCAL_QUEUE
@@ -29,8 +29,9 @@ from konduktor.quotas.sync import sync_quotas, wait_queues_active
 from konduktor.sim.cluster import SimCluster
 from konduktor.sim.pools import spec_of
 from konduktor.sim.workloads import gpu_job
-from konduktor.vocabulary import KUEUE_API
+from konduktor.vocabulary import GPU_RESOURCE, KUEUE_API
 from konduktor.whatif.metrics import Event, cause_of
+from konduktor.whatif.slices import group_selector
 from konduktor.whatif.trace import TraceJob
 
 CLUSTER_NAME = "konduktor-whatif"
@@ -102,7 +103,9 @@ def scaled_settings(settings: dict[str, Any], speedup: float) -> tuple[dict[str,
 
 def job_manifest(config: Config, job: TraceJob, name: str, speedup: float) -> dict[str, Any]:
     """The batch Job that plays a trace job: its team's first namespace and default LocalQueue, its priority
-    class, its GPU type's node labels, and kwok's run time of duration / speedup."""
+    class, its GPU type's node labels, and kwok's run time of duration / speedup. A job given a slice
+    (konduktor.whatif.slices.assign) asks for one unit of its shared resource a pod instead of whole GPUs, on its
+    sharing group's nodes when it is pinned to one."""
     team = config.teams[job.team]
     run_for = f"{max(1, round(job.duration / speedup * 1000))}ms"
     manifest = gpu_job(
@@ -115,8 +118,17 @@ def job_manifest(config: Config, job: TraceJob, name: str, speedup: float) -> di
         priority=job.priority,
     )
     manifest["metadata"]["labels"][JOB_LABEL] = "job"
+    pod = manifest["spec"]["template"]["spec"]
     if job.gpu_type is not None:
-        manifest["spec"]["template"]["spec"]["nodeSelector"] = dict(config.gpu_types[job.gpu_type].selector)
+        pod["nodeSelector"] = dict(config.gpu_types[job.gpu_type].selector)
+    if job.resource is not None:
+        for container in pod["containers"]:
+            for side in ("requests", "limits"):
+                amounts = container["resources"][side]
+                amounts.pop(GPU_RESOURCE, None)
+                amounts[job.resource] = "1"
+        if job.group is not None:
+            pod["nodeSelector"] = group_selector(config, job.group)
     return manifest
 
 
@@ -222,6 +234,13 @@ def replay(
     every job would have finished had it started at once)."""
     if speedup <= 0:
         raise KonduktorError("the speedup must be > 0")
+    sliced = sum(1 for job in jobs if job.resource is not None)
+    if sliced:
+        raise UsageError(
+            f"{sliced} jobs of the trace ask for part of a GPU, which the config's sharing gives them, and the "
+            "simulated cluster's nodes advertise whole GPUs only",
+            hint="replay it on the virtual engine (the default), which makes the sharing groups' nodes",
+        )
     tell = say or (lambda _message: None)
     horizon = horizon if horizon is not None else 3 * max(job.submit + job.duration for job in jobs)
     spec = spec_of(config, job_seconds=5.0)

@@ -79,13 +79,17 @@ def usage_figure(run: Replayed) -> go.Figure:
     return figure
 
 
-def common_steps(usage: dict[str, list[tuple[float, int]]], span: float) -> tuple[list[float], dict[str, list[int]]]:
+def common_steps(
+    usage: dict[str, list[tuple[float, float]]], span: float
+) -> tuple[list[float], dict[str, list[float]]]:
     """Each team's GPUs held at every time any team's changed (and at the end): stacked traces add up point by
     point, so they must share their times; between its own changes a team holds what it held at the last."""
     times = sorted({t for steps in usage.values() for t, _ in steps if t <= span} | {0.0, span})
-    held: dict[str, list[int]] = {}
+    held: dict[str, list[float]] = {}
     for team, steps in sorted(usage.items()):
-        ordered, values, current, index = sorted(steps, key=lambda step: step[0]), [], 0, 0
+        ordered, index = sorted(steps, key=lambda step: step[0]), 0
+        values: list[float] = []
+        current: float = 0
         for t in times:
             while index < len(ordered) and ordered[index][0] <= t:
                 current = ordered[index][1]

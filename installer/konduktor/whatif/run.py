@@ -7,12 +7,13 @@ import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal
 
 from konduktor.config.findings import ConfigError, Finding
 from konduktor.config.load import load_config
-from konduktor.config.model import Config
+from konduktor.config.model import Config, GpuQuota, Team
 from konduktor.errors import UsageError
 from konduktor.sim.kueue import crds as kueue_crds
 from konduktor.tools.gobuild import module_dir
@@ -20,6 +21,7 @@ from konduktor.tools.toolbox import Toolbox
 from konduktor.whatif.metrics import Answer, Result, measure
 from konduktor.whatif.replay import DEFAULT_SPEEDUP, Progress, Replay, replay
 from konduktor.whatif.report import Replayed, render
+from konduktor.whatif.slices import assign
 from konduktor.whatif.sweep import Sweep, write_variants
 from konduktor.whatif.trace import MAX_ERRORS, TraceJob, against, read_trace
 from konduktor.whatif.verdict import shown as shown_verdict
@@ -55,20 +57,36 @@ class Run:
     result: Result
 
 
-def quotas_of(config: Config) -> tuple[dict[str, int], dict[str, int], int]:
-    """Each team's nominal GPUs, the GPUs it may lend, and the cluster's GPUs."""
-    quotas = {name: sum(q.quota for q in team.gpus.values()) for name, team in config.teams.items()}
-    lendable = {
-        name: sum(q.quota if q.lend_limit is None else min(q.lend_limit, q.quota) for q in team.gpus.values())
-        for name, team in config.teams.items()
-    }
-    return quotas, lendable, sum(gpu_type.capacity for gpu_type in config.gpu_types.values())
+def quotas_of(config: Config) -> tuple[dict[str, float], dict[str, float], int]:
+    """Each team's nominal GPUs, the GPUs it may lend, and the cluster's GPUs (its shared ones too). A slice quota
+    counts as its part of a GPU (SharingGroup.fraction), as the slices held do."""
+    groups = {name: group for name, _, _, group in config.sharing_groups()}
+
+    def lends(q: GpuQuota) -> int:
+        return q.quota if q.lend_limit is None else min(q.lend_limit, q.quota)
+
+    def in_gpus(team: Team, amount: Callable[[GpuQuota], int]) -> float:
+        whole = sum(amount(q) for q in team.gpus.values())
+        sliced = sum(
+            (
+                groups[group].fraction(f"nvidia.com/{resource}") * amount(q)
+                for group, quotas in team.slices.items()
+                for resource, q in quotas.items()
+            ),
+            Fraction(0),
+        )
+        return whole if not sliced else float(whole + sliced)
+
+    quotas = {name: in_gpus(team, lambda q: q.quota) for name, team in config.teams.items()}
+    lendable = {name: in_gpus(team, lends) for name, team in config.teams.items()}
+    return quotas, lendable, sum(t.nodes * t.gpus_per_node for t in config.gpu_types.values())
 
 
 def load(
     config_path: Path, trace_path: Path, trace: tuple[list[TraceJob], list[Finding]] | None = None
 ) -> tuple[Config, list[TraceJob]]:
-    """The config and the trace's jobs checked against it: every error of the trace, of its form or against the
+    """The config and the trace's jobs checked against it, each part of a GPU given the config's slice for it
+    (konduktor.whatif.slices.assign): every error of the trace, of its form or against the
     config, exits 2 with its file:line, all in one report. `trace`: what `read_trace` read of it already, when
     several configs are checked against one trace."""
     config = load_config(config_path).config
@@ -77,7 +95,7 @@ def load(
     findings = sorted([*findings, *mismatches], key=lambda finding: finding.line or 0)[:MAX_ERRORS]
     if findings:
         raise ConfigError(str(trace_path), findings)
-    return config, checked
+    return config, assign(config, checked)
 
 
 def load_all(config_paths: list[Path], trace_path: Path) -> list[tuple[Config, list[TraceJob]]]:

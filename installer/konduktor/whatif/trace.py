@@ -13,6 +13,9 @@ One job a row (CSV, with a header) or a line (JSON Lines, one object each), with
 | `gpu_type`     | no       | a `gpuTypes` key of the config; empty: Kueue picks a flavor             |
 | `priority`     | no       | a priority class of the config; empty: the config's default             |
 | `name`         | no       | a name for reports (default `job-<line>`)                               |
+| `gpu_fraction` | no       | part of one GPU each pod needs, > 0 and < 1 (`gpus_per_pod` 1): the     |
+|                |          | replay asks for the smallest slice of the config that covers it, or a   |
+|                |          | whole GPU when none does (konduktor.whatif.slices)                      |
 
 Every bad row is reported at once with its `file:line` and field, as a config error is (exit 2).
 """
@@ -31,7 +34,7 @@ from typing import Any
 from konduktor.config.findings import ConfigError, Finding, error
 from konduktor.config.model import Config
 
-FIELDS = ("submit", "duration", "team", "pods", "gpus_per_pod", "gpu_type", "priority", "name")
+FIELDS = ("submit", "duration", "team", "pods", "gpus_per_pod", "gpu_type", "priority", "name", "gpu_fraction")
 REQUIRED = ("submit", "duration", "team", "gpus_per_pod")
 MAX_ERRORS = 50  # a file of the wrong kind reports the first ones, not thousands
 
@@ -49,10 +52,18 @@ class TraceJob:
     gpu_type: str | None = None
     priority: str | None = None
     line: int = field(default=0, compare=False)  # where the job is in its file, for errors against a config
+    gpu_fraction: float | None = None  # part of one GPU each pod needs (the trace's); None: gpus_per_pod whole GPUs
+    # What the replay of one config asks for instead of whole GPUs (konduktor.whatif.slices.assign): a shared
+    # resource (nvidia.com/mig-1g.10gb, nvidia.com/gpu.shared), the part of a GPU one unit of it is, and the sharing
+    # group whose nodes the pods must land on (None: any that advertises the resource).
+    resource: str | None = None
+    share: float = 1.0
+    group: str | None = None
 
     @property
-    def gpus(self) -> int:
-        return self.pods * self.gpus_per_pod
+    def gpus(self) -> float:
+        """The GPUs the job holds: a slice counts as its part of a GPU."""
+        return self.pods * self.share if self.resource is not None else self.pods * self.gpus_per_pod
 
     @property
     def gpu_hours(self) -> float:
@@ -197,6 +208,7 @@ def _job(line: int, row: dict[str, Any]) -> tuple[TraceJob, datetime | None]:
         raise _RowError("duration", f"must be > 0 seconds, not {row['duration']}")
     pods = _count(row, "pods", 1)
     gpus = _count(row, "gpus_per_pod", None)
+    fraction = _fraction(row, gpus)
     return (
         TraceJob(
             name=_text(row, "name") or f"job-{line}",
@@ -208,6 +220,7 @@ def _job(line: int, row: dict[str, Any]) -> tuple[TraceJob, datetime | None]:
             gpu_type=_text(row, "gpu_type"),
             priority=_text(row, "priority"),
             line=line,
+            gpu_fraction=fraction,
         ),
         absolute,
     )
@@ -262,28 +275,46 @@ def _count(row: dict[str, Any], name: str, default: int | None) -> int:
     return int(number)
 
 
+def _fraction(row: dict[str, Any], gpus_per_pod: int) -> float | None:
+    if "gpu_fraction" not in row:
+        return None
+    value = row["gpu_fraction"]
+    try:
+        number = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        raise _RowError("gpu_fraction", f"{value!r} is not a number") from None
+    if not 0 < number < 1:
+        raise _RowError("gpu_fraction", f"must be > 0 and < 1 (part of one GPU), not {value}")
+    if gpus_per_pod != 1:
+        raise _RowError("gpu_fraction", f"a pod asks for part of one GPU: gpus_per_pod must be 1, not {gpus_per_pod}")
+    return number
+
+
 def _text(row: dict[str, Any], name: str) -> str | None:
     value = row.get(name)
     return None if value is None else str(value).strip() or None
 
 
 def write_csv(jobs: Iterable[TraceJob], handle: Any) -> None:
-    """Jobs in the trace's CSV form (what the importers write)."""
+    """Jobs in the trace's CSV form (what the importers write); the gpu_fraction column only when a job has one."""
+    listed = list(jobs)
+    fractions = any(job.gpu_fraction is not None for job in listed)
     writer = csv.writer(handle, lineterminator="\n")
-    writer.writerow(FIELDS)
-    for job in jobs:
-        writer.writerow(
-            [
-                _seconds_text(job.submit),
-                _seconds_text(job.duration),
-                job.team,
-                job.pods,
-                job.gpus_per_pod,
-                job.gpu_type or "",
-                job.priority or "",
-                job.name,
-            ]
-        )
+    writer.writerow(FIELDS if fractions else FIELDS[:-1])
+    for job in listed:
+        row: list[Any] = [
+            _seconds_text(job.submit),
+            _seconds_text(job.duration),
+            job.team,
+            job.pods,
+            job.gpus_per_pod,
+            job.gpu_type or "",
+            job.priority or "",
+            job.name,
+        ]
+        if fractions:
+            row.append("" if job.gpu_fraction is None else f"{job.gpu_fraction:g}")
+        writer.writerow(row)
 
 
 def _seconds_text(value: float) -> str:

@@ -30,6 +30,7 @@ from konduktor.sim.nodes import node_manifests
 from konduktor.sim.pools import node_pools, topology_levels
 from konduktor.whatif.metrics import Event, cause_of
 from konduktor.whatif.replay import Progress, Replay, job_manifest, kube_names
+from konduktor.whatif.slices import shared_nodes
 from konduktor.whatif.trace import TraceJob
 
 # What `up` gives Kueue besides the config's settings, less what only a running process needs (ports,
@@ -57,14 +58,16 @@ def configuration(config: Config, settings: dict[str, Any] | None = None) -> dic
 def engine_input(
     config: Config, jobs: Sequence[TraceJob], horizon: float, kueue_crds: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    """The engine's input: the config's objects and nodes, Kueue's CRDs (server-side apply reads their schemas),
-    and each trace job as the Job the cluster engine makes (in trace order: by submit time, then as the trace
-    lists them)."""
+    """The engine's input: the config's objects and nodes (its sharing groups' as the device plugin makes them),
+    Kueue's CRDs (server-side apply reads their schemas), and each trace job as the Job the cluster engine makes
+    (in trace order: by submit time, then as the trace lists them)."""
     names = kube_names(jobs)
     return {
         "crds": kueue_crds,
         "objects": render(config),
-        "nodes": [ready(node) for node in node_manifests(node_pools(config), topology_levels(config))],
+        "nodes": [
+            ready(node) for node in shared_nodes(config, node_manifests(node_pools(config), topology_levels(config)))
+        ],
         "jobs": [
             {
                 "name": job.name,
