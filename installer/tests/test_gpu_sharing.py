@@ -146,6 +146,27 @@ def test_a_shared_config_renders_flavors_per_group_and_slices_in_the_team_queue(
     assert flavors["h100-shared"]["nvidia.com/gpu.shared"]["lendingLimit"] == "8"
 
 
+def test_a_team_borrows_no_slice_of_a_profile_it_has_no_quota_of() -> None:
+    """team-b holds 2g.20gb slices, team-a none: Kueue would let team-a borrow team-b's idle ones without a limit of
+    0. The profiles team-a lists keep their own limits (none: it may borrow)."""
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in render(parse_config(SHARED, "config.yaml").config)}
+    [group] = objects["ClusterQueue", "team-a"]["spec"]["resourceGroups"]
+    mig = {r["name"]: r for f in group["flavors"] if f["name"] == "h100-mig" for r in f["resources"]}
+    assert mig["nvidia.com/mig-2g.20gb"] == {
+        "name": "nvidia.com/mig-2g.20gb",
+        "nominalQuota": "0",
+        "borrowingLimit": "0",
+    }
+    assert mig["nvidia.com/gpu.shared"]["borrowingLimit"] == "0"
+    assert "borrowingLimit" not in mig["nvidia.com/mig-1g.10gb"]
+    # Without a cohort Kueue refuses limits, and nothing can be borrowed anyway.
+    text = SHARED.replace("version: 1", "version: 1\nkueue: {sharing: none}").replace(", borrowLimit: 8", "")
+    alone = parse_config(text.replace(", lendLimit: 8", ""), "config.yaml").config
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in render(alone)}
+    [group] = objects["ClusterQueue", "team-a"]["spec"]["resourceGroups"]
+    assert not any("borrowingLimit" in r for f in group["flavors"] for r in f["resources"])
+
+
 def test_shared_nodes_are_not_whole_gpus() -> None:
     config = parse_config(SHARED, "config.yaml").config
     assert config.gpu_types["h100"].capacity == 16  # 2 of the 4 nodes keep whole GPUs

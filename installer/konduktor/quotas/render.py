@@ -275,7 +275,8 @@ def _slice_resources(
     """cpu, memory, no whole GPU and the team's shared resources of one sharing group. cpu and memory follow each
     slice's part of a GPU (a MIG instance its compute slices of 7, a replica 1/replicas), limits included: a borrow
     limit on cpu only when every slice has one (no limit is unlimited), a lend limit when some slice has one (no
-    limit lends the whole quota)."""
+    limit lends the whole quota). A slice the team lists no quota of may not be borrowed either (borrowing limit 0):
+    Kueue would otherwise lend it another team's idle slices of a profile this team was never given."""
     limits = {f"nvidia.com/{key}": quota for key, quota in quotas.items()}
 
     def in_gpus(amounts: dict[str, int]) -> Fraction:
@@ -293,6 +294,8 @@ def _slice_resources(
                 entry["borrowingLimit"] = str(quota.borrow_limit)
             if quota.lend_limit is not None:
                 entry["lendingLimit"] = str(quota.lend_limit)
+        elif config.shares:
+            entry["borrowingLimit"] = "0"
         resources.append(entry)
     if not config.shares:
         return resources
