@@ -104,9 +104,6 @@ def queue(
                 "capacityFreshness": team.capacity.freshness.as_json()
                 if team.capacity is not None and team.capacity.freshness is not None
                 else None,
-                "capacityFreshness": team.capacity.freshness.as_json()
-                if team.capacity is not None and team.capacity.freshness is not None
-                else None,
                 "queues": [v.as_json() for v in views],
                 "pending": [vars(p) for p in team.pending],
                 "running": [vars(r) for r in team.running],
@@ -118,8 +115,6 @@ def queue(
             print_rows([q.row() for q in view.quota], QUOTA_COLUMNS, "table")
         if team.capacity is None:
             err.print("quota: not published on this cluster (ask an administrator)", markup=False)
-        elif team.capacity.stale and team.capacity.freshness is not None:
-            err.print(f"warning: the quota figures are stale: {team.capacity.freshness.message}", markup=False)
         elif team.capacity.stale and team.capacity.freshness is not None:
             err.print(f"warning: the quota figures are stale: {team.capacity.freshness.message}", markup=False)
         err.print(f"pending, in Kueue's order ({_source_text(team.source)}):", markup=False)
