@@ -192,6 +192,12 @@ class Quota(NamedTuple):
 
 # team-a: nominal 8, uses 10 (borrows 2); team-b: nominal 8, uses 2, lends at most 6.
 QUOTAS = {"team-a": Quota(8, 10, 4, "+Inf"), "team-b": Quota(8, 2, "+Inf", 6)}
+# GPU slices (sharing groups' flavors): team-a uses all 8 of its MIG 1g.10gb instances, team-b 4 of its 16
+# time-sliced shares.
+SLICES = {
+    "team-a": ("h100-mig", "nvidia.com/mig-1g.10gb", Quota(8, 8, "+Inf", "+Inf")),
+    "team-b": ("h100-shared", "nvidia.com/gpu.shared", Quota(16, 4, "+Inf", 8)),
+}
 WAIT_BUCKETS = (("1", 0), ("10", 1), ("60", 2), ("300", 3), ("+Inf", 3))
 
 
@@ -216,6 +222,14 @@ def _kueue() -> list[Series]:
                 Series("kueue_cluster_queue_borrowing_limit", labels, constant(quota.borrowing_limit)),
                 Series("kueue_cluster_queue_lending_limit", labels, constant(quota.lending_limit)),
             ]
+        flavor, resource, sliced = SLICES[team]
+        labels = {**KUEUE, "cohort": "gpu-lab", "cluster_queue": team, "flavor": flavor, "resource": resource}
+        found += [
+            Series("kueue_cluster_queue_nominal_quota", labels, constant(sliced.nominal)),
+            Series("kueue_cluster_queue_resource_usage", labels, constant(sliced.usage)),
+            Series("kueue_cluster_queue_borrowing_limit", labels, constant(sliced.borrowing_limit)),
+            Series("kueue_cluster_queue_lending_limit", labels, constant(sliced.lending_limit)),
+        ]
         queue = {**KUEUE, "cluster_queue": team}
         pending = 3 if team == "team-a" else 0
         found += [

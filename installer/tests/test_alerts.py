@@ -28,6 +28,8 @@ REQUIRED_ALERTS = {
     "KonduktorWorkloadsPendingTooLong",
     "KonduktorTeamBorrowingHigh",
     "KonduktorDCGMExporterAbsent",
+    # Issue 40: GPU slices.
+    "KonduktorTeamSliceQuotaExhausted",
 }
 SEVERITIES = {"critical", "warning", "info"}
 
