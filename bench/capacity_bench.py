@@ -1,0 +1,304 @@
+"""The published capacity at fleet scale, the pure core only: synthetic Nodes and Pods (8 GPUs per node, pods of
+1 to 8 GPUs, 1% of the nodes quarantined) through the watch events the publisher applies
+(`konduktor.queueing.capacity.Fleet`), for 1,000, 5,000 and 10,000 nodes and 10 and 100 teams.
+
+For each: the ConfigMap a team member reads, its size and the writes per minute into etcd, before (the list of
+every node, rewritten in every team namespace every 30 s, its timestamp changing each time) and now (the summary,
+written only when it changes, at most once per settle period, and one heartbeat Lease per period), for an idle
+fleet and for one whose jobs churn (each GPU pod runs `--job-minutes` on average, so nodes/job-minutes pods finish
+and as many start every minute). Writes are counted by replaying one minute of events in 10-second rounds and
+comparing each round's revision with the last; the time to compute one round is measured too.
+
+With `--sim NAME`, on a running simulated cluster instead (`konduktor-install sim up --nodes 2000x8:H100 --name
+NAME`): the publisher's service (`queueing.publisher.serve`, as an administrator) on its nodes with `--sim-teams`
+team namespaces and a ResourceFlavor of the nodes' product, then an idle fleet for `--minutes`: the ConfigMap's
+size and the writes counted by watching every copy and the heartbeat Lease.
+
+Prints figures; asserts nothing.
+
+    .venv/bin/python bench/capacity_bench.py [--nodes 1000,5000,10000] [--teams 10,100] [--job-minutes 60]
+    .venv/bin/python bench/capacity_bench.py --sim NAME [--sim-teams 40] [--minutes 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import random
+import statistics
+import threading
+import time
+from dataclasses import asdict
+from datetime import UTC, datetime
+from fractions import Fraction
+from typing import Any
+
+from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.watch import WatchEvent
+from konduktor.queueing.capacity import (
+    HEARTBEAT_SECONDS,
+    Fleet,
+    configmap,
+    flavor_of,
+    heartbeat,
+    micro_time,
+    read_node,
+    revision,
+    slim_node,
+    slim_pod,
+)
+from konduktor.queueing.cluster import Publication
+from konduktor.queueing.publisher import SETTLE_SECONDS, serve
+from konduktor.quotas.usage import TeamUsage
+from konduktor.sim.cluster import SimCluster
+from konduktor.vocabulary import (
+    CAPACITY_CONFIGMAP,
+    HEALTH_TAINT_KEY,
+    KUEUE_API,
+    PRODUCT_LABEL,
+    QUARANTINE_REASON,
+    QUARANTINED_AT,
+    SYSTEM_NAMESPACE,
+    TEAM_LABEL,
+)
+
+BEFORE_EVERY = 30  # seconds between the earlier publisher's rounds (its chart default)
+SIZES = (1, 2, 4, 8)
+FLAVOR = {"metadata": {"name": "h100"}, "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}
+NOW = "2026-11-28T10:00:00Z"
+
+
+def node(index: int) -> dict[str, Any]:
+    name = f"gpu-h100-{index:05d}"
+    quarantined = index % 100 == 7
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                "kubernetes.io/hostname": name,
+                "konduktor.ai/topology-block": f"block-{index // 64}",
+                "konduktor.ai/topology-rack": f"rack-{index // 16}",
+            },
+            "annotations": {QUARANTINE_REASON: "Xid 79: GPU has fallen off the bus", QUARANTINED_AT: NOW}
+            if quarantined
+            else {},
+        },
+        "spec": {"taints": [{"key": HEALTH_TAINT_KEY, "effect": "NoSchedule"}]} if quarantined else {},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8", "cpu": "224", "memory": "2Ti"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def pod(name: str, on: str, gpus: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "team-0"},
+        "spec": {"nodeName": on, "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def queue(team: int, admitted: int) -> dict[str, Any]:
+    """A ClusterQueue with its usage, as Kueue reports it."""
+    return {
+        "metadata": {"name": f"team-{team}"},
+        "spec": {
+            "cohort": "lab",
+            "resourceGroups": [
+                {
+                    "coveredResources": ["nvidia.com/gpu"],
+                    "flavors": [{"name": "h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 80}]}],
+                }
+            ],
+        },
+        "status": {
+            "admittedWorkloads": admitted,
+            "pendingWorkloads": 2,
+            "flavorsUsage": [{"name": "h100", "resources": [{"name": "nvidia.com/gpu", "total": str(8 * admitted)}]}],
+        },
+    }
+
+
+def fleet_of(nodes: int, teams: int, rng: random.Random) -> tuple[Fleet, list[tuple[str, str, int]]]:
+    """The fleet after its lists: every node, pods filling a random share of each, the teams' queues."""
+    fleet = Fleet()
+    node_objects = [node(i) for i in range(nodes)]
+    pods: list[tuple[str, str, int]] = []
+    for index, obj in enumerate(node_objects):
+        used = 0
+        while used < 8 and rng.random() < 0.8:
+            gpus = min(rng.choice(SIZES), 8 - used)
+            pods.append((f"p-{index}-{used}", obj["metadata"]["name"], gpus))
+            used += gpus
+    fleet.apply(WatchEvent("Node", "SYNC", tuple(slim_node(n) for n in node_objects)))
+    fleet.apply(WatchEvent("Pod", "SYNC", tuple(slim_pod(pod(*p)) for p in pods)))
+    fleet.apply(WatchEvent("ResourceFlavor", "SYNC", (FLAVOR,)))
+    fleet.apply(WatchEvent("ClusterQueue", "SYNC", tuple(queue(t, 5) for t in range(teams))))
+    return fleet, pods
+
+
+def before_size(fleet: Fleet, teams: int) -> int:
+    """The earlier publisher's ConfigMap data: every GPU node, with the time of the round."""
+    held: dict[str, int] = {}
+    for node_name, gpus in fleet.pods.values():
+        held[node_name] = held.get(node_name, 0) + gpus
+    nodes = [
+        read_node(n, flavor_of(n["metadata"]["labels"], [FLAVOR]) or "h100", held.get(name, 0))
+        for name, n in sorted(fleet.nodes.items())
+    ]
+    data = {
+        "publishedAt": "2026-11-28T10:00:00+00:00",
+        "nodes": [asdict(n) for n in nodes],
+        "queues": [usage_row(t) for t in range(teams)],
+    }
+    return len(json.dumps(data, sort_keys=True))
+
+
+def usage_row(team: int) -> dict[str, Any]:
+    row = TeamUsage(
+        f"team-{team}", f"team-{team}", "lab", "h100", "nvidia.com/gpu", Fraction(80), None, None, Fraction(40),
+        Fraction(0), Fraction(0), 5, 2,
+    )  # fmt: skip
+    return row.row()
+
+
+def churn_minute(fleet: Fleet, pods: list[tuple[str, str, int]], finishing: int, rng: random.Random) -> int:
+    """One minute of churn in 10-second rounds: jobs finish and others start in their place (the same GPUs on the
+    same node, as a queue refills a freed node), ClusterQueue usage moves; returns the rounds whose content
+    changed (each one a write per team namespace)."""
+    rounds = int(60 // SETTLE_SECONDS)
+    changed = 0
+    last = revision(fleet.capacity())
+    for round_index in range(rounds):
+        for _ in range(finishing // rounds):
+            slot = rng.randrange(len(pods))
+            name, on, gpus = pods[slot]
+            fleet.apply(WatchEvent("Pod", "DELETED", (slim_pod(pod(name, on, gpus)),)))
+            if rng.random() < 0.9:  # most freed GPUs are taken again within the round
+                pods[slot] = (f"{name}-{round_index}", on, gpus)
+                fleet.apply(WatchEvent("Pod", "ADDED", (slim_pod(pod(*pods[slot])),)))
+        current = revision(fleet.capacity())
+        changed += current != last
+        last = current
+    return changed
+
+
+def count_writes(kube: Kube, kind: str, namespace: str | None, version: str, seconds: float) -> list[str]:
+    """The MODIFIED and ADDED events of `kind` named konduktor-capacity for `seconds`, as namespace names."""
+    seen: list[str] = []
+    end = time.monotonic() + seconds
+    with contextlib.suppress(ApiError):
+        stream = kube.watch(
+            "v1" if kind == "ConfigMap" else "coordination.k8s.io/v1",
+            kind,
+            version,
+            namespace=namespace,
+            timeout_seconds=int(seconds),
+            field_selector=f"metadata.name={CAPACITY_CONFIGMAP}",
+        )
+        for event in stream:
+            if event["type"] in ("ADDED", "MODIFIED"):
+                seen.append(event["object"]["metadata"]["namespace"])
+            if time.monotonic() > end:
+                break
+    return seen
+
+
+def on_sim(name: str, teams: int, minutes: float) -> None:
+    kube = Kube(SimCluster(name).kubeconfig)
+    nodes = kube.list("v1", "Node", label_selector=PRODUCT_LABEL)
+    product = nodes[0]["metadata"]["labels"][PRODUCT_LABEL]
+    kube.apply({"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": "bench-gpu"},
+                "spec": {"nodeLabels": {PRODUCT_LABEL: product}}})  # fmt: skip
+    for namespace in (SYSTEM_NAMESPACE, *(f"bench-team-{t}" for t in range(teams))):
+        labels = {TEAM_LABEL: namespace} if namespace != SYSTEM_NAMESPACE else {}
+        kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}})
+    stop = threading.Event()
+    rounds: list[Publication] = []
+    start = time.monotonic()
+    service = threading.Thread(target=serve, args=(kube, stop), kwargs={"on_round": rounds.append}, daemon=True)
+    service.start()
+    while not rounds and service.is_alive():
+        time.sleep(0.5)
+    first = time.monotonic() - start
+    copy = kube.get("v1", "ConfigMap", CAPACITY_CONFIGMAP, "bench-team-0") or {}
+    size = len(json.dumps(copy.get("data", {})))
+    print(
+        f"sim {name}: {len(nodes)} GPU nodes, {teams} team namespaces: first round after {first:.1f} s "
+        f"(lists and watches), {len(rounds[0].written)} copies written, ConfigMap data {size / 1024:.1f} KiB"
+    )
+    configmaps = kube.request("GET", "/api/v1/configmaps", query={"limit": "1"})["metadata"]["resourceVersion"]
+    results: dict[str, list[str]] = {}
+    seconds = minutes * 60
+
+    def count(key: str, kind: str, namespace: str | None) -> None:
+        results[key] = count_writes(kube, kind, namespace, configmaps, seconds)
+
+    watchers = [
+        threading.Thread(target=count, args=("cm", "ConfigMap", None)),
+        threading.Thread(target=count, args=("lease", "Lease", SYSTEM_NAMESPACE)),
+    ]
+    for watcher in watchers:
+        watcher.start()
+    for watcher in watchers:
+        watcher.join()
+    stop.set()
+    service.join(timeout=30)
+    print(
+        f"  idle {minutes:g} min: {len(results.get('cm', []))} ConfigMap writes, "
+        f"{len(results.get('lease', []))} heartbeat Lease writes"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", default="1000,5000,10000")
+    parser.add_argument("--teams", default="10,100")
+    parser.add_argument("--job-minutes", type=float, default=60)
+    parser.add_argument("--sim", metavar="NAME", help="measure on this running simulated cluster instead")
+    parser.add_argument("--sim-teams", type=int, default=40)
+    parser.add_argument("--minutes", type=float, default=2)
+    args = parser.parse_args()
+    if args.sim:
+        on_sim(args.sim, args.sim_teams, args.minutes)
+        return
+    lease_bytes = len(json.dumps(heartbeat("0123456789abcdef", datetime.now(UTC))))
+    print(
+        f"before: every {BEFORE_EVERY} s, each team namespace; now: on change, at most every {SETTLE_SECONDS:.0f} s, "
+        f"and a heartbeat Lease ({lease_bytes} B) every {HEARTBEAT_SECONDS} s"
+    )
+    print(
+        "nodes   teams | ConfigMap before   now    | idle writes/min (KiB/min) before -> now "
+        "| churn writes/min (KiB/min) before -> now | round ms"
+    )
+    for nodes in (int(n) for n in args.nodes.split(",")):
+        for teams in (int(t) for t in args.teams.split(",")):
+            rng = random.Random(nodes * 1000 + teams)
+            fleet, pods = fleet_of(nodes, teams, rng)
+            times = []
+            for _ in range(3):
+                start = time.perf_counter()
+                capacity = fleet.capacity()
+                times.append(time.perf_counter() - start)
+            now_size = len(json.dumps(configmap(capacity, "team-0", micro_time(datetime.now(UTC)))))
+            old_size = before_size(fleet, teams)
+            old_writes = teams * 60 // BEFORE_EVERY
+            idle_rounds = churn_minute(fleet, pods, 0, rng)
+            idle_writes = idle_rounds * teams + 60 // HEARTBEAT_SECONDS
+            changed = churn_minute(fleet, pods, max(1, round(nodes / args.job_minutes)), rng)
+            churn_writes = changed * teams + 60 // HEARTBEAT_SECONDS
+            churn_kb = (changed * teams * now_size + lease_bytes) / 1024
+            idle_kb = (idle_rounds * teams * now_size + lease_bytes) / 1024
+            print(
+                f"{nodes:>6} {teams:>6} | {old_size / 1024:>9.0f} KiB {now_size / 1024:>6.1f} KiB "
+                f"| {old_writes:>5} ({old_writes * old_size / 1024:>7.0f}) -> {idle_writes:>3} ({idle_kb:>5.1f}) "
+                f"| {old_writes:>5} ({old_writes * old_size / 1024:>7.0f}) -> {churn_writes:>4} ({churn_kb:>6.0f}) "
+                f"| {statistics.median(times) * 1000:>6.0f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
