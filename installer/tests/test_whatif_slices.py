@@ -210,3 +210,13 @@ def test_whatif_against_the_sliced_config(capsys: pytest.CaptureFixture[str]) ->
     verdicts = {(v["team"], v["aspect"]): v["verdict"] for v in document["verdicts"]}
     assert verdicts[("team-a", "waits")] == "better"
     assert verdicts[("team-b", "waits")] == "worse"
+
+
+def test_trace_alibaba_keeps_gpu_milli_as_gpu_fraction(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "trace.csv"
+    sample = DATA / "openb_pod_list_sample.csv"
+    assert main(["trace", "alibaba", str(sample), "--teams", "team-a,team-b", "-o", str(out)]) == 0
+    assert "4 GPU tasks, 1 of them asking for part of a GPU" in capsys.readouterr().err
+    by_name = {job.name: job for job in load_trace(out)}
+    assert by_name["sample-pod-0001"].gpu_fraction == 0.25
+    assert [name for name, job in by_name.items() if job.gpu_fraction is not None] == ["sample-pod-0001"]

@@ -91,8 +91,9 @@ def alibaba(
         classes[qos] = name
     names = [team.strip() for team in teams.split(",") if team.strip()]
     imported = import_alibaba(path, names, classes)
+    fractional = sum(1 for job in imported.jobs if job.gpu_fraction is not None)
     say(
-        f"{len(imported.jobs)} GPU tasks; left out: {imported.without_gpus} without GPUs, "
-        f"{imported.never_ran} never scheduled"
+        f"{len(imported.jobs)} GPU tasks, {fractional} of them asking for part of a GPU (gpu_fraction); left out: "
+        f"{imported.without_gpus} without GPUs, {imported.never_ran} never scheduled"
     )
     _write(imported.jobs, output)
