@@ -93,6 +93,8 @@ class ListWatch:
         self.on_error = on_error
         self.synced = False
         self.failing = False
+        self.lists = 0  # lists made (one at the start, one after each 410 Gone)
+        self.watches = 0  # watch requests opened (one more each time the server ends one)
         self._stopping = threading.Event()
         self._stream: Any = None
         self._thread = threading.Thread(target=self._run, name=f"watch-{self.source}", daemon=True)
@@ -129,6 +131,7 @@ class ListWatch:
                     )
                     self._put("SYNC", tuple(items))
                     self.synced = True
+                    self.lists += 1
                 self._stream = self.kube.watch(
                     self.api_version,
                     self.kind,
@@ -138,6 +141,7 @@ class ListWatch:
                     field_selector=self.field_selector,
                 )
                 self.failing = False
+                self.watches += 1
                 for event in self._stream:
                     obj = event["object"]
                     version = obj["metadata"]["resourceVersion"]
