@@ -12,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	clientgoapply "k8s.io/client-go/applyconfigurations"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,6 +23,7 @@ import (
 	schdcache "sigs.k8s.io/kueue/pkg/cache/scheduler"
 	"sigs.k8s.io/kueue/pkg/controller/core"
 	tasindexer "sigs.k8s.io/kueue/pkg/controller/tas/indexer"
+	"sigs.k8s.io/kueue/pkg/features"
 	"sigs.k8s.io/kueue/pkg/resources"
 	"sigs.k8s.io/kueue/pkg/scheduler"
 	preemptexpectations "sigs.k8s.io/kueue/pkg/scheduler/preemption/expectations"
@@ -50,6 +52,9 @@ func Unsupported(cfg *configapi.Configuration) []string {
 func Run(ctx context.Context, cfg *configapi.Configuration, in *Input, progress io.Writer) ([]Event, error) {
 	if unsupported := Unsupported(cfg); len(unsupported) > 0 {
 		return nil, fmt.Errorf("the virtual engine cannot honour: %v", unsupported)
+	}
+	if err := cacheTopologyTree(cfg); err != nil {
+		return nil, err
 	}
 	scheme := Scheme()
 	objects, err := decode(scheme, in)
@@ -153,6 +158,18 @@ func Run(ctx context.Context, cfg *configapi.Configuration, in *Input, progress 
 	}
 	end := time.Since(start).Seconds()
 	return record.result(end), nil
+}
+
+// cacheTopologyTree turns on Kueue's TASCacheTopologyTree gate unless the Configuration sets it. The gate keeps
+// the topology tree a scheduling cycle's snapshot builds from the nodes and reuses it until the node set changes
+// (pkg/cache/scheduler/tas_flavor.go, cachedOrBuiltTree); the tree is the nodes' static structure, shared
+// read-only by the snapshots, and every snapshot's usage is its own. A replay's nodes never change, so each cycle
+// would rebuild the same tree: the same decisions, without a tree of every node per cycle.
+func cacheTopologyTree(cfg *configapi.Configuration) error {
+	if _, set := cfg.FeatureGates[string(features.TASCacheTopologyTree)]; set {
+		return nil
+	}
+	return utilfeature.DefaultMutableFeatureGate.SetFromMap(map[string]bool{string(features.TASCacheTopologyTree): true})
 }
 
 func podsReadyRequeuingTimestamp(cfg *configapi.Configuration) configapi.RequeuingTimestamp {
