@@ -5,6 +5,9 @@ import (
 	"reflect"
 	"sync"
 
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -24,11 +27,21 @@ type informer struct {
 	pending []change
 	last    map[types.NamespacedName]*kueue.Workload
 	signal  chan struct{}
-	writeMu sync.Mutex // a write and its delivery happen together, so one Workload's deliveries keep its writes' order
+	writeMu sync.Mutex                // a write and its delivery happen together, so one Workload's deliveries keep its writes' order
+	reads   map[readKey]client.Object // under writeMu: each object as a Get decoded it, until the next write to it
+}
+
+type readKey struct {
+	kind reflect.Type
+	key  types.NamespacedName
 }
 
 func newInformer() *informer {
-	return &informer{last: map[types.NamespacedName]*kueue.Workload{}, signal: make(chan struct{}, 1)}
+	return &informer{
+		last:   map[types.NamespacedName]*kueue.Workload{},
+		signal: make(chan struct{}, 1),
+		reads:  map[readKey]client.Object{},
+	}
 }
 
 // observe records the Workload's state after a write (nil: it is gone).
@@ -78,11 +91,51 @@ func (i *informer) take() (change, bool) {
 	return c, true
 }
 
-// forget drops what the informer remembers of a Workload that is gone without an event.
-func (i *informer) forget(key types.NamespacedName) {
+// forget drops what the informer remembers of a Workload that is gone without an event, and of its Job.
+func (i *informer) forget(key types.NamespacedName, job string) {
 	i.mu.Lock()
-	defer i.mu.Unlock()
 	delete(i.last, key)
+	i.mu.Unlock()
+	i.writeMu.Lock()
+	defer i.writeMu.Unlock()
+	delete(i.reads, readKey{reflect.TypeFor[*kueue.Workload](), key})
+	if job != "" {
+		delete(i.reads, readKey{reflect.TypeFor[*batchv1.Job](), types.NamespacedName{Namespace: key.Namespace, Name: job}})
+	}
+}
+
+// get is a Get as a manager's cached client does it: it replaces the whole object it reads into (the in-memory
+// client decodes into it and would keep fields the stored object lacks, a cleared admission). What it decodes
+// is kept until the object's next write (every write passes the interceptors; a finished Workload and its Job
+// that leave without one are forgotten), and the next Get of it is a copy: the same object without decoding
+// it again (a Namespace is read for every parked Workload that Kueue requeues).
+func (i *informer) get(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	value := reflect.ValueOf(obj).Elem()
+	value.Set(reflect.Zero(value.Type()))
+	if !cacheable(obj) || len(opts) > 0 {
+		return c.Get(ctx, key, obj, opts...)
+	}
+	i.writeMu.Lock()
+	defer i.writeMu.Unlock()
+	read := readKey{reflect.TypeOf(obj), key}
+	if known, ok := i.reads[read]; ok {
+		value.Set(reflect.ValueOf(known.DeepCopyObject()).Elem())
+		return nil
+	}
+	if err := c.Get(ctx, key, obj, opts...); err != nil {
+		return err
+	}
+	i.reads[read] = obj.DeepCopyObject().(client.Object)
+	return nil
+}
+
+// cacheable: a typed object, whose Go type names its kind.
+func cacheable(obj client.Object) bool {
+	switch obj.(type) {
+	case runtime.Unstructured, *metav1.PartialObjectMetadata:
+		return false
+	}
+	return true
 }
 
 func (c change) key() types.NamespacedName {
@@ -103,6 +156,7 @@ func (i *informer) deliver(ctx context.Context, c client.Client, obj client.Obje
 		i.observe(key, nil)
 		return
 	}
+	i.reads[readKey{reflect.TypeOf(obj), key}] = &fresh // never changed: a Get hands out copies
 	i.observe(key, &fresh)
 }
 
@@ -111,20 +165,16 @@ func (i *informer) interceptors() interceptor.Funcs {
 	written := func(ctx context.Context, c client.Client, obj client.Object, write func() error) error {
 		i.writeMu.Lock()
 		defer i.writeMu.Unlock()
-		if err := write(); err != nil {
+		err := write()
+		delete(i.reads, readKey{reflect.TypeOf(obj), client.ObjectKeyFromObject(obj)})
+		if err != nil {
 			return err
 		}
 		i.deliver(ctx, c, obj)
 		return nil
 	}
 	return interceptor.Funcs{
-		// A manager's client reads from its informer cache, which replaces the whole object it reads into; the
-		// in-memory client decodes into it, keeping fields the stored object lacks (a cleared admission).
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			value := reflect.ValueOf(obj).Elem()
-			value.Set(reflect.Zero(value.Type()))
-			return c.Get(ctx, key, obj, opts...)
-		},
+		Get: i.get,
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			return written(ctx, c, obj, func() error { return c.Create(ctx, obj, opts...) })
 		},

@@ -106,13 +106,15 @@ func (m *manager) deliver(ctx context.Context, c change) {
 // event: Kueue's cache and queues hold it no longer, nothing reads it again, and a long trace would otherwise keep
 // every job it ever ran. (The reconciler, if the Workload is still queued for it, finds it gone and stops.)
 func (m *manager) forget(wl *kueue.Workload) {
-	m.informer.forget(types.NamespacedName{Namespace: wl.Namespace, Name: wl.Name})
 	_ = m.tracker.ObjectTracker.Delete(workloadsResource, wl.Namespace, wl.Name)
+	job := ""
 	for _, owner := range wl.OwnerReferences {
 		if owner.Kind == "Job" {
+			job = owner.Name
 			_ = m.tracker.ObjectTracker.Delete(jobsResource, wl.Namespace, owner.Name)
 		}
 	}
+	m.informer.forget(types.NamespacedName{Namespace: wl.Namespace, Name: wl.Name}, job)
 }
 
 var (

@@ -2,12 +2,18 @@ package replay
 
 import (
 	"container/heap"
+	"context"
+	"reflect"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	utiltesting "sigs.k8s.io/kueue/pkg/util/testing"
 )
 
 func stored(namespace, name, version string) *kueue.Workload {
@@ -69,5 +75,42 @@ func TestTraceUIDsSortInTraceOrder(t *testing.T) {
 		if !(traceUID('b', index) < traceUID('b', index+1)) {
 			t.Fatalf("UID %d does not sort before %d", index, index+1)
 		}
+	}
+}
+
+// A Get reads an object as it was last written: a copy, which the reader may change, until the next write.
+func TestGetReadsTheLastWriteAndHandsOutCopies(t *testing.T) {
+	i := newInformer()
+	cl := utiltesting.NewClientBuilder().WithInterceptorFuncs(i.interceptors()).
+		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Labels: map[string]string{"v": "1"}}}).
+		Build()
+	ctx := context.Background()
+	read := func() *corev1.Namespace {
+		var ns corev1.Namespace
+		ns.Labels = map[string]string{"left": "over"} // a Get replaces the whole object
+		if err := cl.Get(ctx, types.NamespacedName{Name: "team-a"}, &ns); err != nil {
+			t.Fatal(err)
+		}
+		return &ns
+	}
+	first := read()
+	first.Labels["v"] = "changed by its reader"
+	if got := read().Labels; !reflect.DeepEqual(got, map[string]string{"v": "1"}) {
+		t.Fatalf("labels %v, want v=1", got)
+	}
+	written := read()
+	written.Labels["v"] = "2"
+	if err := cl.Update(ctx, written); err != nil {
+		t.Fatal(err)
+	}
+	if got := read().Labels; !reflect.DeepEqual(got, map[string]string{"v": "2"}) {
+		t.Fatalf("labels %v after the update, want v=2", got)
+	}
+	if err := cl.Delete(ctx, written); err != nil {
+		t.Fatal(err)
+	}
+	var gone corev1.Namespace
+	if err := cl.Get(ctx, types.NamespacedName{Name: "team-a"}, &gone); !apierrors.IsNotFound(err) {
+		t.Fatalf("a Get after the delete: %v, want not found", err)
 	}
 }
