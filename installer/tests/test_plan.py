@@ -72,7 +72,8 @@ def test_plan_shows_an_install_then_nothing_then_exactly_a_values_change(
     values.write_text("controller:\n  settings:\n    breaker:\n      max_nodes: 7\n")
     code, planned, _ = plan_json(capsys, str(config), *cluster, "-f", str(values))
     assert code == ExitCode.NEGATIVE
-    assert set(planned) == {"release", "quotas"} and planned["quotas"] == []
+    assert set(planned) == {"release", "quotas", "sharing"} and planned["quotas"] == []
+    assert planned["sharing"] == {"changes": [], "short": [], "cordoned": []}  # no sharing groups, no labels
     assert set(planned["release"]) == {
         "name",
         "namespace",

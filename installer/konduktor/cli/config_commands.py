@@ -18,6 +18,7 @@ from konduktor.config.load import LoadedConfig, load_config
 from konduktor.config.model import Config
 from konduktor.config.schema import config_schema_text
 from konduktor.errors import ExitCode, UsageError
+from konduktor.gpu.sharing import resource_key
 from konduktor.quotas.by_hand import BY_HAND_DIR, write_by_hand
 from konduktor.quotas.manifests import ManifestFormat, serialize, write_directory
 from konduktor.quotas.multikueue import manager_kueue_settings, manager_view, render_clusters, worker_config
@@ -145,12 +146,21 @@ def validation_report(path: Path) -> tuple[dict[str, object], int]:
 
 
 def _summary(loaded: LoadedConfig, more_warnings: int = 0) -> str:
-    gpus = sum(t.capacity for t in loaded.config.gpu_types.values())
+    """Teams, GPU types, whole GPUs, the sharing groups with the slices their nodes advertise, warnings."""
+    config = loaded.config
+    gpus = sum(t.capacity for t in config.gpu_types.values())
+    slices: dict[str, int] = {}
+    for _, _, gpu_type, group in config.sharing_groups():
+        for resource, count in group.units(gpu_type.gpus_per_node).items():
+            slices[resource_key(resource)] = slices.get(resource_key(resource), 0) + count * group.nodes
+    groups = len(list(config.sharing_groups()))
+    shared = [f"{_count(groups, 'sharing group')} ({', '.join(f'{n} {key}' for key, n in slices.items())})"]
     return ", ".join(
         [
-            _count(len(loaded.config.teams), "team"),
-            _count(len(loaded.config.gpu_types), "GPU type"),
+            _count(len(config.teams), "team"),
+            _count(len(config.gpu_types), "GPU type"),
             _count(gpus, "GPU"),
+            *(shared if groups else []),
             _count(len(loaded.warnings) + more_warnings, "warning"),
         ]
     )

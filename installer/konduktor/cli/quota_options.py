@@ -30,6 +30,7 @@ DrainTimeoutOption = Annotated[
     typer.Option(
         "--drain-timeout",
         min=1,
-        help="Seconds to wait for a removed team's work to drain, then for its ClusterQueue to be deleted.",
+        help="Seconds to wait for a removed team's work to drain, then for its ClusterQueue to be deleted; for up, "
+        "also for the GPU pods --drain-for-sharing evicts to go and for a node's new MIG layout to be in place.",
     ),
 ]

@@ -13,12 +13,13 @@ from konduktor.cli.console import err, print_document, print_rows, say
 from konduktor.cli.quota_options import AdoptOption, DrainOption, DrainTimeoutOption
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
 from konduktor.errors import UsageError
+from konduktor.gpu.sharing import resource_key
 from konduktor.health.health_view import capacity, health_view
 from konduktor.kube.sync import Change
 from konduktor.ops.target import Target, running_target
 from konduktor.quotas.sync import DRAIN_TIMEOUT, NO_TAKEOVER, Takeover, pending_code, require_kueue, sync_quotas
-from konduktor.quotas.usage import team_usage
-from konduktor.vocabulary import KUEUE_API
+from konduktor.quotas.usage import gpu_usage
+from konduktor.vocabulary import GPU_RESOURCE, KUEUE_API
 
 app = typer.Typer(help="Apply team quotas to a cluster, show pending changes, explain a team's usage.")
 
@@ -109,16 +110,22 @@ def explain(
         typer.Option("-o", "--output", help="table (100 columns), wide (+ borrowing and lending limits), json, yaml."),
     ] = "table",
 ) -> None:
-    """Per team and GPU type: nominal quota, used, borrowed, lent, admitted and pending workloads."""
+    """Per team and GPU type: nominal quota, used, borrowed, lent, admitted and pending workloads. With sharing
+    groups, also per team and group: each slice it has a quota of (a MIG profile, or shared GPUs), in the resource
+    column (as config.yaml names it: gpu, mig-1g.10gb, gpu.shared)."""
     with connect(kubeconfig, context, sim, read_only=True) as kube:
         require_kueue(kube)
         queues = kube.list(KUEUE_API, "ClusterQueue")
         gpus = capacity(health_view(kube.list("v1", "Node")))
-    rows = [u.row() for u in team_usage(queues) if team is None or team in (u.team, u.cluster_queue)]
+    usage = [u for u in gpu_usage(queues) if team is None or team in (u.team, u.cluster_queue)]
+    rows = [u.row() for u in usage]
     if team is not None and not rows:
         known = sorted({q["metadata"]["name"] for q in queues})
         raise UsageError(f"no ClusterQueue for team {team!r}", hint=f"teams on this cluster: {', '.join(known)}")
     columns = ["team", "flavor", "nominal", "used", "borrowed", "lent", "admitted_workloads", "pending_workloads"]
+    if any(u.resource != GPU_RESOURCE for u in usage) and output in ("table", "wide"):
+        columns.insert(2, "resource")  # slices beside whole GPUs: which one a row counts
+        rows = [{**row, "resource": resource_key(row["resource"])} for row in rows]
     if output == "wide":
         columns[6:6] = ["borrowing_limit", "lending_limit"]
     print_rows(rows, columns, "table" if output == "wide" else output)

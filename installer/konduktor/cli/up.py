@@ -33,6 +33,7 @@ from konduktor.ops.chart import skipped_on_sim
 from konduktor.ops.down import DOWN_TIMEOUT, lost_with_crds, plan_down, take_down
 from konduktor.ops.multicluster import Member, members, plan_fleet, run_fleet_up, running, stop_dispatching_to
 from konduktor.ops.plan import UpPlan, plan_up
+from konduktor.ops.sharing import SharingPlan
 from konduktor.ops.status import PlatformStatus, application_state, installed_release, read_fleet_status, read_status
 from konduktor.ops.target import Confirm, Target, resolve_target, running_target
 from konduktor.ops.up import UpReport, UpRequest, run_up
@@ -66,6 +67,7 @@ def up_document(result: UpReport) -> dict[str, Any]:
         ],
         "quotas": [change.as_json() for change in quota_writes(result.changes)],
         "policy_violations": [asdict(v) for v in result.violations],
+        "sharing": sharing_document(result.sharing),
         "burnin": None
         if result.burnin is None
         else {
@@ -81,6 +83,29 @@ def up_document(result: UpReport) -> dict[str, Any]:
         },
         "steps": [{"name": name, "seconds": round(seconds, 1)} for name, seconds in result.steps],
     }
+
+
+def sharing_document(planned: SharingPlan | None) -> dict[str, Any] | None:
+    """The nodes' sharing labels changed (or that would change), the groups short of nodes, and the nodes cordoned
+    for a layout that is not in place yet; null when the cluster was not read."""
+    if planned is None:
+        return None
+    return {
+        "changes": [change.as_json() for change in planned.changes],
+        "short": planned.short,
+        "cordoned": [node.name for node in planned.cordoned],
+    }
+
+
+def sharing_lines(planned: SharingPlan | None) -> list[str]:
+    """One line per node whose sharing labels change (with the GPU work on it when its layout changes), per group
+    short of nodes, and per node still cordoned for a layout."""
+    if planned is None:
+        return []
+    lines = [change.describe() for change in planned.changes]
+    lines += [f"sharing group {short}: the cluster has no more nodes of the type" for short in planned.short]
+    lines += [f"node {node.name}: cordoned until its GPU layout is in place" for node in planned.cordoned]
+    return lines
 
 
 def skipped_nodes(report: BurnInReport | None) -> list[NodeVerdict]:
@@ -117,6 +142,8 @@ def print_report(result: UpReport) -> None:
     typer.echo(f"  {len(changed)} quota objects {verb}")
     for change in changed if result.release is None else []:
         typer.echo(textwrap.indent(change.describe(), "    "))
+    for line in sharing_lines(result.sharing):
+        typer.echo(f"  {line}")
     for violation in result.violations:
         typer.echo(f"policy: {violation.kind} {violation.namespace}/{violation.name}: {violation.reason}")
     if result.burnin is not None:
@@ -175,10 +202,23 @@ def up(
             "their verdict, or without a usable one); none. Nodes whose GPUs running pods hold are SKIPPED.",
         ),
     ] = Policy.NEW,
+    drain_for_sharing: Annotated[
+        bool,
+        typer.Option(
+            "--drain-for-sharing",
+            help="Change a node's GPU sharing layout even while GPU work runs there: cordon it, evict its GPU pods "
+            "(honouring PodDisruptionBudgets), relabel it, and uncordon it once the layout is in place. Without it, "
+            "up refuses such a change (exit 3) and names the nodes and pods.",
+        ),
+    ] = False,
     output: Annotated[OutputFormat, typer.Option("-o", "--output")] = "table",
 ) -> None:
     """Install or upgrade Konduktor from a config: the simulated cluster when no kubeconfig is given. A config with
-    `clusters:` installs every cluster it names, the workers in dispatch order, then the manager."""
+    `clusters:` installs every cluster it names, the workers in dispatch order, then the manager.
+
+    A config with sharing groups (gpuTypes.<type>.sharing) also labels each group's nodes for the GPU Operator,
+    keeping a node in its group from run to run, and gives the others whole GPUs back; a layout change on a node
+    with GPU work is refused unless --drain-for-sharing."""
     files = read_values_files(values or [])
     loaded = load_checked(config, several_clusters=True)  # nothing runs unless the whole config validates
     if loaded.config.clusters is not None:
@@ -195,6 +235,7 @@ def up(
         takeover=Takeover(adopt or (), drain_removed_teams, drain_timeout),
         values_files=tuple(files),
         burnin=burnin,
+        drain_for_sharing=drain_for_sharing,
     )
     if loaded.config.clusters is not None:
         with progress("up") as report:
@@ -256,11 +297,13 @@ def plan(
     adopt: AdoptOption = None,
     output: Annotated[OutputFormat, typer.Option("-o", "--output")] = "table",
 ) -> None:
-    """What `up` would change. Exit 0: nothing; 1: changes pending (release or quotas); 3: `up` would refuse a
-    quota change (an object belongs to someone else); 2 or 5: error.
+    """What `up` would change. Exit 0: nothing; 1: changes pending (release, quotas or nodes' sharing labels); 3:
+    `up` would refuse a quota change (an object belongs to someone else) or a GPU layout change on a node where GPU
+    work runs (unless --drain-for-sharing); 2 or 5: error.
 
     The release's objects that `up` would add, remove or change (a server-side dry run of the upgrade with the
-    same values, against the deployed release), each change with its diff; then the quota objects."""
+    same values, against the deployed release), each change with its diff; then the quota objects; then each node
+    whose sharing labels change, with the pods (and their teams) that hold GPUs there when its layout changes."""
     loaded = load_checked(config, several_clusters=True)
     files = read_values_files(values or [])
     if loaded.config.clusters is not None:
@@ -300,6 +343,7 @@ def plan_document(planned: UpPlan) -> dict[str, Any]:
             "changes": [change.as_json() for change in planned.changes],
         },
         "quotas": [change.as_json() for change in planned.quotas],
+        "sharing": sharing_document(planned.sharing),
     }
 
 
@@ -320,6 +364,8 @@ def print_plan(document: dict[str, Any], planned: UpPlan) -> None:
             typer.echo("".join(f"    {line}" for line in change.diff.splitlines(keepends=True)), nl=False)
     for quota in planned.quotas:
         typer.echo(quota.describe())
+    for line in sharing_lines(planned.sharing):
+        typer.echo(line)
 
 
 def status(

@@ -122,8 +122,8 @@ DEVICE_PLUGIN_CONFIG_MAP = "konduktor-device-plugin-sharing"
 
 
 def gpu_operator_values(config: Config) -> dict[str, Any]:
-    """The GPU Operator's values for the config's sharing groups (docs/design/gpu-sharing.md#how-the-gpu-operator-is-
-    told); none for a config without groups, so that the chart's own values stand.
+    """The GPU Operator's values for the config's sharing groups (docs/design/gpu-sharing.md#the-gpu-operators-values);
+    none for a config without groups, so that the chart's own values stand.
 
     MIG groups: the `mixed` strategy and mig-manager's layouts, one per group named after it plus `all-disabled`
     (the default of a node without the label, and the layout `up` gives a node that leaves a group): a custom

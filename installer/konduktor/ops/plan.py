@@ -1,6 +1,7 @@
 """`plan`: what `up` would change, without changing it: the release's objects (a server-side dry run of the upgrade
 with the same values, against the deployed release; a client-side render when the simulated cluster is not running
-yet) and the quota objects; and the exit code that sums it up."""
+yet), the nodes' sharing labels (which nodes change layout, and the GPU work on them) and the quota objects; and the
+exit code that sums it up."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from konduktor.helm.schema import ValuesFile
 from konduktor.kube.documents import load_documents
 from konduktor.kube.sync import Change
 from konduktor.ops.chart import chart_for
+from konduktor.ops.sharing import SharingPlan, read_sharing
 from konduktor.ops.target import Target
 from konduktor.ops.up import FleetShare
 from konduktor.quotas.sync import Takeover, pending_code, plan_quotas
@@ -25,17 +27,24 @@ from konduktor.quotas.sync import Takeover, pending_code, plan_quotas
 @dataclass(frozen=True)
 class UpPlan:
     """The release as it is (None: not installed), the chart `up` would install (name, version), the release's
-    objects it would add, remove or change, and the quota objects it would change."""
+    objects it would add, remove or change, the quota objects it would change, and the nodes whose sharing labels
+    it would change (None: the cluster was not read)."""
 
     installed: Release | None
     chart: str
     version: str
     changes: list[ObjectChange]
     quotas: list[Change]
+    sharing: SharingPlan | None = None
 
     @property
     def code(self) -> int:
-        return plan_code(self.installed, self.changes, self.quotas)
+        code = plan_code(self.installed, self.changes, self.quotas)
+        if self.sharing is not None and self.sharing.blocked:
+            return max(code, ExitCode.CHECK_FAILED)  # up would refuse, as for a quota change
+        if code == ExitCode.OK and self.sharing is not None and (self.sharing.changes or self.sharing.cordoned):
+            return ExitCode.NEGATIVE
+        return code
 
 
 def plan_up(
@@ -54,6 +63,7 @@ def plan_up(
         checked, checked_values = chart_for(target.simulated, config, extra, settings)
         check_values(checked, RELEASE, NAMESPACE, checked_values, files, target.toolbox())
     quotas: list[Change] = []
+    sharing = None
     if target.sim is not None and target.kubeconfig is not None and not target.kubeconfig.exists():
         say(f"plan: the simulated cluster {target.sim!r} is not running; up creates it")
         chart, chart_values = chart_for(target.simulated, config, extra, settings)
@@ -64,6 +74,7 @@ def plan_up(
         with target.connect() as kube:
             planned = plan_quotas(kube, config, takeover, None if share is None else share.quotas)
             quotas = [c for c in planned if c.action != "unchanged"]
+            sharing = read_sharing(kube, config)
             chart, chart_values = chart_for(target.simulated, config, extra, settings)
             rendered = render_upgrade(
                 target.kubeconfig,
@@ -76,7 +87,7 @@ def plan_up(
             )
     wanted = load_documents(chart / "Chart.yaml")[0]
     changes = release_changes(rendered.deployed, rendered.wanted)
-    return UpPlan(rendered.installed, f"{wanted['name']}", str(wanted["version"]), changes, quotas)
+    return UpPlan(rendered.installed, f"{wanted['name']}", str(wanted["version"]), changes, quotas, sharing)
 
 
 def plan_code(installed: Release | None, changes: list[ObjectChange], quotas: list[Change]) -> int:

@@ -1,7 +1,8 @@
 """`up`: validate -> target (the given cluster, else the simulated one) -> preflight -> install the chart ->
-apply team quotas -> verify queues and the health controller -> audit existing workloads against the policies ->
-burn in the GPU nodes (config `burnin`). Nothing touches a cluster until the whole config validates and preflight
-passes; every step is safe to repeat, so a run that was interrupted is finished by running it again.
+give the sharing groups their nodes -> apply team quotas -> verify queues and the health controller -> audit
+existing workloads against the policies -> burn in the GPU nodes (config `burnin`). Nothing touches a cluster until
+the whole config validates and preflight passes; every step is safe to repeat, so a run that was interrupted is
+finished by running it again.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from konduktor.kube.sync import Change, refuse_if_any
 from konduktor.ops.burnin import UpBurnIn, burn_in_for_up
 from konduktor.ops.chart import chart_for, chart_image
 from konduktor.ops.preflight import require_preflight
+from konduktor.ops.sharing import SharingPlan, apply_sharing, read_sharing, refusal
 from konduktor.ops.target import Confirm, Target, resolve_target
 from konduktor.preflight.inventory import config_inventory
 from konduktor.queueing.cluster import publish_capacity
@@ -39,6 +41,8 @@ from konduktor.sim.pools import spec_of
 from konduktor.waiting import wait_until
 
 Report = Callable[[str], None]  # the step `up` is at, for a spinner or a log line
+# The option that lets `up` drain a node whose sharing layout changes (its name in refusals).
+DRAIN_FOR_SHARING = "--drain-for-sharing"
 
 
 def _silent(_message: str) -> None:
@@ -79,6 +83,8 @@ class UpRequest:
     values_files: tuple[ValuesFile, ...] = ()  # where `values` came from, to name the file of a refused field
     burnin: Policy = Policy.NEW  # which GPU nodes to burn in (at the config's burnin.level)
     share: FleetShare | None = None  # None: a cluster of its own
+    # Change a sharing layout on a node with GPU work too: cordon it, evict the work, relabel, uncordon when applied.
+    drain_for_sharing: bool = False
 
 
 class StepClock:
@@ -112,6 +118,7 @@ class UpReport:
     steps: list[tuple[str, float]]
     burnin: BurnInReport | None = None
     image: str = ""  # the konduktor image the release runs
+    sharing: SharingPlan | None = None  # the nodes' sharing labels changed (or that would change, on a dry run)
 
 
 def start_simulated(
@@ -191,10 +198,13 @@ def run_up(
         # The quota plan before anything changes: an object someone else owns, or a removed team with work,
         # stops `up` here, with nothing installed.
         planned = plan_quotas(kube, config, request.takeover, share.quotas)
+        # Likewise a sharing layout that would change under running GPU work, unless told to drain it.
+        sharing = read_sharing(kube, config)
         if request.dry_run:
             clock.finish()
-            return UpReport(config, target, chart, None, planned, [], clock.steps, image=image)
+            return UpReport(config, target, chart, None, planned, [], clock.steps, image=image, sharing=sharing)
         refuse_if_any(planned)
+        refuse_busy_layouts(sharing, request)
         if confirm is not None and not target.simulated:
             confirm(f"install {chart.name} into context {kube.context} ({kube.server})?")  # names the cluster
         clock.step("install", f"helm upgrade --install {RELEASE} {chart.name} in {NAMESPACE}")
@@ -204,6 +214,7 @@ def run_up(
                 SimCluster(target.sim, progress=report).platform.ensure(kube)
             if share.before_quotas is not None:
                 share.before_quotas(kube)
+            sharing = give_sharing(kube, request, sharing, clock, say)
             clock.step("quotas", "applying")
             changes = sync_quotas(
                 kube, config, prune=True, dry_run=False, takeover=request.takeover, say=say, quotas=share.quotas
@@ -233,7 +244,30 @@ def run_up(
                 hint=problem.hint or "fix the cause and run the same command again",
                 detail=problem.detail,
             ) from problem
-    return UpReport(config, target, chart, release, changes, violations, clock.steps, burnin, image)
+    return UpReport(config, target, chart, release, changes, violations, clock.steps, burnin, image, sharing)
+
+
+def refuse_busy_layouts(planned: SharingPlan, request: UpRequest) -> None:
+    """Stops `up` before it changes anything when a sharing layout would change on a node with GPU work and it was
+    not told to drain such nodes."""
+    if planned.blocked and not request.drain_for_sharing:
+        raise refusal(planned, DRAIN_FOR_SHARING)
+
+
+def give_sharing(kube: Kube, request: UpRequest, planned: SharingPlan, clock: StepClock, say: Say) -> SharingPlan:
+    """The sharing step: each group's nodes labelled, those left whole given back (konduktor.ops.sharing); skipped
+    when no node's sharing labels change and none waits to be uncordoned."""
+    if not (planned.changes or planned.cordoned):
+        return planned
+    clock.step("sharing", f"labelling {len(planned.changes)} node(s) for the sharing groups")
+    return apply_sharing(
+        kube,
+        request.config.config,
+        drain=request.drain_for_sharing,
+        timeout=request.takeover.drain_timeout,
+        say=say,
+        flag=DRAIN_FOR_SHARING,
+    )
 
 
 def install_release(kube: Kube, target: Target, chart: Path, chart_values: dict[str, Any], report: Report) -> Release:

@@ -1,4 +1,5 @@
-"""Per team and GPU type: what the quota says, what is used, borrowed and lent, read from ClusterQueues.
+"""Per team and GPU type (and sharing group's slices): what the quota says, what is used, borrowed and lent, read
+from ClusterQueues.
 
 Kueue reports usage and borrowing per ClusterQueue, not lending. What a team lends is derived: the capacity
 others in its cohort borrow, shared among the lenders in proportion to the idle quota each can lend.
@@ -12,6 +13,7 @@ from fractions import Fraction
 from typing import Any
 
 from konduktor.config.quantity import parse_quantity
+from konduktor.gpu.sharing import MIG_RESOURCE_PREFIX, SHARED_RESOURCE
 from konduktor.vocabulary import GPU_RESOURCE, TEAM_LABEL
 
 
@@ -105,3 +107,39 @@ def _lent(rows: list[dict[str, Any]]) -> list[Fraction]:
         others = borrowed[key] - row["borrowed"]
         shares.append(min(_lendable(row), others * _lendable(row) / lendable[key]))
     return shares
+
+
+def _gpu_resource(name: str) -> bool:
+    """Whole GPUs, MIG instances or shared GPUs (docs/design/gpu-sharing.md)."""
+    return name in (GPU_RESOURCE, SHARED_RESOURCE) or name.startswith(MIG_RESOURCE_PREFIX)
+
+
+def _filler(usage: TeamUsage) -> bool:
+    """A resource a flavor lists only because every flavor of the resource group must (0, no limits, unused): a
+    whole GPU on a sharing group's flavor, a slice on a GPU type's or another group's."""
+    quiet = usage.nominal == 0 and usage.used == 0 and usage.borrowed == 0
+    return quiet and usage.borrowing_limit in (None, 0) and usage.lending_limit is None
+
+
+def gpu_usage(cluster_queues: list[dict[str, Any]]) -> list[TeamUsage]:
+    """`team_usage` of whole GPUs and of every slice the ClusterQueues cover (MIG instances, shared GPUs): one row
+    per queue, flavor and resource, but the zeros a flavor lists only because Kueue requires every flavor to list
+    every covered resource. Without sharing, exactly the whole-GPU rows."""
+    covered = sorted(
+        {
+            resource
+            for queue in cluster_queues
+            for group in queue.get("spec", {}).get("resourceGroups", [])
+            for resource in group.get("coveredResources", [])
+            if _gpu_resource(resource) and resource != GPU_RESOURCE
+        }
+    )
+    whole = team_usage(cluster_queues)
+    if not covered:
+        return whole
+    sliced = [u for resource in covered for u in team_usage(cluster_queues, resource) if not _filler(u)]
+    # A sharing group's flavor gives no whole GPU: its nvidia.com/gpu 0 is filler too.
+    flavors = {(u.cluster_queue, u.flavor) for u in sliced}
+    whole = [u for u in whole if not ((u.cluster_queue, u.flavor) in flavors and _filler(u))]
+    order = {(u.cluster_queue, u.flavor): i for i, u in enumerate(team_usage(cluster_queues))}
+    return sorted([*whole, *sliced], key=lambda u: (order[(u.cluster_queue, u.flavor)], u.resource))
