@@ -21,6 +21,8 @@ from konduktor.gpu.sharing import (
     MIG_CONFIG_LABEL,
     MIG_CONFIG_STATE_LABEL,
 )
+from konduktor.helm.release import Release
+from konduktor.ops.plan import UpPlan
 from konduktor.ops.sharing import (
     CORDONED_FOR_SHARING,
     SHARING_GROUP_LABEL,
@@ -164,6 +166,18 @@ def test_only_a_label_mark_is_no_layout_change() -> None:
     [change] = plan.changes
     assert change.labels == {SHARING_GROUP_LABEL: "h100-mig"}
     assert not change.layout and plan.blocked == []
+
+
+def test_plan_exits_3_when_up_would_refuse_a_layout_change_and_1_when_labels_change() -> None:
+    deployed = Release("konduktor", "konduktor-system", 3, "deployed", "konduktor-core-0.1.0")
+
+    def code(nodes: list[SharingNode]) -> int:
+        return UpPlan(deployed, "konduktor-core", "0.1.0", [], [], plan_sharing(config_of(1, 0), nodes)).code
+
+    assert code([node("n1", **{MIG_CONFIG_LABEL: "h100-mig", SHARING_GROUP_LABEL: "h100-mig"})]) == ExitCode.OK
+    assert code([node("n1")]) == ExitCode.NEGATIVE  # an idle node to label
+    assert code([node("n1", busy=True)]) == ExitCode.CHECK_FAILED  # the only node has GPU work
+    assert UpPlan(deployed, "konduktor-core", "0.1.0", [], []).code == ExitCode.OK  # the cluster was not read
 
 
 def test_gpu_work_is_every_unfinished_bound_pod_holding_gpus_or_slices_with_its_team() -> None:

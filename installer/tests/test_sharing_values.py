@@ -8,7 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+from support import run
 
 from konduktor.config.load import load_config, parse_config
 from konduktor.helm.values import (
@@ -162,3 +164,12 @@ def test_the_example_validates_cleanly_and_its_values_name_its_groups() -> None:
     layouts = set(yaml.safe_load(values["migManager"]["config"]["data"]["config.yaml"])["mig-configs"])
     plugin = set(values["devicePlugin"]["config"]["data"])
     assert layouts | plugin == {*groups, "all-disabled"}
+
+
+def test_render_chart_values_shows_them(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "render", str(EXAMPLES / "shared-gpus.yaml"), "--chart-values")
+    assert code == 0
+    rendered = yaml.safe_load(out)
+    assert rendered["gpu-operator"] == gpu_operator_values(load_config(EXAMPLES / "shared-gpus.yaml").config)
+    code, out, _ = run(capsys, "render", str(EXAMPLES / "config.yaml"), "--chart-values")
+    assert "gpu-operator" not in yaml.safe_load(out)

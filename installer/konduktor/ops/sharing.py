@@ -271,11 +271,20 @@ def refusal(plan: SharingPlan, flag: str) -> ChangeRefused:
 
 
 def read_sharing(kube: Kube, config: Config) -> SharingPlan:
-    """The plan for the cluster as it is: its nodes, and the GPU work bound to them."""
-    pods = kube.list("v1", "Pod", field_selector="status.phase!=Succeeded,status.phase!=Failed")
-    work = gpu_work(pods, config)
-    nodes = [sharing_node(node, work) for node in kube.list("v1", "Node")]
-    return plan_sharing(config, nodes)
+    """The plan for the cluster as it is: its nodes, and the GPU work bound to them. The pods are read only when
+    the config has sharing groups or a node carries Konduktor's sharing label or cordon: a cluster that never had
+    groups costs one list of its nodes."""
+    found = kube.list("v1", "Node")
+    marked = any(
+        SHARING_GROUP_LABEL in (node["metadata"].get("labels") or {})
+        or CORDONED_FOR_SHARING in (node["metadata"].get("annotations") or {})
+        for node in found
+    )
+    work: dict[str, list[GpuWork]] = {}
+    if marked or any(config.sharing_groups()):
+        pods = kube.list("v1", "Pod", field_selector="status.phase!=Succeeded,status.phase!=Failed")
+        work = gpu_work(pods, config)
+    return plan_sharing(config, [sharing_node(node, work) for node in found])
 
 
 def apply_sharing(
