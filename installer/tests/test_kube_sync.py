@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from conftest import Sim
+
+from konduktor.errors import PartialApply
 from konduktor.kube.sync import (
     ADOPTED_ANNOTATION,
     Change,
@@ -12,6 +16,7 @@ from konduktor.kube.sync import (
     comparable,
     differing_fields,
     plan,
+    sync,
     value_changes,
 )
 
@@ -137,3 +142,31 @@ def test_an_adopted_object_is_ours_to_update_but_never_pruned() -> None:
     changes = plan([], [adopted_queue, cq("ours", "2", labels=OURS)], prune=True, owner=OURS)
     assert [(c.action, c.ref.name) for c in changes] == [("keep", "old"), ("prune", "ours")]
     assert "never deleted" in changes[0].note
+
+
+@pytest.mark.sim
+def test_a_sync_writes_one_kind_after_the_other_and_names_what_it_did_when_a_write_fails(sim: Sim) -> None:
+    """Objects of one kind are written together, and a kind only once the kinds before it are written: the
+    namespaces exist when the objects in them are applied. A refused write stops the sync after its kind, and
+    PartialApply names every change that was made."""
+    kube, kinds = sim.kube, [("v1", "Namespace"), ("v1", "ConfigMap")]
+    names = [f"konduktor-sync-order-{i}" for i in range(12)]
+    maps = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "m", "namespace": n, "labels": OURS}}
+        for n in names
+    ]
+    try:
+        changes = sync(kube, [*(namespace(n, OURS) for n in names), *maps], kinds, OURS)
+        assert [c.action for c in changes] == ["create"] * 24
+        assert all(kube.get("v1", "ConfigMap", "m", n) is not None for n in names)
+
+        stray = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "m", "namespace": "no-such-ns"}}
+        extra = namespace("konduktor-sync-order-extra", OURS)
+        with pytest.raises(PartialApply, match="stopped after 1 of 2 changes") as stopped:
+            sync(kube, [*(namespace(n, OURS) for n in names), extra, *maps, stray], kinds, OURS)
+        assert stopped.value.detail == "create    Namespace konduktor-sync-order-extra"
+        assert kube.get("v1", "Namespace", "konduktor-sync-order-extra") is not None
+    finally:
+        for name in [*names, "konduktor-sync-order-extra"]:
+            if kube.get("v1", "Namespace", name) is not None:
+                kube.delete("v1", "Namespace", name)

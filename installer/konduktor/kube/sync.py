@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -24,6 +25,8 @@ WRITES = ("create", "update", "adopt")  # actions that apply the desired object
 ADOPTED_ANNOTATION = "konduktor.ai/adopted-from"  # on an object Konduktor was told to adopt: its previous owner
 # Deleting these would take everything inside with them; when the config drops one it is reported, not deleted.
 NEVER_PRUNE = {("v1", "Namespace")}
+# Requests a sync keeps in flight: reads of the objects, then the writes of one kind.
+SYNC_CONCURRENCY = 8
 # Metadata the server writes; equal objects differ in these.
 SERVER_FIELDS = ("managedFields", "resourceVersion", "uid", "generation", "creationTimestamp", "selfLink")
 
@@ -250,6 +253,17 @@ def with_retries(call: Callable[..., T], *args: Any, attempts: int = 8, first_de
     raise AssertionError("unreachable")
 
 
+def _runs_of_one_kind(changes: Sequence[Change]) -> list[list[Change]]:
+    """The changes cut where the kind changes, in their order."""
+    runs: list[list[Change]] = []
+    for change in changes:
+        if runs and runs[-1][0].ref.kind == change.ref.kind:
+            runs[-1].append(change)
+        else:
+            runs.append([change])
+    return runs
+
+
 def owned_objects(kube: Kube, kinds: Iterable[tuple[str, str]], selector: str) -> list[dict[str, Any]]:
     found = []
     for api_version, kind in kinds:
@@ -293,8 +307,27 @@ def sync(
     still in use) before anything is applied. On a failure midway raises PartialApply naming what was done; re-running
     converges.
     """
-    desired = []
-    for obj in objects:
+    desired = _read_all(kube, objects, owner)
+    changes = review(plan(desired, owned_objects(kube, kinds, selector_of(owner)), prune, owner, adopt))
+    if dry_run:
+        return changes
+    refuse_if_any(changes)
+    order = {kind: index for index, (_, kind) in enumerate(kinds)}
+    writes = [c for c in changes if c.action in WRITES]
+    prunes = sorted((c for c in changes if c.action == "prune"), key=lambda c: -order.get(c.ref.kind, 0))
+    _write_all(kube, writes, prunes, {Ref.of(obj): obj for obj, _, _ in desired}, progress)
+    return changes
+
+
+Desired = tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]  # wanted, live, the server's dry run
+
+
+def _read_all(kube: Kube, objects: Sequence[dict[str, Any]], owner: Mapping[str, str]) -> list[Desired]:
+    """(wanted, live, the server's dry run of wanted) per object, in order. Two reads per object, independent of
+    the other objects', so several are in flight at once: 100 teams are ~700 objects, which one after another
+    took `plan` 10-20 s on a busy API server (bench/README.md#fleet-scale)."""
+
+    def read(obj: dict[str, Any]) -> Desired:
         ref = Ref.of(obj)
         live = with_retries(kube.get, ref.api_version, ref.kind, ref.name, ref.namespace)
         # An adopted object keeps the record of its adoption: our apply would otherwise remove it.
@@ -303,33 +336,50 @@ def sync(
         # Only an existing object needs the server's view to tell an update from no change; a new one may
         # live in a namespace that this same sync creates, where a dry run would be refused.
         would_be = with_retries(kube.apply, wanted, dry_run=True) if live is not None else None
-        desired.append((wanted, live, would_be))
-    changes = review(plan(desired, owned_objects(kube, kinds, selector_of(owner)), prune, owner, adopt))
-    if dry_run:
-        return changes
-    refuse_if_any(changes)
-    by_ref = {Ref.of(obj): obj for obj, _, _ in desired}
-    done: list[Change] = []
-    order = {kind: index for index, (_, kind) in enumerate(kinds)}
-    prunes = sorted((c for c in changes if c.action == "prune"), key=lambda c: -order.get(c.ref.kind, 0))
-    try:
-        for change in changes:
-            if change.action in WRITES:
-                with_retries(kube.apply, by_ref[change.ref])
-                done.append(change)
-                progress(change)
-        for change in prunes:
-            ref = change.ref
+        return wanted, live, would_be
+
+    with ThreadPoolExecutor(max_workers=SYNC_CONCURRENCY) as pool:
+        return list(pool.map(read, objects))
+
+
+def _write_all(
+    kube: Kube,
+    writes: Sequence[Change],
+    prunes: Sequence[Change],
+    by_ref: Mapping[Ref, dict[str, Any]],
+    progress: Callable[[Change], None],
+) -> None:
+    """Applies `writes`, then deletes `prunes`, each in its order from one kind to the next (a namespace before
+    what lives in it; prunes in reverse), the objects of one kind together. On a failure midway raises PartialApply
+    naming what was done."""
+
+    def write(change: Change) -> None:
+        ref = change.ref
+        if change.action == "prune":
             with_retries(kube.delete, ref.api_version, ref.kind, ref.name, ref.namespace)
-            done.append(change)
-            progress(change)
+        else:
+            with_retries(kube.apply, by_ref[ref])
+
+    done: list[Change] = []
+    try:
+        with ThreadPoolExecutor(max_workers=SYNC_CONCURRENCY) as pool:
+            for batch in (*_runs_of_one_kind(writes), *_runs_of_one_kind(prunes)):
+                failed: ApiError | None = None
+                for change, future in [(change, pool.submit(write, change)) for change in batch]:
+                    try:
+                        future.result()
+                    except ApiError as problem:
+                        failed = failed or problem
+                        continue
+                    done.append(change)
+                    progress(change)
+                if failed is not None:
+                    raise failed
     except ApiError as problem:
         if not done:
             raise  # nothing changed: the API's own answer (an outage is exit 5, not a partial change)
         raise PartialApply(
-            f"stopped after {len(done)} of {sum(c.action in (*WRITES, 'prune') for c in changes)} "
-            f"changes: {problem.message}",
+            f"stopped after {len(done)} of {len(writes) + len(prunes)} changes: {problem.message}",
             detail="\n".join(c.describe() for c in done) or "(nothing was changed)",
             hint="fix the cause and re-run the same command; it continues from the cluster's current state",
         ) from problem
-    return changes
