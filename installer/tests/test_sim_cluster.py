@@ -21,6 +21,7 @@ from konduktor.config.quantity import parse_quantity
 from konduktor.kube.client import Kube
 from konduktor.kube.conditions import condition
 from konduktor.sim.cluster import SimCluster, SimSpec, alive
+from konduktor.sim.control_plane import NODE_LEASE_SECONDS, NODE_MONITOR_GRACE_MS
 from konduktor.sim.nodes import node_manifests, parse_nodes_spec, system_node
 from konduktor.sim.workloads import gpu_job, is_true, job_state, workload_of
 from konduktor.waiting import wait_until
@@ -255,6 +256,20 @@ def test_new_nodes_get_the_capacity_and_labels_they_are_created_with(sim: Sim) -
         wait_until(
             "the extra nodes to go", lambda: not kube.list("v1", "Node", label_selector="konduktor.ai/gpu-type=l40s")
         )
+
+
+def test_kwok_holds_each_nodes_lease_for_the_sims_duration_and_keeps_it_renewed(sim: Sim) -> None:
+    """kwok renews a Lease per node for NODE_LEASE_SECONDS (a quarter of it between renewals), and the node lifecycle
+    controller waits NODE_MONITOR_GRACE_MS for one: what keeps 10,000 fake nodes Ready on a busy machine."""
+    names = [n["metadata"]["name"] for n in sim.kube.list("v1", "Node", label_selector="type=kwok")]
+    assert names
+    for name in names:
+        lease = sim.kube.get("coordination.k8s.io/v1", "Lease", name, "kube-node-lease")
+        assert lease is not None, name
+        assert lease["spec"]["leaseDurationSeconds"] == NODE_LEASE_SECONDS, name
+    commands = [Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0") for pid in cluster_pids(sim.cluster)]
+    manager = next(c for c in commands if Path(c[0]).name == "kube-controller-manager")
+    assert f"--node-monitor-grace-period={NODE_MONITOR_GRACE_MS // 60_000}m0s" in manager
 
 
 def test_a_host_network_pod_becomes_ready_on_a_gpu_node(sim: Sim) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import ipaddress
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from konduktor.errors import UsageError
+from konduktor.sim.node_fleet import as_specified
 from konduktor.sim.nodes import DEFAULT_TOPOLOGY, node_address, node_manifests, parse_nodes_spec, system_node
 from konduktor.vocabulary import HOSTNAME_LABEL
 
@@ -80,3 +83,32 @@ def test_nodes_have_a_loopback_internal_ip_and_leave_the_hostname_to_kwok() -> N
     assert ipaddress.IPv4Address(node_address(16_000_000)).is_loopback
     with pytest.raises(UsageError, match="room for"):
         node_address(17_000_000)
+
+
+def test_a_running_node_as_the_api_server_and_kwok_left_it_is_as_specified_and_a_changed_one_is_not() -> None:
+    """`sim up` on a running cluster writes only the nodes that are missing or differ from the spec."""
+    [wanted] = node_manifests(parse_nodes_spec("1x8:H100"))
+    live = copy.deepcopy(wanted)
+    # What the API server and kwok add or rewrite: a canonical memory quantity, kwok's address, others' marks.
+    live["status"]["capacity"]["memory"] = live["status"]["allocatable"]["memory"] = "1Ti"
+    live["status"]["addresses"].append({"type": "Hostname", "address": "localhost"})
+    live["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    live["metadata"]["labels"]["team"] = "x"
+    live["spec"]["taints"] = [{"key": "konduktor.ai/gpu-health", "effect": "NoSchedule"}]
+    assert as_specified(live, wanted)
+    assert not as_specified(None, wanted)
+    lost_gpu = copy.deepcopy(live)
+    lost_gpu["status"]["allocatable"]["nvidia.com/gpu"] = "7"
+    assert not as_specified(lost_gpu, wanted)
+    relabelled = copy.deepcopy(live)
+    relabelled["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-80GB"
+    assert not as_specified(relabelled, wanted)
+    tolerated = node_manifests(
+        [
+            replace(pool, taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}])
+            for pool in parse_nodes_spec("1x8:H100")
+        ]
+    )[0]
+    assert not as_specified(live, tolerated)
+    both = [*live["spec"]["taints"], *tolerated["spec"]["taints"]]
+    assert as_specified({**live, "spec": {"taints": both}}, tolerated)

@@ -29,6 +29,30 @@ COMPONENT_PORTS = (
     "kwokControllerPort",
 )
 
+# kwok's own defaults (KwokConfiguration v1alpha1, kwok v0.8), written out (see `config`).
+KWOK_DEFAULTS = {
+    "cidr": "10.0.0.0/24",
+    "enableDebuggingHandlers": True,
+    "enableProfilingHandler": True,
+    "enableContentionProfiling": False,
+    "enablePodsOnNodeSyncListPager": True,
+    "enablePodsOnNodeSyncStreamWatch": False,
+    "podsOnNodeSyncParallelism": 1,
+}
+# How many nodes' and pods' stages (and node leases) kwok plays at once; its default is 4 of each. Each is one request
+# to the API server, so on a busy machine their latency, not kwok's CPU, set the pace: 4 at a time made new nodes
+# Ready at ~18 a second, and renewed leases at ~15 a second, fewer than 5,000 nodes need (bench/README.md#fleet-scale).
+KWOK_PARALLELISM = {"nodePlayStageParallelism": 16, "nodeLeaseParallelism": 32, "podPlayStageParallelism": 16}
+# Each node's Lease, which kwok renews every quarter of its duration: kwokctl's default (40 s x its heartbeatFactor
+# of 5 = 200 s, renewed every 50 s) is 200 writes a second at 10,000 nodes, and when they lagged, the node lifecycle
+# controller marked the nodes Unknown and kwok initialized them again, over and over: at 5,000 nodes on a busy
+# machine 2,121 were NotReady 4 minutes into the start, their leases not renewed since their creation. 600 s
+# (renewed every 150 s) is 67 writes a second at 10,000 nodes; the controller manager waits 20 minutes for a
+# renewal before it calls a node Unknown. A fake node never dies unless kwok does: the sim loses nothing by it.
+NODE_LEASE_SECONDS = 600
+NODE_MONITOR_GRACE_MS = 1_200_000
+NODE_MONITOR_PERIOD_MS = 25_000  # kwokctl's 5 s x 5, as before: one pass over every node
+
 
 class ControlPlane:
     """kwokctl's cluster `name`, its work dir under `root` and the admin `kubeconfig` it writes."""
@@ -114,6 +138,11 @@ class ControlPlane:
             # Pod logs come from Logs objects in the API (one per pod, naming a file on this machine), so a test
             # or a burn-in on the sim reads step output through the real pods/log endpoint.
             "enableCRDs": ["Logs"],
+            # The node heartbeat settings below as written, not multiplied by kwokctl's default factor of 5.
+            "heartbeatFactor": 1,
+            "nodeLeaseDurationSeconds": NODE_LEASE_SECONDS,
+            "kubeControllerManagerNodeMonitorGracePeriodMilliseconds": NODE_MONITOR_GRACE_MS,
+            "kubeControllerManagerNodeMonitorPeriodMilliseconds": NODE_MONITOR_PERIOD_MS,
             # The components' ports, picked below the ephemeral range (free_port): left to kwokctl, they come from
             # that range, where any client's connect() may take one before its component binds it.
             **dict(zip(COMPONENT_PORTS, distinct_free_ports(len(COMPONENT_PORTS)), strict=True)),
@@ -142,7 +171,18 @@ class ControlPlane:
                         ],
                     },
                     {"name": "kube-scheduler", "extraArgs": [{"key": "leader-elect", "value": "false"}]},
+                    # kwok logs every node patch and every lease renewal at INFO: at 10,000 nodes ~200 lines a
+                    # second that nobody reads. Warnings and errors still go to its log.
+                    {"name": "kwok-controller", "extraArgs": [{"key": "v", "value": "WARN"}]},
                 ],
+            },
+            {
+                "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+                "kind": "KwokConfiguration",
+                # kwokctl writes this document out with what it leaves unset as empty, zero or false, and kwok takes
+                # it as written, so each of kwok's defaults (v1alpha1 KwokConfiguration) is spelt out: without the
+                # pods' IP range no pod starts; the debugging handlers serve pod logs (kubectl logs, burn-in steps).
+                "options": {**KWOK_DEFAULTS, **KWOK_PARALLELISM},
             },
             *kueue.stages(module_dir(self.toolbox.tools["kwok"]), spec.job_seconds),
         ]

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from konduktor.helm.values import merge_sections
+from konduktor.helm.values import merge_sections, umbrella_kueue_configuration
 from konduktor.kube.documents import load_documents
 from konduktor.vocabulary import KUEUE_NAMESPACE
 
@@ -26,6 +26,8 @@ WEBHOOK_PREFIX = "kueue-"
 EXEMPT_NAMESPACES = ["kube-system", NAMESPACE]
 # Integrations the simulated cluster serves: Jobs, and plain Pods (SkyPilot submits pods with queue labels).
 FRAMEWORKS = ["batch/job", "pod"]
+# The sections of the umbrella's Kueue Configuration the sim's Kueue runs with as they are: Kueue's pace at scale.
+TUNING = ("controller", "clientConnection")
 # A real install names its objects `<fullname>-<name>`; the umbrella chart sets Kueue's fullnameOverride to
 # "kueue", and Kueue's own release manifests use the same prefix (namePrefix in config/default).
 NAME_PREFIX = "kueue-"
@@ -162,6 +164,7 @@ def manager_configuration(
 
     `settings` are what a config implies (fair sharing, waitForPodsReady, ...); sections merge one level deep.
     """
+    umbrella = umbrella_kueue_configuration()
     configuration: dict[str, Any] = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -173,8 +176,9 @@ def manager_configuration(
         # The certificates are ours; Kueue's internal cert manager would rotate in a CA the
         # API server does not know for a Service that does not exist.
         "internalCertManagement": {"enable": False},
-        "clientConnection": {"qps": 300, "burst": 500},
         "integrations": {"frameworks": FRAMEWORKS},
+        # How hard Kueue works, as the umbrella runs it: its controllers' concurrency and its client's rate limit.
+        **{key: copy.deepcopy(umbrella[key]) for key in TUNING if key in umbrella},
     }
     return merge_sections(configuration, settings or {})
 
