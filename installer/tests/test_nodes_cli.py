@@ -137,6 +137,33 @@ def test_list_shows_a_quarantined_node_with_reason_since_and_owner(
 
 
 @pytest.mark.sim
+def test_state_type_and_limit_choose_the_nodes_listed_in_the_table_and_in_json(
+    capsys: pytest.CaptureFixture[str], cluster: Sim
+) -> None:
+    quarantine(cluster.kube, NODES[2])
+    code, out, _ = run(capsys, cluster, "nodes", "--state", "quarantined", "-o", "json")
+    assert code == 0 and [row["node"] for row in json.loads(out)["nodes"]] == [NODES[2]]
+    code, out, _ = run(capsys, cluster, "nodes", "--state", "quarantined")
+    rows = [line.split()[0] for line in out.splitlines() if line.startswith("gpu-")]
+    assert code == 0 and rows == [NODES[2]]
+    assert f"capacity: 40 {H100} GPUs, 10 quarantined" in out  # the fleet's capacity, whatever is listed
+
+    code, out, _ = run(capsys, cluster, "nodes", "--state", "healthy", "--type", "h100", "-o", "json")
+    listed = [row["node"] for row in json.loads(out)["nodes"]]
+    assert code == 0 and set(NODES) - {NODES[2]} <= set(listed) and NODES[2] not in listed
+
+    code, out, _ = run(capsys, cluster, "nodes", "--type", "a100")
+    assert code == 0 and "no node matches" in out and not [ln for ln in out.splitlines() if ln.startswith("gpu-")]
+
+    code, out, _ = run(capsys, cluster, "nodes", "--limit", "1")
+    assert code == 0 and len([line for line in out.splitlines() if line.startswith("gpu-")]) == 1
+    assert "--limit 0 lists all" in out
+
+    code, _, err = run(capsys, cluster, "nodes", "--state", "broken")
+    assert code == ExitCode.BAD_INPUT and "broken" in err
+
+
+@pytest.mark.sim
 def test_release_clears_taint_and_condition_records_an_event_and_is_safe_to_rerun(
     capsys: pytest.CaptureFixture[str], cluster: Sim
 ) -> None:

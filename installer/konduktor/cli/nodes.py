@@ -17,10 +17,11 @@ from konduktor.cli.console import print_document, progress, say
 from konduktor.cli.target import ContextOption, KubeconfigOption, SimOption, connect
 from konduktor.errors import ExitCode
 from konduktor.health.health_status import HealthReport, read_health, reset_breaker
-from konduktor.health.health_view import capacity, note, render_next, render_table
+from konduktor.health.health_view import Health, capacity, note, render_next, render_table
 from konduktor.health.release import release_node, requalify_node
 from konduktor.ops.burnin import configured_tier
 from konduktor.ops.multicluster import members
+from konduktor.ops.node_listing import SUMMARY_ABOVE, TABLE_LIMIT, NodeListing, select_nodes, state_summary
 from konduktor.ops.status import read_fleet_health
 from konduktor.vocabulary import BURNIN_NAMESPACE
 
@@ -45,9 +46,30 @@ def nodes(
         Path | None,
         typer.Option("--config", "-c", help="A config with `clusters:`: the GPU nodes of every worker (and manager)."),
     ] = None,
+    state: Annotated[
+        list[Health] | None,
+        typer.Option("--state", help="Only nodes in this state (repeat for several), e.g. --state quarantined."),
+    ] = None,
+    gpu_type: Annotated[
+        str | None,
+        typer.Option("--type", help="Only nodes of this GPU product, or a part of its name: --type h100."),
+    ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit",
+            min=0,
+            help=f"At most this many node rows; 0: all (the table's default: {TABLE_LIMIT} above {SUMMARY_ABOVE} "
+            "nodes, else all; JSON and YAML: all).",
+        ),
+    ] = None,
 ) -> None:
     """Every GPU node with its health: state, reason, since when, quarantine owner, last burn-in verdict, and what
     happens next to a node out of service; then the fleet breaker and the health controller.
+
+    Above 50 GPU nodes the table starts with a count of nodes per GPU product and state, and lists only the nodes
+    that are not healthy (`--state healthy` lists those), at most 50 rows (`--limit`); a line says what was left
+    out. `--state` and `--type` filter every output, JSON too.
 
     States: healthy, quarantined, requalifying, cordoned (by someone else), unhealthy (GPUHealthy=False without a
     quarantine), opted-out. Owners: konduktor-health (the controller), konduktor-install (burnin --quarantine),
@@ -57,6 +79,11 @@ def nodes(
     """
     if invocation.invoked_subcommand is not None:
         return
+    table = output in ("table", "wide")
+
+    def listing(report: HealthReport) -> NodeListing:
+        return select_nodes(report.nodes, states=state or (), gpu_type=gpu_type, limit=limit, table=table)
+
     if config is not None:
         loaded = load_fleet(config, kubeconfig, context, sim)
         found = read_fleet_health(members(loaded.config, config.parent))
@@ -67,7 +94,7 @@ def nodes(
                         {
                             "cluster": each.member.name,
                             "role": each.member.role,
-                            **(each.found.document() if each.found else {"error": each.problem}),
+                            **(_document(each.found, listing(each.found)) if each.found else {"error": each.problem}),
                         }
                         for each in found
                     ]
@@ -80,21 +107,33 @@ def nodes(
                 if each.found is None:
                     sys.stdout.write(f"not read: {each.problem}\n")
                 else:
-                    _show(each.found, output)
+                    _show(each.found, listing(each.found), output)
         if any(each.found is None for each in found):
             raise typer.Exit(ExitCode.UNREACHABLE)
         return
     with connect(kubeconfig, context, sim, read_only=True) as kube:
         report = read_health(kube, BURNIN_NAMESPACE)
     if output in ("json", "yaml"):
-        print_document(report.document(), output)
+        print_document(_document(report, listing(report)), output)
         return
-    _show(report, output)
+    _show(report, listing(report), output)
 
 
-def _show(report: HealthReport, output: NodesFormat) -> None:
-    sys.stdout.write(render_table(report.nodes, time.time(), wide=output == "wide"))
-    sys.stdout.write(render_next(report.nodes))
+def _document(report: HealthReport, listing: NodeListing) -> dict[str, object]:
+    return {**report.document(), "nodes": [view.row() for view in listing.shown]}
+
+
+def _show(report: HealthReport, listing: NodeListing, output: NodesFormat) -> None:
+    if len(report.nodes) > SUMMARY_ABOVE:
+        for counted in state_summary(report.nodes):
+            sys.stdout.write(f"nodes: {counted}\n")
+    if listing.shown or not report.nodes:
+        sys.stdout.write(render_table(listing.shown, time.time(), wide=output == "wide"))
+    else:
+        sys.stdout.write("no node needs attention\n" if listing.healthy_left_out else "no node matches\n")
+    for left_out in listing.notes():
+        sys.stdout.write(f"({left_out})\n")
+    sys.stdout.write(render_next(listing.shown))
     for line in capacity(report.nodes):
         sys.stdout.write(f"capacity: {line.describe()}\n")
     sys.stdout.write(note(BREAKER_LABEL, report.breaker.describe()))
