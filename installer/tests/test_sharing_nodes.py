@@ -388,3 +388,19 @@ def test_plan_names_the_nodes_that_change_layout_and_the_work_on_them(
         f"node {nodes[0]} (h100): layout change whole GPUs -> h100-shared; GPU work: {BUSY_NAMESPACE}/sharing-busy"
         in out
     )
+
+
+@pytest.mark.sim
+def test_a_drain_leaves_a_cordon_someone_else_set(sim: Sim, nodes: list[str]) -> None:
+    kube = sim.kube
+    target = nodes[0]
+    kube.patch("v1", "Node", target, {"spec": {"unschedulable": True}})  # an admin's cordon
+    gpu_pod(sim, "sharing-busy", target)
+    [change] = [c for c in read_sharing(kube, config_of(0, 4)).changes if c.node == target]
+    assert change.cordoned_by_others and change.work
+    apply_sharing(kube, config_of(0, 4), drain=True, timeout=60)
+    assert kube.get("v1", "Pod", "sharing-busy", BUSY_NAMESPACE) is None
+    assert labels_of(sim, target)[DEVICE_PLUGIN_CONFIG_LABEL] == "h100-shared"
+    found = kube.get("v1", "Node", target)
+    assert found is not None and found["spec"].get("unschedulable") is True  # still the admin's
+    assert CORDONED_FOR_SHARING not in found["metadata"].get("annotations", {})

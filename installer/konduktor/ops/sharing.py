@@ -168,6 +168,7 @@ class NodeChange:
     layout: bool
     mig: bool  # mig-manager changes the node's MIG layout (else only the device plugin's config changes)
     work: tuple[GpuWork, ...] = ()
+    cordoned_by_others: bool = False  # cordoned, not by `up`: a drain leaves the cordon to whoever set it
 
     def describe(self) -> str:
         way = f"{self.before or 'whole GPUs'} -> {self.after or 'whole GPUs'}"
@@ -249,7 +250,17 @@ def plan_sharing(config: Config, nodes: Sequence[SharingNode]) -> SharingPlan:
             layout = bool(layout_keys & set(labels))
             before = current_group(node, gpu_type) or node.labels.get(SHARING_GROUP_LABEL)
             changes.append(
-                NodeChange(node.name, type_name, before, after, labels, layout, MIG_CONFIG_LABEL in labels, node.work)
+                NodeChange(
+                    node.name,
+                    type_name,
+                    before,
+                    after,
+                    labels,
+                    layout,
+                    MIG_CONFIG_LABEL in labels,
+                    node.work,
+                    node.unschedulable and node.cordoned_for is None,
+                )
             )
     cordoned = [n for n in nodes if n.cordoned_for is not None]
     return SharingPlan(sorted(changes, key=lambda c: c.node), short, cordoned)
@@ -306,7 +317,8 @@ def apply_sharing(
     for change in plan.changes:
         if change.layout and change.work:
             # Cordoned first: no new pod lands on GPUs whose layout is about to change.
-            cordon(kube, change.node, MIG_MANAGER if change.mig else DEVICE_PLUGIN)
+            if not change.cordoned_by_others:
+                cordon(kube, change.node, MIG_MANAGER if change.mig else DEVICE_PLUGIN)
             evict(kube, change, deadline, say)
         kube.patch("v1", "Node", change.node, {"metadata": {"labels": change.labels}})
         say(f"sharing: {change.describe()}")
@@ -362,7 +374,7 @@ def evict(kube: Kube, change: NodeChange, deadline: float, say: Say) -> None:
 def finish_cordoned(kube: Kube, plan: SharingPlan, deadline: float, say: Say) -> SharingPlan:
     """Uncordons every node `up` cordoned for a layout once the layout is in place (mig-manager's success, or at
     once without MIG); those still waiting at the deadline stay cordoned: PartialApply."""
-    names = {change.node for change in plan.changes if change.layout and change.work}
+    names = {c.node for c in plan.changes if c.layout and c.work and not c.cordoned_by_others}
     names |= {node.name for node in plan.cordoned}
     if not names:
         return plan
