@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,16 +20,17 @@ from health_cluster import controller, controller_namespace, leave_cluster
 from health_cluster import settings as health_settings
 
 from konduktor.cli.team import main as team_main
-from konduktor.config.load import load_config
+from konduktor.config.load import load_config, parse_config
 from konduktor.config.model import SecurityProfile, Team
-from konduktor.errors import ExitCode
+from konduktor.errors import ExitCode, KonduktorError
+from konduktor.gpu.sharing import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL, SHARED_RESOURCE
 from konduktor.kube.client import MERGE_PATCH, ApiError, Identity, Kube
 from konduktor.kube.conditions import condition
 from konduktor.paths import product_dir
-from konduktor.quotas.render import pod_security_labels
+from konduktor.quotas.render import pod_security_labels, render
 from konduktor.quotas.sync import sync_quotas
 from konduktor.sim.workloads import RESTRICTED_CONTAINER, RESTRICTED_POD, gpu_job, is_true, workload_of
-from konduktor.vocabulary import KUEUE_API
+from konduktor.vocabulary import GPU_RESOURCE, KUEUE_API, PRODUCT_LABEL, TEAM_LABEL
 from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim
@@ -476,3 +478,303 @@ def test_a_job_whose_pods_are_refused_after_admission_gives_its_quota_back(
         sim.kube.delete("v1", "Namespace", REFUSED)
         leave_cluster(sim.kube)
         wait_until(f"namespace {REFUSED} to be deleted", lambda: sim.kube.get("v1", "Namespace", REFUSED) is None, 120)
+
+
+# -- GPUs shared below one GPU: slices only through the team's queue and quota ---------------------------------------
+
+# A config of its own (its own flavors, cohort, teams and priority classes), so that the example's teams are left as
+# they are. No topology: Kueue admits from the quotas alone, whatever the nodes advertise.
+SLICED = textwrap.dedent("""\
+    version: 1
+    cluster: {name: slice-lab}
+    kueue: {sharing: fair}
+    capacityReserve: {cpu: "8", memory: 64Gi}
+    gpuTypes:
+      slice-h100:
+        product: NVIDIA-H100-80GB-HBM3
+        tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+        nodes: 4
+        gpusPerNode: 8
+        nodeAllocatable: {cpu: "192", memory: 1900Gi}
+        sharing:
+          slice-mig: {nodes: 1, mig: {1g.10gb: 2, 2g.20gb: 1, 3g.40gb: 1}}
+          slice-shared: {nodes: 1, timeSlicing: {replicas: 4}}
+          slice-mps: {nodes: 1, mps: {replicas: 2}}
+    priorities: {slice-low: 100, slice-standard: 1000}
+    teams:
+      slice-a:
+        namespaces: [slice-a]
+        groups: [slice-a]
+        gpus: {slice-h100: {quota: 4, borrowLimit: 0}}
+        slices:
+          slice-mig: {mig-1g.10gb: {quota: 2, borrowLimit: 1}}
+          slice-shared: {gpu.shared: {quota: 4, borrowLimit: 0}}
+      slice-b:
+        namespaces: [slice-b]
+        groups: [slice-b]
+        gpus: {slice-h100: {quota: 4}}
+        slices:
+          slice-mig: {mig-1g.10gb: {quota: 14}, mig-2g.20gb: {quota: 8}, mig-3g.40gb: {quota: 8}}
+          slice-shared: {gpu.shared: {quota: 28}}
+          slice-mps: {gpu.shared: {quota: 16}}
+    alerts:
+      receivers: {platform: {webhook: {url: {secret: platform-webhook, key: url}}}}
+    """)
+SLICE_TEAM, OTHER_TEAM = "slice-a", "slice-b"
+SLICE_MEMBER = Identity("alice", SLICE_TEAM)
+NO_QUEUE = "slice-a-unqueued"  # a namespace of slice-a without a LocalQueue (one the team's set-up missed)
+MIG_1G, MIG_3G = "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"
+
+
+@pytest.fixture(scope="module")
+def slice_member(sim: Sim, member: Kube) -> Iterator[Kube]:
+    """A member of slice-a, once the sharing config's quotas are applied: slice-a holds 2 (+1 borrowable)
+    mig-1g.10gb and 4 shared GPUs; slice-b holds every other slice, and the whole MPS group. The platform's
+    priority classes, which `konduktor submit` names, are the example config's (`member` applies them)."""
+    config = parse_config(SLICED, "sliced.yaml").config
+    objects = render(config)
+    sync_quotas(sim.kube, config, prune=False, dry_run=False)
+    for team in (SLICE_TEAM, OTHER_TEAM):
+        wait_until(
+            f"{team}'s ClusterQueue to be active",
+            lambda t=team: is_true(sim.kube.get(KUEUE_API, "ClusterQueue", t), "Active"),
+        )
+    # The team's namespace without a queue, with the team's rights in it (the RoleBindings the quotas render).
+    sim.kube.apply(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NO_QUEUE, "labels": {TEAM_LABEL: SLICE_TEAM}}}
+    )
+    for binding in objects:
+        if binding["kind"] == "RoleBinding" and binding["metadata"]["namespace"] == SLICE_TEAM:
+            sim.kube.apply({**binding, "metadata": {**binding["metadata"], "namespace": NO_QUEUE}})
+    client = Kube(sim.kubeconfig, impersonate=SLICE_MEMBER)
+    try:
+        yield client
+    finally:
+        client.close()
+        for namespace in (SLICE_TEAM, OTHER_TEAM, NO_QUEUE):
+            for job in sim.kube.list("batch/v1", "Job", namespace):
+                sim.kube.delete("batch/v1", "Job", job["metadata"]["name"], namespace)
+        sim.kube.delete(KUEUE_API, "LocalQueue", "borrowed", SLICE_TEAM)
+        wait_until(
+            "the slice teams' workloads to be gone",
+            lambda: not any(sim.kube.list(KUEUE_API, "Workload", ns) for ns in (SLICE_TEAM, OTHER_TEAM)),
+            timeout=60,
+        )
+        for obj in [*reversed(objects), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NO_QUEUE}}]:
+            meta = obj["metadata"]
+            sim.kube.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+
+
+def slice_job(
+    name: str,
+    resource: str,
+    count: int = 1,
+    *,
+    namespace: str = SLICE_TEAM,
+    queue: str | None = "default",
+    node_selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A restricted Job whose one pod asks for `count` of `resource` (a slice, or nvidia.com/gpu)."""
+    job = gpu_job(name, namespace, gpus=1, queue=queue)
+    spec = job["spec"]["template"]["spec"]
+    wanted = {resource: str(count), "cpu": "1", "memory": "1Gi"}
+    spec["containers"][0]["resources"] = {"requests": wanted, "limits": dict(wanted)}
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    return job
+
+
+def flavors_given(kube: Kube, namespace: str, job: str) -> dict[str, str] | None:
+    """The flavor Kueue admitted each resource of the job's pods on; None while it is not admitted."""
+    workload = workload_of(kube, namespace, job)
+    if not is_true(workload, "QuotaReserved"):
+        return None
+    assert workload is not None
+    [assignment] = workload["status"]["admission"]["podSetAssignments"]
+    return dict(assignment["flavors"])
+
+
+def refused_by_kueue(kube: Kube, namespace: str, job: str) -> str:
+    """Kueue's reason for not admitting the job, once it has tried (QuotaReserved False)."""
+
+    def said() -> str | None:
+        reserved = condition(workload_of(kube, namespace, job), "QuotaReserved") or {}
+        return reserved.get("message") if reserved.get("status") == "False" and reserved.get("message") else None
+
+    def unexpected() -> KonduktorError:
+        found = workload_of(kube, namespace, job) or {}
+        return KonduktorError(f"Kueue said nothing of {job}: {json.dumps(found.get('status', {}))}")
+
+    wait_until(f"Kueue to say why it does not admit {job}", lambda: said() is not None, 30, on_timeout=unexpected)
+    assert flavors_given(kube, namespace, job) is None
+    return said() or ""
+
+
+def slices_used(kube: Kube, cluster_queue: str) -> dict[tuple[str, str], int]:
+    """What the ClusterQueue's admitted workloads hold of each GPU resource, per flavor (status.flavorsUsage)."""
+    found = kube.get(KUEUE_API, "ClusterQueue", cluster_queue) or {}
+    return {
+        (flavor["name"], resource["name"]): int(resource.get("total", 0))
+        for flavor in found.get("status", {}).get("flavorsUsage", [])
+        for resource in flavor.get("resources", [])
+        if resource["name"].startswith("nvidia.com/") and int(resource.get("total", 0))
+    }
+
+
+def test_the_member_gets_slices_through_the_teams_queue_and_quota(slice_member: Kube, sim: Sim) -> None:
+    """A slice is asked for as a whole GPU is: through the LocalQueue (Kueue's default one when the job names
+    none), admitted on the sharing group's flavor and counted in the team's quota."""
+    slice_member.create(slice_job("slice-mig", MIG_1G, queue=None))
+    slice_member.create(slice_job("slice-shared", SHARED_RESOURCE))
+    wait_until("Kueue to admit both slices", lambda: flavors_given(sim.kube, SLICE_TEAM, "slice-shared") is not None)
+    wait_until("Kueue to admit the MIG slice", lambda: flavors_given(sim.kube, SLICE_TEAM, "slice-mig") is not None)
+    assert flavors_given(sim.kube, SLICE_TEAM, "slice-mig") == {
+        "cpu": "slice-mig",
+        "memory": "slice-mig",
+        MIG_1G: "slice-mig",
+    }
+    assert (flavors_given(sim.kube, SLICE_TEAM, "slice-shared") or {})[SHARED_RESOURCE] == "slice-shared"
+    assert (workload_of(sim.kube, SLICE_TEAM, "slice-mig") or {})["spec"]["queueName"] == "default"
+    wait_until(
+        "slice-a's quota to count both",
+        lambda: slices_used(sim.kube, SLICE_TEAM) == {("slice-mig", MIG_1G): 1, ("slice-shared", SHARED_RESOURCE): 1},
+        timeout=30,
+    )
+    assert slices_used(sim.kube, OTHER_TEAM) == {}
+
+
+@pytest.mark.parametrize("resource", [MIG_1G, SHARED_RESOURCE])
+def test_the_member_gets_no_slice_without_a_queue(slice_member: Kube, resource: str) -> None:
+    """Where the team has no LocalQueue Kueue cannot queue it: the policy refuses it, as it refuses a whole GPU."""
+    policy = "konduktor-gpu-through-localqueue"
+    job = slice_job("slice-unqueued", resource, namespace=NO_QUEUE, queue=None)
+    assert "must go through a Kueue LocalQueue" in refused_by_policy(create_refusal(slice_member, job), policy)
+    notebook = pod("slice-notebook")
+    notebook["metadata"]["namespace"] = NO_QUEUE
+    notebook["spec"]["containers"][0]["resources"] = {"limits": {resource: "1"}}
+    refused_by_policy(create_refusal(slice_member, notebook), policy)
+    # Another name for a shared GPU is no way around it, queued or not.
+    renamed = slice_job("slice-renamed", "nvidia.com/gpu.mps")
+    assert "no team quota covers this renamed GPU resource" in refused_by_policy(
+        create_refusal(slice_member, renamed), policy
+    )
+
+
+def test_the_member_gets_no_slice_on_another_teams_quota(slice_member: Kube, sim: Sim) -> None:
+    """slice-b's MPS group is none of slice-a's: selecting its nodes finds no flavor of slice-a's queue there. The
+    member may not make a LocalQueue, nor work in slice-b's namespace; and a LocalQueue an administrator pointed at
+    slice-b's ClusterQueue from slice-a's namespace admits nothing (the ClusterQueue selects slice-b's namespaces)."""
+    before = slices_used(sim.kube, OTHER_TEAM)
+    mps_nodes = {DEVICE_PLUGIN_CONFIG_LABEL: "slice-mps"}
+    slice_member.create(slice_job("slice-foreign", SHARED_RESOURCE, node_selector=mps_nodes))
+    said = refused_by_kueue(sim.kube, SLICE_TEAM, "slice-foreign")
+    assert "flavor slice-shared doesn't match node affinity" in said, said
+    queue = {
+        "apiVersion": KUEUE_API,
+        "kind": "LocalQueue",
+        "metadata": {"name": "borrowed", "namespace": SLICE_TEAM},
+        "spec": {"clusterQueue": OTHER_TEAM},
+    }
+    problem = create_refusal(slice_member, queue)
+    assert problem is not None and problem.status == 403 and "cannot create resource" in problem.message
+    problem = create_refusal(slice_member, slice_job("slice-there", SHARED_RESOURCE, namespace=OTHER_TEAM))
+    assert problem is not None and problem.status == 403 and "cannot create resource" in problem.message
+    sim.kube.apply(queue)
+    slice_member.create(slice_job("slice-borrowed", SHARED_RESOURCE, queue="borrowed"))
+    wait_until(
+        "Kueue to find slice-b's ClusterQueue closed to slice-a's namespace",
+        lambda: (
+            "doesn't match ClusterQueue selector"
+            in (condition(workload_of(sim.kube, SLICE_TEAM, "slice-borrowed"), "QuotaReserved") or {}).get(
+                "message", ""
+            )
+        ),
+        timeout=30,
+    )
+    assert flavors_given(sim.kube, SLICE_TEAM, "slice-borrowed") is None
+    assert slices_used(sim.kube, OTHER_TEAM) == before
+
+
+def test_a_slice_beyond_the_teams_quota_stays_pending(slice_member: Kube, sim: Sim) -> None:
+    """A bigger profile than slice-a holds (slice-b's 3g.40gb lie idle, but slice-a was given none, so it may not
+    borrow them), and more 1g.10gb than its quota and borrowing limit: Kueue admits neither."""
+    slice_member.create(slice_job("slice-bigger", MIG_3G))
+    said = refused_by_kueue(sim.kube, SLICE_TEAM, "slice-bigger")
+    assert f"insufficient quota for {MIG_3G} in flavor slice-mig" in said, said
+    slice_member.create(slice_job("slice-more", MIG_1G, count=4))  # quota 2 + borrowing limit 1
+    said = refused_by_kueue(sim.kube, SLICE_TEAM, "slice-more")
+    assert f"insufficient quota for {MIG_1G} in flavor slice-mig" in said and "maximum capacity (3)" in said, said
+    assert slices_used(sim.kube, OTHER_TEAM) == {}
+
+
+def test_a_shared_gpu_is_never_admitted_as_a_whole_one(slice_member: Kube, sim: Sim) -> None:
+    """nvidia.com/gpu on a sharing group's nodes: no flavor of those nodes holds whole GPUs, so Kueue never admits it
+    there. Kueue matches a pod's node selector against each flavor's own label keys only (K:pkg/scheduler/
+    flavorassigner/flavorassigner.go, checkFlavorForPodSets), so the type's whole flavor takes it, out of the team's
+    whole-GPU quota; the group's nodes advertise no nvidia.com/gpu (MIG's mixed strategy, renamed shares), so it
+    gets no slice there either."""
+    before = slices_used(sim.kube, SLICE_TEAM)
+    whole = ("slice-h100", GPU_RESOURCE)
+    for group, label in (("slice-shared", DEVICE_PLUGIN_CONFIG_LABEL), ("slice-mig", MIG_CONFIG_LABEL)):
+        name = f"whole-on-{group}"
+        slice_member.create(slice_job(name, GPU_RESOURCE, node_selector={label: group}))
+        wait_until(f"Kueue to place {name}", lambda n=name: flavors_given(sim.kube, SLICE_TEAM, n) is not None)
+        assert set((flavors_given(sim.kube, SLICE_TEAM, name) or {}).values()) == {"slice-h100"}
+    wait_until(
+        "slice-a's whole-GPU quota to count both",
+        lambda: slices_used(sim.kube, SLICE_TEAM).get(whole, 0) == before.get(whole, 0) + 2,
+        timeout=30,
+    )
+    assert {k: v for k, v in slices_used(sim.kube, SLICE_TEAM).items() if k != whole} == {
+        k: v for k, v in before.items() if k != whole
+    }
+    # Nor the other way round: a slice on the type's nodes is admitted on its group's flavor, never the whole one.
+    slice_member.create(slice_job("slice-on-type", MIG_1G, node_selector={PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3"}))
+    wait_until("Kueue to place the slice", lambda: flavors_given(sim.kube, SLICE_TEAM, "slice-on-type") is not None)
+    assert set((flavors_given(sim.kube, SLICE_TEAM, "slice-on-type") or {}).values()) == {"slice-mig"}
+
+
+def test_the_member_submits_a_slice_with_konduktor_submit(
+    slice_member: Kube, sim: Sim, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """examples/jobs/slice.yaml as written, and a whole-GPU example turned into a shared GPU by --slice: created
+    as the member, admitted on their groups' flavors."""
+    member = [
+        "-n",
+        SLICE_TEAM,
+        "--kubeconfig",
+        str(sim.kubeconfig),
+        "--as",
+        SLICE_MEMBER.user,
+        "--as-group",
+        SLICE_TEAM,
+    ]
+    jobs = product_dir("examples") / "jobs"
+    assert team_main(["submit", str(jobs / "slice.yaml"), *member]) == 0
+    assert team_main(["submit", str(jobs / "single-node.yaml"), "--slice", "gpu.shared", *member]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"konduktor why eval-slice -n {SLICE_TEAM}",
+        f"konduktor why train-single-node -n {SLICE_TEAM}",
+    ]
+    for job, group in (("eval-slice", "slice-mig"), ("train-single-node", "slice-shared")):
+        wait_until(f"Kueue to admit {job}", lambda j=job: flavors_given(sim.kube, SLICE_TEAM, j) is not None)
+        assert set((flavors_given(sim.kube, SLICE_TEAM, job) or {}).values()) == {group}
+
+
+def test_the_skypilot_slice_task_is_admitted_as_written(
+    slice_member: Kube, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """examples/skypilot/slice.yaml, read by SkyPilot: no accelerators, the slice in pod_config, which SkyPilot
+    merges into its pod's container; every platform policy admits the pod as the member creates it."""
+    import sky
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # SkyPilot keeps its state under ~/.sky
+    task = sky.Task.from_yaml(str(product_dir("examples") / "skypilot" / "slice.yaml"))
+    [resources] = list(task.resources)
+    assert resources.accelerators is None  # SkyPilot would ask for whole nvidia.com/gpu
+    spec = copy.deepcopy(resources.cluster_config_overrides["kubernetes"]["pod_config"]["spec"])
+    [container] = spec["containers"]
+    container.update(name="ray-node", image="python:3.12-slim", command=["sleep", "1"])
+    assert container["resources"]["limits"] == {MIG_1G: "1"}
+    metadata = {"name": "skypilot-eval-slice-head", "namespace": SLICE_TEAM, "labels": dict(resources.labels)}
+    assert create_refusal(slice_member, {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}) is None
