@@ -9,7 +9,15 @@ import pytest
 
 from konduktor.errors import UsageError
 from konduktor.queueing.explain import total_gpus
-from konduktor.queueing.submit import check_queue, default_queue, fill_in, shown_name, workload_for
+from konduktor.queueing.submit import (
+    check_queue,
+    default_queue,
+    fill_in,
+    parse_slice,
+    shown_name,
+    with_slices,
+    workload_for,
+)
 
 # Kueue's sample Job as its site ships it (site/static/examples/jobs/sample-job.yaml): a generateName, no name.
 SAMPLE_JOB: dict[str, Any] = {
@@ -90,3 +98,54 @@ def test_a_workload_of_gpus_given_as_limits_counts_them() -> None:
         },
     }
     assert total_gpus(workload_for(job)) == 16
+
+
+def test_a_slice_is_named_as_the_teams_quota_names_it_or_in_full() -> None:
+    assert parse_slice("mig-1g.10gb") == ("nvidia.com/mig-1g.10gb", 1)
+    assert parse_slice("nvidia.com/mig-3g.40gb:2") == ("nvidia.com/mig-3g.40gb", 2)
+    assert parse_slice("mig-1g.10gb.me") == ("nvidia.com/mig-1g.10gb.me", 1)
+    assert parse_slice("gpu.shared") == ("nvidia.com/gpu.shared", 1)
+    for wrong, says in [
+        ("gpu", "not a slice"),
+        ("mig-big", "not a slice"),
+        ("gpu.mps", "not a slice"),
+        ("mig-1g.10gb:0", "'0' is not a count of slices"),
+        ("mig-1g.10gb:x", "'x' is not a count of slices"),
+        ("gpu.shared:2", "a container gets at most one shared GPU"),
+    ]:
+        with pytest.raises(UsageError) as refused:
+            parse_slice(wrong)
+        assert refused.value.message.startswith(f"--slice {wrong}: ") and says in refused.value.message
+
+
+def test_a_slice_replaces_the_whole_gpus_of_each_container_that_asks_for_them() -> None:
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "eval", "namespace": "team-a"},
+        "spec": {
+            "parallelism": 2,
+            "template": {
+                "spec": {
+                    "initContainers": [{"name": "fetch", "resources": {"requests": {"cpu": "1"}}}],
+                    "containers": [
+                        {"name": "eval", "resources": {"requests": {"nvidia.com/gpu": "8", "cpu": "4"}}},
+                        {"name": "serve", "resources": {"limits": {"nvidia.com/gpu": 1}}},
+                    ],
+                }
+            },
+        },
+    }
+    sliced = with_slices(job, "nvidia.com/mig-1g.10gb", 2)
+    eval_, serve = sliced["spec"]["template"]["spec"]["containers"]
+    assert eval_["resources"] == {
+        "requests": {"cpu": "4", "nvidia.com/mig-1g.10gb": "2"},
+        "limits": {"nvidia.com/mig-1g.10gb": "2"},  # an extended resource needs its limit
+    }
+    assert serve["resources"] == {"limits": {"nvidia.com/mig-1g.10gb": "2"}}
+    assert sliced["spec"]["template"]["spec"]["initContainers"] == job["spec"]["template"]["spec"]["initContainers"]
+    assert total_gpus(workload_for(sliced)) == 0  # no whole GPU left
+    assert job["spec"]["template"]["spec"]["containers"][1]["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+    with pytest.raises(UsageError) as refused:
+        with_slices(SAMPLE_JOB, "nvidia.com/gpu.shared", 1)
+    assert "asks for no GPU (nvidia.com/gpu): there is nothing to make a slice of" in refused.value.message

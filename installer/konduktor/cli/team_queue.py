@@ -31,7 +31,9 @@ from konduktor.queueing.submit import (
     check_queue,
     default_queue,
     fill_in,
+    parse_slice,
     shown_name,
+    with_slices,
     workload_for,
 )
 
@@ -265,6 +267,15 @@ def submit(
             "changes that satisfy it and submit the job with them.",
         ),
     ] = False,
+    slice_: Annotated[
+        str | None,
+        typer.Option(
+            "--slice",
+            help="Run on a slice of a GPU instead of whole GPUs: RESOURCE[:COUNT], a MIG profile (mig-1g.10gb) or "
+            "gpu.shared (time-slicing, MPS), as your team's quota names it. Each container that asks for "
+            "nvidia.com/gpu asks for COUNT (default 1) of it instead.",
+        ),
+    ] = None,
     namespace: NamespaceOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
@@ -275,7 +286,10 @@ def submit(
     the cluster or its pods' security would refuse (exit 3; --fix changes it) or that can never fit (exit 7)."""
     if priority is not None and priority not in PRIORITIES:
         raise UsageError(f"--priority {priority}: not a priority", hint=f"one of: {', '.join(PRIORITIES)}")
+    sliced = parse_slice(slice_) if slice_ is not None else None
     original = _load_job(file)
+    if sliced is not None:
+        original = with_slices(original, *sliced)
     with _connect(kubeconfig, context, as_user, as_group) as kube:
         written = original["metadata"].get("namespace")
         ns = namespace or written or kube.namespace
