@@ -11,13 +11,14 @@ comparing each round's revision with the last; the time to compute one round is 
 
 With `--sim NAME`, on a running simulated cluster instead (`konduktor-install sim up --nodes 2000x8:H100 --name
 NAME`): the publisher's service (`queueing.publisher.serve`, as an administrator) on its nodes with `--sim-teams`
-team namespaces and a ResourceFlavor of the nodes' product, then an idle fleet for `--minutes`: the ConfigMap's
-size and the writes counted by watching every copy and the heartbeat Lease.
+team namespaces, a ResourceFlavor of the nodes' product and `--sim-quarantined` nodes quarantined, then an idle
+fleet for `--minutes`: the ConfigMap's size and the writes counted by watching every copy and the heartbeat Lease;
+then one more node quarantined: the copies written and how long after. The nodes are released at the end.
 
 Prints figures; asserts nothing.
 
     .venv/bin/python bench/capacity_bench.py [--nodes 1000,5000,10000] [--teams 10,100] [--job-minutes 60]
-    .venv/bin/python bench/capacity_bench.py --sim NAME [--sim-teams 40] [--minutes 2]
+    .venv/bin/python bench/capacity_bench.py --sim NAME [--sim-teams 40] [--minutes 2] [--sim-quarantined 20]
 """
 
 from __future__ import annotations
@@ -207,7 +208,7 @@ def count_writes(kube: Kube, kind: str, namespace: str | None, version: str, sec
     return seen
 
 
-def on_sim(name: str, teams: int, minutes: float) -> None:
+def on_sim(name: str, teams: int, minutes: float, quarantined: int) -> None:
     kube = Kube(SimCluster(name).kubeconfig)
     nodes = kube.list("v1", "Node", label_selector=PRODUCT_LABEL)
     product = nodes[0]["metadata"]["labels"][PRODUCT_LABEL]
@@ -216,6 +217,8 @@ def on_sim(name: str, teams: int, minutes: float) -> None:
     for namespace in (SYSTEM_NAMESPACE, *(f"bench-team-{t}" for t in range(teams))):
         labels = {TEAM_LABEL: namespace} if namespace != SYSTEM_NAMESPACE else {}
         kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}})
+    for obj in nodes[:quarantined]:  # as the health controller leaves a quarantined node
+        quarantine(kube, obj["metadata"]["name"])
     stop = threading.Event()
     rounds: list[Publication] = []
     start = time.monotonic()
@@ -245,12 +248,31 @@ def on_sim(name: str, teams: int, minutes: float) -> None:
         watcher.start()
     for watcher in watchers:
         watcher.join()
-    stop.set()
-    service.join(timeout=30)
     print(
         f"  idle {minutes:g} min: {len(results.get('cm', []))} ConfigMap writes, "
         f"{len(results.get('lease', []))} heartbeat Lease writes"
     )
+    # One more node quarantined: every copy written once, within the settle period.
+    done = len(rounds)
+    changed = time.monotonic()
+    quarantine(kube, nodes[quarantined]["metadata"]["name"])
+    while not any(r.written for r in rounds[done:]) and time.monotonic() - changed < 120:
+        time.sleep(0.2)
+    written = sum(len(r.written) for r in rounds[done:])
+    print(f"  a node quarantined: {written} copies written {time.monotonic() - changed:.1f} s later")
+    stop.set()
+    service.join(timeout=30)
+    for obj in nodes[: quarantined + 1]:
+        kube.patch("v1", "Node", obj["metadata"]["name"], {"metadata": {"annotations": {QUARANTINE_REASON: None}},
+                   "spec": {"taints": None}})  # fmt: skip
+
+
+def quarantine(kube: Kube, name: str) -> None:
+    patch = {
+        "metadata": {"annotations": {QUARANTINE_REASON: "Xid 79: GPU has fallen off the bus", QUARANTINED_AT: NOW}},
+        "spec": {"taints": [{"key": HEALTH_TAINT_KEY, "effect": "NoSchedule"}]},
+    }
+    kube.patch("v1", "Node", name, patch)
 
 
 def main() -> None:
@@ -261,9 +283,10 @@ def main() -> None:
     parser.add_argument("--sim", metavar="NAME", help="measure on this running simulated cluster instead")
     parser.add_argument("--sim-teams", type=int, default=40)
     parser.add_argument("--minutes", type=float, default=2)
+    parser.add_argument("--sim-quarantined", type=int, default=20, help="nodes quarantined before the measurement")
     args = parser.parse_args()
     if args.sim:
-        on_sim(args.sim, args.sim_teams, args.minutes)
+        on_sim(args.sim, args.sim_teams, args.minutes, args.sim_quarantined)
         return
     lease_bytes = len(json.dumps(heartbeat("0123456789abcdef", datetime.now(UTC))))
     print(
