@@ -102,6 +102,23 @@ def test_the_cache_keeps_its_own_newer_write_over_an_older_watch_event() -> None
     assert cache.get("gpu-1") is None
 
 
+def test_the_cache_notes_which_nodes_changed_for_the_next_pass() -> None:
+    cache = NodeCache()
+    cache.apply(NodeEvent("SYNC", (a_node("a", version="10"), a_node("b", version="11"))))
+    assert cache.take_changed() == ({"a", "b"}, True)
+    assert cache.take_changed() == (set(), False)
+    cache.apply(NodeEvent("MODIFIED", (a_node("a", version="12", allocatable="7"),)))
+    cache.apply(NodeEvent("MODIFIED", (a_node("b", version="9"),)))  # older than the cache's: not applied
+    assert cache.take_changed() == ({"a"}, False)
+    cache.store(a_node("b", taints=[OURS], version="13"))  # the response to our own write
+    cache.apply(NodeEvent("DELETED", (a_node("a", version="14"),)))
+    cache.apply(NodeEvent("DELETED", (a_node("c", version="15"),)))  # never known
+    assert cache.take_changed() == ({"a", "b"}, False)
+    # A new list replaces the cache: a node gone since counts as changed too.
+    cache.apply(NodeEvent("SYNC", (a_node("d", version="16"),)))
+    assert cache.take_changed() == ({"b", "d"}, True)
+
+
 # --- Node writes -----------------------------------------------------------------------------------------------
 
 

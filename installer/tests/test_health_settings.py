@@ -133,6 +133,7 @@ FULL: dict[str, Any] = {
     "prometheus": {"url": "http://prometheus:9090", "window_seconds": 120},
     "gpu_types": {"h100": {"product": "NVIDIA-H100-80GB-HBM3", "gpus_per_node": 8}},
     "poll_seconds": 5,
+    "full_pass_seconds": 300,
     "lease_seconds": 15,
     "node_concurrency": 32,
 }

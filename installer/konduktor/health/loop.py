@@ -4,6 +4,12 @@ Node changes arrive from a watch and are acted on at once (a lost GPU is a watch
 the requalification Jobs are read every `poll_seconds`. Only the replica holding the Lease acts. Each pass
 hands the decision the nodes as last seen, so that its safety rules (breaker, ownership of taints, opt-out,
 dry-run) see the cluster and not a stale copy.
+
+A pass judges a node's watch signals (lost GPUs, other tools' conditions) only when what they read changed: its
+Node as the decision sees it, or whether its requalification runs. A node whose signal lasts (GPUs short, within
+their grace or not; a bad condition) is judged on every pass while it lasts, and every `full_pass_seconds` every
+GPU node is, as a safety net (docs/design/health-passes.md). Log lines, DCGM readings and burn-in verdicts name
+their nodes already. So an idle fleet costs what its changes cost, not what its size does.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import math
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,8 +134,17 @@ class HealthController:
         self.cursor: LokiCursor | None = None
         self.leading = False
         self.last_tick = time.monotonic()
-        self._states: dict[str, tuple[str, bool, NodeState]] = {}
-        self._known: set[str] = set()
+        # Every GPU node as the decision sees it, and which of them are ours (quarantined by this controller).
+        self._states: dict[str, NodeState] = {}
+        self._ours: set[str] = set()
+        self._running: set[str] = set()  # nodes whose requalification runs, as last read
+        self._to_judge: set[str] = set()  # changed since their last judgement
+        self._lasting: set[str] = set()  # a signal that lasts: judged again on every pass
+        self._next_full_pass = 0.0  # monotonic: when the watch lists every Node again
+        self._judge_all = True  # the next pass judges every GPU node (a new leader's first)
+        self._relisted = False  # a list replaced the cache since the last judgement: every node is judged
+        # How often each node's watch signals were judged (the cost that grows with the fleet).
+        self.judgements: Counter[str] = Counter()
         self._saved_cursor: str | None = None
         self._cursor_saved_at = 0.0  # monotonic
         self._trip_saved = False  # the Lease carries the breaker's trip, so its absence means a reset
@@ -153,7 +169,7 @@ class HealthController:
                 )
             time.sleep(1)
         try:
-            return self._pass(poll=True)
+            return self.pass_once(poll=True, full=True)
         finally:
             self._step_down()
 
@@ -161,6 +177,7 @@ class HealthController:
         """Watch and act until `stop` is set; then hand the Lease over."""
         self.watch.start()
         next_poll = 0.0
+        self._next_full_pass = time.monotonic() + self.settings.full_pass_seconds  # the watch lists first
         try:
             while not stop.is_set():
                 self._take_node_events(timeout=1.0)
@@ -168,9 +185,13 @@ class HealthController:
                 if self.nodes.synced and (not self.leading or now >= self._next_renewal):
                     self._lead()
                 if self.nodes.synced and self.leading:
+                    if now >= self._next_full_pass:
+                        # The safety net: a list of every Node, after which every GPU node is judged again.
+                        self.watch.relist()
+                        self._next_full_pass = now + self.settings.full_pass_seconds
                     poll = now >= next_poll
                     next_poll = now + self.settings.poll_seconds if poll else next_poll
-                    self._pass(poll)
+                    self.pass_once(poll, full=self._judge_all)
                 self.last_tick = time.monotonic()
         finally:
             self.watch.stop()
@@ -194,6 +215,7 @@ class HealthController:
             self._saved_cursor = self.cursor.encode() if self.cursor else None
             self.breaker = None
             self._held.clear()
+            self._judge_all = True  # a new leader judges every node first
         if leading and changes:
             self._saved_cursor = changes.get(CURSOR_ANNOTATION, self._saved_cursor)
             self._trip_saved = self._trip_saved or BREAKER_ANNOTATION in changes
@@ -220,28 +242,51 @@ class HealthController:
             except queue.Empty:
                 return
 
-    def _node_states(self) -> dict[str, NodeState]:
-        """NodeState of every GPU node, recomputed only for nodes that changed."""
+    def _refresh_states(self) -> None:
+        """Bring the NodeState of every node that changed up to date; a node whose state differs is due a
+        judgement. A list that replaced the cache (the first, a 410 Gone, the safety net's) makes every node due."""
+        changed, relisted = self.nodes.take_changed()
+        self._relisted = self._relisted or relisted
         running = self.requalifier.running()
-        states: dict[str, tuple[str, bool, NodeState]] = {}
-        for node in self.nodes:
-            name, version = node["metadata"]["name"], node["metadata"].get("resourceVersion", "")
-            cached = self._states.get(name)
-            if cached and cached[:2] == (version, name in running):
-                states[name] = cached
+        changed |= running ^ self._running
+        self._running = running
+        for name in changed:
+            node = self.nodes.get(name)
+            state = gpu_node_state(node, self.settings, name in running) if node is not None else None
+            if state is None:
+                if self._states.pop(name, None) is not None:
+                    self._ours.discard(name)
+                    self._to_judge.discard(name)
+                    self._lasting.discard(name)
+                    self.lost_gpus.forget(name)
                 continue
-            state = gpu_node_state(node, self.settings, name in running)
-            if state is not None:
-                states[name] = (version, name in running, state)
-        self._states = states
-        return {name: state for name, (_, _, state) in states.items()}
+            if state != self._states.get(name):
+                self._to_judge.add(name)
+            self._states[name] = state
+            if quarantined_by_us(state):
+                self._ours.add(name)
+            else:
+                self._ours.discard(name)
 
-    def _pass(self, poll: bool) -> Plan:
+    def _watch_signals(self, full: bool, now: float) -> list[Signal]:
+        """Judge the nodes due: changed ones and lasting signals; in a full pass, every GPU node."""
+        judged = list(self._states) if full or self._relisted else sorted(self._to_judge | self._lasting)
+        self._to_judge, self._judge_all, self._relisted = set(), False, False
+        self.judgements.update(judged)
+        lost, short = self._lost_gpu_signals(judged, now)
+        conditions = self._condition_signals(judged, now)
+        self._lasting = short | {s.finding.node for s in conditions}
+        return lost + conditions
+
+    def pass_once(self, poll: bool, full: bool = False) -> Plan:
+        """One pass as the leader: judge the GPU nodes that changed since the last one (`full`: every GPU node),
+        read the polled sources when `poll`, decide, and make the writes."""
         now = time.time()
         if poll:
             self.requalifier.refresh()
-        states = self._node_states()
-        signals = self._lost_gpu_signals(states, now) + self._condition_signals(states, now)
+        self._refresh_states()
+        states = self._states
+        signals = self._watch_signals(full, now)
         results: list[Result] = []
         cursor: LokiCursor | None = None
         kernel: list[Signal] = []
@@ -252,11 +297,15 @@ class HealthController:
             kernel, cursor = self._kernel_log_signals()
             signals += kernel + dcgm
             results = self.requalifier.results(states)
-        self.breaker = self._breaker(states, now)
+        self.breaker = self._breaker(now)
         replayed = self._replayed(states)
         fresh = [s for s in signals if self.duplicates.admit(s.finding)]
         admitted = {s.finding.dedup_key for s in fresh}
         fresh += [s for s in replayed if s.finding.dedup_key not in admitted]
+        if not poll and not fresh:
+            # Nothing new between polls: the decision would plan nothing (requalifications start on polls).
+            self._report_state(now)
+            return Plan(actions=(), withheld=(), notices=(), breaker=self.breaker)
         for found in fresh:
             self.metrics.fault(found.finding)
         work, requeued = self._work([s.finding for s in fresh], states, poll)
@@ -360,14 +409,16 @@ class HealthController:
             log(logging.WARNING, "gave back the quota of a workload whose pods are refused",
                 workload=f"{action.namespace}/{action.name}", refused=action.refused, reason=action.reason)  # fmt: skip
 
-    def _breaker(self, states: dict[str, NodeState], now: float) -> BreakerState:
+    def _breaker(self, now: float) -> BreakerState:
         """The breaker as it stands. The window's quarantines are counted from the nodes on every pass, as
         `konduktor-install nodes` and triage count them: one made by triage counts at once, a node released since
         no longer does, nor one made before the operator's last reset (kept on the Lease). It is tripped while the
         Lease says so; when an operator has removed the trip, the faults it held back are due again at once.
         Dry-run writes no quarantine and no Lease: it counts the quarantines it would have made, in memory."""
+        # Only our quarantines count in the window: the breaker is restored from those nodes alone.
+        ours = {name: self._states[name] for name in self._ours}
         if self.lease is None:
-            return self.breaker if self.breaker is not None else restore_breaker(states, self.settings.breaker, now)
+            return self.breaker if self.breaker is not None else restore_breaker(ours, self.settings.breaker, now)
         on_lease = parse_time(self.lease.annotations.get(BREAKER_ANNOTATION))
         reset_at = parse_time(self.lease.annotations.get(BREAKER_RESET_ANNOTATION))
         if self.breaker is None:  # taking the lead
@@ -387,7 +438,7 @@ class HealthController:
                     self._lead({BREAKER_RESET_ANNOTATION: format_time(now)})
                 tripped, self._trip_saved = None, False
                 self._replay, self._held = list(self._held.values()), {}
-        return restore_breaker(states, self.settings.breaker, now, tripped, reset_at)
+        return restore_breaker(ours, self.settings.breaker, now, tripped, reset_at)
 
     def _replayed(self, states: dict[str, NodeState]) -> list[Signal]:
         """The held-back faults after a reset: those read once are decided again now; the rest come back on their
@@ -404,22 +455,25 @@ class HealthController:
             and s.at > (parse_time(states[s.finding.node].annotations.get(REQUALIFIED_AT)) or 0.0)
         ]
 
-    def _lost_gpu_signals(self, states: dict[str, NodeState], now: float) -> list[Signal]:
-        signals = []
-        for gone in self._known - states.keys():
-            self.lost_gpus.forget(gone)
-        self._known = set(states)
-        for name, state in states.items():
+    def _lost_gpu_signals(self, due: Sequence[str], now: float) -> tuple[list[Signal], set[str]]:
+        """Lost-GPU findings of the nodes judged now, and those of them short of GPUs (in their grace or not)."""
+        signals, short = [], set()
+        for name in due:
+            state = self._states[name]
             if state.gpu_expected is None or state.gpu_allocatable is None:
                 continue
             finding = self.lost_gpus.observe(name, state.gpu_allocatable, state.gpu_expected)
+            since = self.lost_gpus.short_since(name)
+            if since is not None:
+                short.add(name)
             if finding is not None:
-                signals.append(Signal(finding, self.lost_gpus.short_since(name) or now, "allocatable"))
-        return signals
+                signals.append(Signal(finding, since or now, "allocatable"))
+        return signals, short
 
-    def _condition_signals(self, states: dict[str, NodeState], now: float) -> list[Signal]:
+    def _condition_signals(self, due: Sequence[str], now: float) -> list[Signal]:
         signals = []
-        for state in states.values():
+        for name in due:
+            state = self._states[name]
             requalified = parse_time(state.annotations.get(REQUALIFIED_AT))
             for condition in state.conditions:
                 finding = condition_finding(state.name, condition, requalified, self.settings.node_conditions)
@@ -497,11 +551,10 @@ class HealthController:
                 self.metrics.detection_latency.labels(source=source).observe(max(0.0, finished - at))
 
     def _report_state(self, now: float) -> None:
-        states = self._node_states()
+        self._refresh_states()  # the writes just made; their nodes are judged in the next pass
+        states = self._states
         reasons = {
-            name: (state.annotations.get(QUARANTINE_REASON) or "unknown").split(" ", 1)[0]
-            for name, state in states.items()
-            if quarantined_by_us(state)
+            name: (states[name].annotations.get(QUARANTINE_REASON) or "unknown").split(" ", 1)[0] for name in self._ours
         }
         self.metrics.quarantine_state(reasons)
         self.metrics.gpu_nodes.set(len(states))

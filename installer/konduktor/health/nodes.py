@@ -95,29 +95,46 @@ class NodeEvent:
 
 
 class NodeCache:
-    """Every Node by name, as the controller last saw it (watch events and its own writes' responses)."""
+    """Every Node by name, as the controller last saw it (watch events and its own writes' responses), and which
+    of them changed since the controller last asked (`take_changed`): a pass judges those, not the whole fleet."""
 
     def __init__(self) -> None:
         self.nodes: dict[str, Node] = {}
         # Until the first list arrives the cache knows no node: deciding then would count the breaker's window
         # from nothing and ignore every fault as "not a known GPU node".
         self.synced = False
+        self._changed: set[str] = set()
+        self._relisted = False
 
     def apply(self, event: NodeEvent) -> None:
         if event.type == "SYNC":
+            self._changed |= self.nodes.keys()
             self.nodes = {n["metadata"]["name"]: slim(n) for n in event.nodes}
+            self._changed |= self.nodes.keys()
+            self._relisted = True
             self.synced = True
             return
         for node in event.nodes:
             name = node["metadata"]["name"]
             if event.type == "DELETED":
-                self.nodes.pop(name, None)
+                if self.nodes.pop(name, None) is not None:
+                    self._changed.add(name)
             elif newer(node, self.nodes.get(name)):
                 self.nodes[name] = slim(node)
+                self._changed.add(name)
 
     def store(self, node: Node) -> None:
-        if newer(node, self.nodes.get(node["metadata"]["name"])):
-            self.nodes[node["metadata"]["name"]] = slim(node)
+        name = node["metadata"]["name"]
+        if newer(node, self.nodes.get(name)):
+            self.nodes[name] = slim(node)
+            self._changed.add(name)
+
+    def take_changed(self) -> tuple[set[str], bool]:
+        """The names of the Nodes added, changed or deleted since the last call, and whether a list replaced the
+        cache meanwhile (after a start or a 410 Gone: the controller then judges every node again)."""
+        changed, relisted = self._changed, self._relisted
+        self._changed, self._relisted = set(), False
+        return changed, relisted
 
     def get(self, name: str) -> Node | None:
         return self.nodes.get(name)
@@ -160,7 +177,8 @@ def list_nodes(kube: Kube, page: int = 500) -> tuple[list[Node], str]:
 class NodeWatch:
     """A thread that lists the Nodes, then watches them from the list's resourceVersion, and puts what it sees on
     `events`. A watch the server ends or the network drops resumes from the last version seen; one whose version
-    has expired (410 Gone) starts over with a list, so no change is lost either way."""
+    has expired (410 Gone) starts over with a list, so no change is lost either way. `relist()` asks for a list
+    now: the controller's safety net against a change the watch never delivered."""
 
     def __init__(self, kube: Kube, metrics: HealthMetrics, timeout_seconds: int = 300) -> None:
         self.kube = kube
@@ -168,11 +186,19 @@ class NodeWatch:
         self.timeout_seconds = timeout_seconds
         self.events: queue.Queue[NodeEvent] = queue.Queue()
         self._stopping = threading.Event()
+        self._relist = threading.Event()
         self._stream: Any = None
+        self.lists = 0  # lists made (the first, 410 Gone, relist())
         self._thread = threading.Thread(target=self._run, name="node-watch", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+
+    def relist(self) -> None:
+        """List the Nodes again (a SYNC event follows), then watch on from that list."""
+        self._relist.set()
+        if self._stream is not None:
+            self._stream.close()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -185,10 +211,14 @@ class NodeWatch:
         backoff = 0.5
         while not self._stopping.is_set():
             try:
-                if version is None:
+                if version is None or self._relist.is_set():
+                    self._relist.clear()
                     nodes, version = list_nodes(self.kube)
                     self.events.put(NodeEvent("SYNC", tuple(nodes)))
+                    self.lists += 1
                 self._stream = self.kube.watch("v1", "Node", version, timeout_seconds=self.timeout_seconds)
+                if self._relist.is_set():  # asked while this watch was being opened
+                    self._stream.close()
                 for event in self._stream:
                     node = event["object"]
                     version = node["metadata"]["resourceVersion"]

@@ -192,6 +192,9 @@ class HealthSettings(_Section):
     node_conditions: list[NodeConditionRule] = Field(default_factory=lambda: list(DEFAULT_NODE_CONDITIONS))
     # How often Loki and Prometheus are queried; Node changes are watched and act at once.
     poll_seconds: float = Field(default=5, gt=0)
+    # A pass judges only the nodes whose inputs changed; every this often one judges every GPU node again, the
+    # safety net for a change the controller did not note (docs/design/health-passes.md).
+    full_pass_seconds: float = Field(default=300, gt=0)
     # A leader that has not renewed its Lease for this long is replaced by a standby replica.
     lease_seconds: float = Field(default=15, ge=1)
 

@@ -1,0 +1,104 @@
+"""Which nodes a pass of the health controller judges: those whose inputs changed, those whose signal lasts, and,
+in the safety net's full pass after a new list of the Nodes, every GPU node. Counted, never timed. (The node
+cache's own notes of what changed: test_health_edges.py.)
+
+The session cluster has 4 fake nodes gpu-h100-0000..0003 with 10 H100 each (health_cluster.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+
+import pytest
+from health_cluster import (  # noqa: F401 (fixtures: `kube`, the controller's namespace; `clean`, nodes reset)
+    NODES,
+    clean,
+    controller,
+    kube_with_controller_namespace,
+    set_allocatable,
+    settings,
+)
+from sim_fixture import health_taints, node
+
+from konduktor.health.loop import HealthController
+from konduktor.health.nodes import NodeEvent, list_nodes
+from konduktor.kube.client import Kube
+from konduktor.waiting import wait_until
+
+pytestmark = pytest.mark.sim
+
+
+def listed(health: HealthController, kube: Kube) -> None:
+    """What the Node watch delivers after a list."""
+    nodes, _ = list_nodes(kube)
+    health.nodes.apply(NodeEvent("SYNC", tuple(nodes)))
+
+
+def judged(health: HealthController) -> list[int]:
+    return [health.judgements[name] for name in NODES]
+
+
+def test_a_pass_judges_the_node_that_changed_and_not_the_others(kube: Kube) -> None:
+    health = controller(kube, settings())
+    listed(health, kube)
+    health.pass_once(poll=False)
+    assert judged(health) == [1, 1, 1, 1]  # after a list, every node
+
+    # A heartbeat as the watch delivers it: a new resourceVersion and the kubelet's Ready condition renewed, nothing
+    # that the judgement reads.
+    beat = copy.deepcopy(node(kube, NODES[0]))
+    beat["metadata"]["resourceVersion"] = str(int(beat["metadata"]["resourceVersion"]) + 1)
+    for condition in beat["status"]["conditions"]:
+        condition["lastHeartbeatTime"] = "2030-01-01T00:00:00Z"
+    health.nodes.apply(NodeEvent("MODIFIED", (beat,)))
+    # A lost GPU on another node.
+    victim = NODES[1]
+    set_allocatable(kube, victim, 9)
+    health.nodes.apply(NodeEvent("MODIFIED", (node(kube, victim),)))
+    health.pass_once(poll=False)
+    assert judged(health) == [1, 2, 1, 1]
+    assert health_taints(node(kube, victim))
+
+    # A signal that lasts (the GPU is still missing) is judged on every pass while it does; the others are not.
+    health.pass_once(poll=False)
+    health.pass_once(poll=False)
+    assert judged(health) == [1, 4, 1, 1]
+    set_allocatable(kube, victim, 10)
+    health.nodes.apply(NodeEvent("MODIFIED", (node(kube, victim),)))
+    health.pass_once(poll=False)  # judged once more: the GPU is back
+    health.pass_once(poll=False)
+    assert judged(health) == [1, 5, 1, 1]
+
+
+def test_the_full_pass_catches_a_change_whose_event_was_missed(kube: Kube) -> None:
+    health = controller(kube, settings())
+    listed(health, kube)
+    health.pass_once(poll=False)
+    victim = NODES[2]
+    set_allocatable(kube, victim, 9)  # and the controller never hears of it
+    health.pass_once(poll=False)
+    assert judged(health) == [1, 1, 1, 1]
+    assert not health_taints(node(kube, victim))
+
+    listed(health, kube)  # the safety net: the watch lists every Node again
+    health.pass_once(poll=False)
+    assert judged(health) == [2, 2, 2, 2]
+    assert health_taints(node(kube, victim))
+
+
+def test_the_loop_lists_and_judges_every_node_again_each_full_pass(kube: Kube) -> None:
+    health = controller(kube, settings(full_pass_seconds=1))
+    stop = threading.Event()
+    loop = threading.Thread(target=health.run, args=(stop,))
+    loop.start()
+    try:
+        wait_until(
+            "three lists of the Nodes, each followed by a judgement of every GPU node",
+            lambda: health.watch.lists >= 3 and min(judged(health)) >= 3,
+            timeout=60,
+        )
+    finally:
+        stop.set()
+        loop.join(timeout=30)
+    assert not loop.is_alive()
