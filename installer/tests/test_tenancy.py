@@ -695,9 +695,12 @@ def test_the_member_gets_no_slice_on_another_teams_quota(slice_member: Kube, sim
     assert slices_used(sim.kube, OTHER_TEAM) == before
 
 
-def test_a_slice_beyond_the_teams_quota_stays_pending(slice_member: Kube, sim: Sim) -> None:
+def test_a_slice_beyond_the_teams_quota_stays_pending(
+    slice_member: Kube, sim: Sim, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A bigger profile than slice-a holds (slice-b's 3g.40gb lie idle, but slice-a was given none, so it may not
-    borrow them), and more 1g.10gb than its quota and borrowing limit: Kueue admits neither."""
+    borrow them), and more 1g.10gb than its quota and borrowing limit: Kueue admits neither, and the member's
+    `konduktor why` says so (an administrator's, who may read the ClusterQueue, also names a slice that fits now)."""
     slice_member.create(slice_job("slice-bigger", MIG_3G))
     said = refused_by_kueue(sim.kube, SLICE_TEAM, "slice-bigger")
     assert f"insufficient quota for {MIG_3G} in flavor slice-mig" in said, said
@@ -705,6 +708,21 @@ def test_a_slice_beyond_the_teams_quota_stays_pending(slice_member: Kube, sim: S
     said = refused_by_kueue(sim.kube, SLICE_TEAM, "slice-more")
     assert f"insufficient quota for {MIG_1G} in flavor slice-mig" in said and "maximum capacity (3)" in said, said
     assert slices_used(sim.kube, OTHER_TEAM) == {}
+
+    def why_slice(job: str, *identity: str) -> tuple[int, dict[str, Any]]:
+        code = team_main(["why", job, "-n", SLICE_TEAM, "-o", "json", "--kubeconfig", str(sim.kubeconfig), *identity])
+        return code, json.loads(capsys.readouterr().out)
+
+    as_member = ("--as", SLICE_MEMBER.user, "--as-group", SLICE_TEAM)
+    code, verdict = why_slice("slice-bigger", *as_member)
+    assert code == ExitCode.NEVER_FITS and verdict["state"] == "never-fit", verdict
+    assert [r["message"] for r in verdict["reasons"]] == ["your team's queue has no quota of mig-3g.40gb"]
+    code, verdict = why_slice("slice-more", *as_member)
+    assert code == ExitCode.NEVER_FITS, verdict
+    assert [r["kind"] for r in verdict["reasons"]] == ["slice-over-quota"], verdict
+    assert "asks 4 mig-1g.10gb, more than your team may ever hold in slice-mig (3" in verdict["reasons"][0]["message"]
+    code, verdict = why_slice("slice-bigger")
+    assert any(" would fit now: " in remedy for remedy in verdict["remedies"]), verdict
 
 
 def test_a_shared_gpu_is_never_admitted_as_a_whole_one(slice_member: Kube, sim: Sim) -> None:

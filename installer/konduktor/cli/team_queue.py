@@ -24,8 +24,16 @@ from konduktor.queueing.admission import (
     probe_pods,
     reasons_of,
 )
-from konduktor.queueing.cluster import explanation_for, job_pods, requeue_events, team_queues, workload_of_job
+from konduktor.queueing.cluster import (
+    explanation_for,
+    job_pods,
+    readable_cluster_queue,
+    requeue_events,
+    team_queues,
+    workload_of_job,
+)
 from konduktor.queueing.explain import PRIORITY_LABEL, QUEUE_LABEL, Explanation, as_json, queue_view
+from konduktor.queueing.slices import slice_usage, with_slice_reasons
 from konduktor.queueing.submit import (
     PRIORITIES,
     check_queue,
@@ -154,6 +162,8 @@ def why_command(
         policy = policy_findings(kube, found) if found is not None else []
         pods = job_pods(kube, ns, found)
         explanation = explanation_for(team, job, workload, labels, policy, pods, requeue_events(kube, ns), found)
+        usage = slice_usage(readable_cluster_queue(kube, explanation.cluster_queue))
+        explanation = with_slice_reasons(explanation, workload, usage, pods)
         _print_explanation(explanation, output)
         raise typer.Exit(EXIT_CODES[explanation.state])
 

@@ -242,6 +242,19 @@ def team_queues(kube: Kube, namespace: str) -> TeamQueues:
     )
 
 
+def readable_cluster_queue(kube: Kube, name: str | None) -> dict[str, Any] | None:
+    """A ClusterQueue with its quota and usage, where this identity may read it (an administrator; team members
+    may not); None otherwise."""
+    if name is None:
+        return None
+    try:
+        return kube.get(KUEUE_API, "ClusterQueue", name)
+    except ApiError as problem:
+        if problem.status == 403:
+            return None
+        raise
+
+
 def job_pods(kube: Kube, namespace: str, job: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The pods of a Job (by the label the Job controller sets), or the Pod itself; none for other kinds."""
     if job is None:
