@@ -777,6 +777,24 @@ def test_the_member_submits_a_slice_with_konduktor_submit(
     for job, group in (("eval-slice", "slice-mig"), ("train-single-node", "slice-shared")):
         wait_until(f"Kueue to admit {job}", lambda j=job: flavors_given(sim.kube, SLICE_TEAM, j) is not None)
         assert set((flavors_given(sim.kube, SLICE_TEAM, job) or {}).values()) == {group}
+    # One shared GPU more than the team's quota (4, no borrowing) has left: it waits for the team's own to finish.
+    wait_until(
+        "slice-a's usage to count its shared GPUs",
+        lambda: slices_used(sim.kube, SLICE_TEAM).get(("slice-shared", SHARED_RESOURCE), 0) >= 2,
+        timeout=30,
+    )
+    left = 4 - slices_used(sim.kube, SLICE_TEAM)[("slice-shared", SHARED_RESOURCE)]
+    wide = slice_job("slice-wide", SHARED_RESOURCE)
+    wide["spec"]["parallelism"] = wide["spec"]["completions"] = left + 1
+    slice_member.create(wide)
+    said = refused_by_kueue(sim.kube, SLICE_TEAM, "slice-wide")
+    assert f"insufficient unused quota for {SHARED_RESOURCE} in flavor slice-shared, 1 more needed" in said, said
+    assert team_main(["why", "slice-wide", "-o", "json", *member]) == ExitCode.NEGATIVE
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["state"] == "pending", verdict
+    assert [r["message"] for r in verdict["reasons"] if r["kind"].startswith("slice-")] == [
+        "every gpu.shared your team may use in slice-shared is taken: 1 more needed"
+    ]
 
 
 def test_the_skypilot_slice_task_is_admitted_as_written(
