@@ -73,7 +73,7 @@ def test_plan_shows_an_install_then_nothing_then_exactly_a_values_change(
     code, planned, _ = plan_json(capsys, str(config), *cluster, "-f", str(values))
     assert code == ExitCode.NEGATIVE
     assert set(planned) == {"release", "quotas", "sharing"} and planned["quotas"] == []
-    assert planned["sharing"] == {"changes": [], "short": [], "cordoned": []}  # no sharing groups, no labels
+    assert planned["sharing"] == {"changes": [], "short": [], "cordoned": [], "relaid": []}  # no groups, no labels
     assert set(planned["release"]) == {
         "name",
         "namespace",

@@ -13,6 +13,7 @@ import pytest
 from conftest import Sim
 
 from konduktor.cli.main import main
+from konduktor.config.lint import check_nodes
 from konduktor.config.load import parse_config
 from konduktor.config.model import Config
 from konduktor.errors import ChangeRefused, ExitCode, PartialApply
@@ -22,19 +23,23 @@ from konduktor.gpu.sharing import (
     MIG_CONFIG_STATE_LABEL,
 )
 from konduktor.helm.release import Release
+from konduktor.helm.values import MIG_CONFIG_MAP, mig_parted_config
 from konduktor.ops.plan import UpPlan
 from konduktor.ops.sharing import (
     CORDONED_FOR_SHARING,
     SHARING_GROUP_LABEL,
     GpuWork,
     SharingNode,
+    SharingPlan,
     apply_sharing,
     choose_nodes,
     gpu_work,
     plan_sharing,
     read_sharing,
+    refusal,
+    relaid_groups,
 )
-from konduktor.vocabulary import PRODUCT_LABEL
+from konduktor.vocabulary import PRODUCT_LABEL, SYSTEM_NAMESPACE
 from konduktor.waiting import wait_until
 
 PRODUCT = "NVIDIA-H100-80GB-HBM3"
@@ -178,6 +183,49 @@ def test_plan_exits_3_when_up_would_refuse_a_layout_change_and_1_when_labels_cha
     assert code([node("n1")]) == ExitCode.NEGATIVE  # an idle node to label
     assert code([node("n1", busy=True)]) == ExitCode.CHECK_FAILED  # the only node has GPU work
     assert UpPlan(deployed, "konduktor-core", "0.1.0", [], []).code == ExitCode.OK  # the cluster was not read
+
+
+def test_a_mig_layout_changed_under_the_same_group_name_is_named() -> None:
+    installed = mig_parted_config({"h100-mig": {"3g.40gb": 2}})
+    assert relaid_groups(config_of(1, 1), installed) == []
+    assert relaid_groups(config_of(1, 1), None) == []  # nothing installed yet
+    changed = mig_parted_config({"h100-mig": {"1g.10gb": 7}})
+    assert relaid_groups(config_of(1, 1), changed) == ["h100-mig"]
+    error = refusal(SharingPlan([], relaid=["h100-mig"]), "--drain-for-sharing")
+    assert error.exit_code == ExitCode.CHECK_FAILED
+    assert "MIG layout of sharing group(s) h100-mig changed under the same name" in error.message
+    assert "new group name" in (error.hint or "")
+
+
+def test_preflight_counts_a_shared_nodes_slices_not_its_whole_gpus() -> None:
+    """A second `up` must pass preflight: a group's nodes advertise nvidia.com/gpu 0 by design (L14)."""
+
+    def live(name: str, allocatable: dict[str, str], **labels: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "labels": {PRODUCT_LABEL: PRODUCT, **labels},
+            "allocatable": {"cpu": "192", "memory": "1900Gi", **allocatable},
+        }
+
+    whole = {"nvidia.com/gpu": "10"}
+    mig = {MIG_CONFIG_LABEL: "h100-mig", MIG_CONFIG_STATE_LABEL: "success"}
+    shared = {DEVICE_PLUGIN_CONFIG_LABEL: "h100-shared"}
+    nodes = [
+        live("n0", {"nvidia.com/gpu": "0", "nvidia.com/mig-3g.40gb": "20"}, **mig),
+        live("n1", {"nvidia.com/gpu": "0", "nvidia.com/gpu.shared": "40"}, **shared),
+        live("n2", whole, **{MIG_CONFIG_LABEL: "all-disabled"}),
+        live("n3", {"nvidia.com/gpu": "0", "nvidia.com/gpu.shared": "20"}, **{DEVICE_PLUGIN_CONFIG_LABEL: "old-group"}),
+    ]
+    assert check_nodes(config_of(1, 1), nodes) == []  # n3 leaves its old group: up gives it back
+    pending = [live("n0", {"nvidia.com/gpu": "0"}, **{MIG_CONFIG_LABEL: "h100-mig", MIG_CONFIG_STATE_LABEL: "pending"})]
+    [finding] = check_nodes(config_of(1, 0, nodes=1), pending)
+    assert finding.severity == "warning"
+    assert finding.message == (
+        f"node n0 of sharing group h100-mig has 0 allocatable nvidia.com/mig-3g.40gb, its layout gives 20 "
+        f"({MIG_CONFIG_STATE_LABEL}=pending)"
+    )
+    [lost] = check_nodes(config_of(0, 0, nodes=1), [live("n0", {"nvidia.com/gpu": "9"})])
+    assert lost.severity == "error"  # a whole-GPU node short of GPUs is still an error
 
 
 def test_gpu_work_is_every_unfinished_bound_pod_holding_gpus_or_slices_with_its_team() -> None:
@@ -404,3 +452,26 @@ def test_a_drain_leaves_a_cordon_someone_else_set(sim: Sim, nodes: list[str]) ->
     found = kube.get("v1", "Node", target)
     assert found is not None and found["spec"].get("unschedulable") is True  # still the admin's
     assert CORDONED_FOR_SHARING not in found["metadata"].get("annotations", {})
+
+
+@pytest.mark.sim
+def test_up_refuses_a_mig_layout_changed_under_the_installed_groups_name(sim: Sim, nodes: list[str]) -> None:
+    """The layouts ConfigMap the GPU Operator's chart created from an earlier config: its h100-mig differs."""
+    kube = sim.kube
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}})
+    layouts = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": MIG_CONFIG_MAP, "namespace": SYSTEM_NAMESPACE},
+        "data": {"config.yaml": mig_parted_config({"h100-mig": {"1g.10gb": 7}})},
+    }
+    kube.apply(layouts)
+    try:
+        assert read_sharing(kube, config_of(1, 0)).relaid == ["h100-mig"]
+        with pytest.raises(ChangeRefused):
+            apply_sharing(kube, config_of(1, 0), drain=True)
+        assert all(labels_of(sim, name) == {} for name in nodes)  # nothing changed
+        kube.apply({**layouts, "data": {"config.yaml": mig_parted_config({"h100-mig": {"3g.40gb": 2}})}})
+        assert read_sharing(kube, config_of(1, 0)).relaid == []
+    finally:
+        kube.delete("v1", "ConfigMap", MIG_CONFIG_MAP, SYSTEM_NAMESPACE)

@@ -17,7 +17,14 @@ from konduktor.config.clusters import worker_capacity, worker_quotas
 from konduktor.config.findings import Finding, YamlPath, did_you_mean, error, warning
 from konduktor.config.model import Config, GpuQuota, GpuType, HealthRequalification, SharingGroup, Team, selects
 from konduktor.config.quantity import cpu_millicores, parse_quantity
-from konduktor.gpu.sharing import MIG_DISABLED_LAYOUT, layout_problems, resource_key
+from konduktor.gpu.sharing import (
+    DEVICE_PLUGIN_CONFIG_LABEL,
+    MIG_CONFIG_LABEL,
+    MIG_CONFIG_STATE_LABEL,
+    MIG_DISABLED_LAYOUT,
+    layout_problems,
+    resource_key,
+)
 from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL, KUEUE_NAMESPACE, PRODUCT_LABEL
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -935,13 +942,41 @@ def check_nodes(config: Config, nodes: Sequence[Mapping[str, Any]]) -> list[Find
     return findings
 
 
+def _shared_node(config: Config, type_name: str, node: Mapping[str, Any]) -> Iterator[Finding]:
+    """A node whose GPUs the GPU Operator shares (a MIG layout, a device plugin config) advertises slices, not whole
+    GPUs. In one of the type's sharing groups: what the group's layout gives, a warning when short (mig-manager or
+    the device plugin may still be at work, and `up` relabels the nodes). In none: `up` gives it back whole GPUs."""
+    gpu_type = config.gpu_types[type_name]
+    labels = node.get("labels") or {}
+    allocatable = node.get("allocatable") or {}
+    for group_name, group in gpu_type.sharing.items():
+        key, value = group.node_label(group_name)
+        if labels.get(key) != value:
+            continue
+        for resource, count in group.units(gpu_type.gpus_per_node).items():
+            have = int(parse_quantity(str(allocatable.get(resource, "0"))))
+            if have < count:
+                state = labels.get(MIG_CONFIG_STATE_LABEL, "(none)") if group.mig is not None else None
+                yield warning(
+                    "L14",
+                    ("gpuTypes", type_name, "sharing", group_name),
+                    f"node {node.get('name')} of sharing group {group_name} has {have} allocatable {resource}, its "
+                    f"layout gives {count}" + (f" ({MIG_CONFIG_STATE_LABEL}={state})" if state else ""),
+                    hint="mig-manager or the device plugin may still be applying the layout; else see their logs",
+                )
+
+
 def _node_resources(config: Config, type_name: str, node: Mapping[str, Any]) -> Iterator[Finding]:
     gpu_type = config.gpu_types[type_name]
     allocatable = node.get("allocatable") or {}
     name = node.get("name")
     path = ("gpuTypes", type_name)
     gpus = int(parse_quantity(str(allocatable.get(GPU_RESOURCE, "0"))))
-    if gpus < gpu_type.gpus_per_node:
+    labels = node.get("labels") or {}
+    layout = labels.get(MIG_CONFIG_LABEL)
+    if (layout is not None and layout != MIG_DISABLED_LAYOUT) or DEVICE_PLUGIN_CONFIG_LABEL in labels:
+        yield from _shared_node(config, type_name, node)
+    elif gpus < gpu_type.gpus_per_node:
         yield error(
             "L14",
             (*path, "gpusPerNode"),

@@ -40,7 +40,7 @@ class UpPlan:
     @property
     def code(self) -> int:
         code = plan_code(self.installed, self.changes, self.quotas)
-        if self.sharing is not None and self.sharing.blocked:
+        if self.sharing is not None and (self.sharing.blocked or self.sharing.relaid):
             return max(code, ExitCode.CHECK_FAILED)  # up would refuse, as for a quota change
         if code == ExitCode.OK and self.sharing is not None and (self.sharing.changes or self.sharing.cordoned):
             return ExitCode.NEGATIVE

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from konduktor.config.model import Config, GpuType, selects
 from konduktor.errors import ChangeRefused, PartialApply
 from konduktor.gpu.sharing import (
@@ -34,8 +36,9 @@ from konduktor.gpu.sharing import (
     MIG_RESOURCE_PREFIX,
     SHARED_RESOURCE,
 )
+from konduktor.helm.values import MIG_CONFIG_MAP, mig_parted_config
 from konduktor.kube.client import ApiError, Kube
-from konduktor.vocabulary import GPU_RESOURCE
+from konduktor.vocabulary import GPU_RESOURCE, SYSTEM_NAMESPACE
 from konduktor.waiting import poll_until
 
 # The group `up` put a node in (a label: `kubectl get nodes -L konduktor.ai/sharing-group`).
@@ -196,11 +199,25 @@ class SharingPlan:
     changes: list[NodeChange]
     short: list[str] = field(default_factory=list)
     cordoned: list[SharingNode] = field(default_factory=list)
+    relaid: list[str] = field(default_factory=list)  # MIG groups whose layout changed under the same name
 
     @property
     def blocked(self) -> list[NodeChange]:
         """The layout changes on nodes where GPU work runs: refused unless `up` is told to drain them."""
         return [change for change in self.changes if change.layout and change.work]
+
+
+def relaid_groups(config: Config, deployed: str | None) -> list[str]:
+    """The config's MIG groups whose layout differs from the one mig-manager was given (`deployed`: the config.yaml
+    of the installed layouts ConfigMap, None when there is none). mig-manager applies a layout only when a node's
+    label changes (docs/design/gpu-sharing.md#changing-a-layout-on-a-node): a new layout under the same name would
+    stay unapplied, then be applied under running work whenever mig-manager restarts."""
+    if not deployed:
+        return []
+    installed = (yaml.safe_load(deployed) or {}).get("mig-configs") or {}
+    layouts = {name: group.mig for name, _, _, group in config.sharing_groups() if group.mig is not None}
+    wanted = yaml.safe_load(mig_parted_config(layouts))["mig-configs"]
+    return sorted(name for name in layouts if name in installed and installed[name] != wanted[name])
 
 
 def wanted_labels(node: SharingNode, gpu_type: GpuType, group: str | None) -> dict[str, str | None]:
@@ -267,7 +284,16 @@ def plan_sharing(config: Config, nodes: Sequence[SharingNode]) -> SharingPlan:
 
 
 def refusal(plan: SharingPlan, flag: str) -> ChangeRefused:
-    """The error `up` stops with when layouts would change under running GPU work: each node and its pods."""
+    """The error `up` stops with when layouts would change under running GPU work (each node and its pods), or a MIG
+    group's layout changed under its name."""
+    if plan.relaid:
+        names = ", ".join(plan.relaid)
+        return ChangeRefused(
+            f"the MIG layout of sharing group(s) {names} changed under the same name; nothing was changed",
+            hint="mig-manager applies a layout only when a node's label changes: give the new layout a new group name "
+            "(its ResourceFlavor and label), and up moves the nodes to it like any layout change (--drain-for-sharing "
+            "where GPU work runs); or put the old layout back",
+        )
     blocked = plan.blocked
     lines = [change.describe() for change in blocked]
     return ChangeRefused(
@@ -295,7 +321,12 @@ def read_sharing(kube: Kube, config: Config) -> SharingPlan:
     if marked or any(config.sharing_groups()):
         pods = kube.list("v1", "Pod", field_selector="status.phase!=Succeeded,status.phase!=Failed")
         work = gpu_work(pods, config)
-    return plan_sharing(config, [sharing_node(node, work) for node in found])
+    plan = plan_sharing(config, [sharing_node(node, work) for node in found])
+    if any(group.mig is not None for *_, group in config.sharing_groups()):
+        layouts = kube.get("v1", "ConfigMap", MIG_CONFIG_MAP, SYSTEM_NAMESPACE)
+        deployed = ((layouts or {}).get("data") or {}).get("config.yaml")
+        plan = SharingPlan(plan.changes, plan.short, plan.cordoned, relaid_groups(config, deployed))
+    return plan
 
 
 def apply_sharing(
@@ -311,7 +342,7 @@ def apply_sharing(
     change under running GPU work otherwise. Returns the plan it carried out. A node whose MIG layout is not in place
     within `timeout` stays cordoned: PartialApply, and the next run uncordons it once mig-manager reports success."""
     plan = read_sharing(kube, config)
-    if plan.blocked and not drain:
+    if plan.relaid or (plan.blocked and not drain):
         raise refusal(plan, flag)
     deadline = time.monotonic() + timeout
     for change in plan.changes:

@@ -249,8 +249,8 @@ def run_up(
 
 def refuse_busy_layouts(planned: SharingPlan, request: UpRequest) -> None:
     """Stops `up` before it changes anything when a sharing layout would change on a node with GPU work and it was
-    not told to drain such nodes."""
-    if planned.blocked and not request.drain_for_sharing:
+    not told to drain such nodes, or a MIG group's layout changed under its name."""
+    if planned.relaid or (planned.blocked and not request.drain_for_sharing):
         raise refusal(planned, DRAIN_FOR_SHARING)
 
 
