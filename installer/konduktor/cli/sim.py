@@ -97,6 +97,14 @@ def fault(
         typer.Option("--kind", help=f"The fault: {', '.join(KINDS)} (docs/try-it.md says which signals each drives)."),
     ] = None,
     gpu: Annotated[int, typer.Option("--gpu", help="Which of the node's GPUs (its index).")] = 0,
+    mig_instance: Annotated[
+        int | None,
+        typer.Option(
+            "--mig-instance",
+            help="On a node in MIG mode: the GPU instance of --gpu the driver attributes the Xid to (GPU-I:NN).",
+            show_default=False,
+        ),
+    ] = None,
     clear_faults: Annotated[
         bool, typer.Option("--clear", help="The node's GPUs healthy again (the quarantine stays until requalified).")
     ] = False,
@@ -116,8 +124,9 @@ def fault(
             signals = clear(kube, node)
             typer.echo(f"{node}: faults cleared")
         else:
-            injected = inject(kube, sim.root, node, kind, gpu)
-            typer.echo(f"{node}: {kind} on GPU {injected.gpu}")
+            injected = inject(kube, sim.root, node, kind, gpu, mig_instance)
+            where = "" if mig_instance is None else f" MIG instance {mig_instance}"
+            typer.echo(f"{node}: {kind} on GPU {injected.gpu}{where}")
             signals = injected.signals
     for signal in signals:
         typer.echo(f"  {signal}")

@@ -172,3 +172,10 @@ def smallest_covering(fraction: float, offered: Mapping[str, Fraction]) -> str |
         (share, name) for name, share in offered.items() if share >= Fraction(fraction).limit_denominator()
     )
     return fitting[0][1] if fitting else None
+
+
+def shares_gpus(labels: Mapping[str, str]) -> bool:
+    """Whether a node's labels give its GPUs a sharing layout (a MIG layout other than `all-disabled`, or a device
+    plugin config): such a node advertises no whole `nvidia.com/gpu`, by design, not because it lost them."""
+    layout = labels.get(MIG_CONFIG_LABEL)
+    return (layout is not None and layout != MIG_DISABLED_LAYOUT) or DEVICE_PLUGIN_CONFIG_LABEL in labels

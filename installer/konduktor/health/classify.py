@@ -105,8 +105,22 @@ def catalog_entry(
 
 
 def classify_report(report: KernelReport, node: str, settings: HealthSettings, catalog: Catalog = CATALOG) -> Finding:
-    """Judge one kernel log report from `node`."""
+    """Judge one kernel log report from `node`.
+
+    An Xid the driver attributes to a MIG GPU instance (`GPU-I:NN` in the line) is judged as the same Xid on its
+    physical GPU, whose PCI address the line names: a contained one (94, the application ones) stays the fault of the
+    work on that instance, and one that quarantines takes the node out as any other. The finding names the GPU and the
+    instance (`gpu` is the GPU's PCI address, the name carries `GPU-I:NN` as the driver writes it), so the Event and
+    the quarantine reason say both (docs/design/gpu-sharing.md#faults-on-a-mig-gpu)."""
     entry = catalog_entry(report.kind, report.code, report.message, settings, catalog)
+    if report.gpu_instance is not None:
+        instance = report.gpu_instance
+        scope = "fault of the node" if entry.quarantine else "fault of the work on that instance only"
+        entry = replace(
+            entry,
+            name=f"{entry.name} GPU-I:{instance:02d}",
+            meaning=f"{entry.meaning} on MIG instance {instance} of the GPU, a {scope}",
+        )
     return _finding(node, report.kind, entry, report.pci, report.raw)
 
 

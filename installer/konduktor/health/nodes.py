@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from konduktor.gpu.node import read_node
+from konduktor.gpu.sharing import shares_gpus
 from konduktor.health.classify import ForeignCondition
 from konduktor.health.decide import CONDITION_TYPE, NodeState
 from konduktor.health.logs import log
@@ -24,8 +25,11 @@ Node = dict[str, Any]
 
 
 def expected_gpus(node: Node, settings: HealthSettings) -> int | None:
-    """GPUs the node should have: its GPU type's count from the config, else its nvidia.com/gpu.count label."""
+    """Whole GPUs the node should have: its GPU type's count from the config, else its nvidia.com/gpu.count label;
+    0 on a node labelled for a sharing group, whose GPUs are advertised as slices (its faults show in its Xids)."""
     labels = node["metadata"].get("labels", {})
+    if shares_gpus(labels):
+        return 0
     product = labels.get(PRODUCT_LABEL)
     for gpu_type in settings.gpu_types.values():
         if gpu_type.product == product:

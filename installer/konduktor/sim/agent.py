@@ -6,6 +6,12 @@ bound to a node, this process writes each step's output as its fake GPUs would p
 creates that pod's `Logs` object, owned by the pod so it goes when the pod goes. Burn-in runs and the health
 controller's requalification then read results through the real `pods/log` endpoint, as on hardware.
 
+It also stands in for the GPU Operator's mig-manager, device plugin and GPU Feature Discovery on the nodes of GPU
+types with sharing groups (`konduktor.sim.sharing`): a node labelled `nvidia.com/mig.config=<group>` or
+`nvidia.com/device-plugin.config=<group>` advertises the group's slices instead of whole GPUs, with the labels a
+real node gets. It watches only those nodes (label `sim.konduktor.ai/sharing=true`), so a fleet of whole-GPU nodes
+costs it nothing.
+
 `sim up` starts it beside Kueue; it needs only the kubeconfig and a directory for the log files.
 """
 
@@ -15,6 +21,7 @@ import argparse
 import logging
 import signal
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -23,8 +30,10 @@ from typing import Any
 
 from konduktor.burnin.manifests import APP_LABEL, BURNIN_APP
 from konduktor.kube.client import Kube
+from konduktor.sim.faults import DEVICE_PLUGIN, device_plugin_status
 from konduktor.sim.gpus import FAULTS_ANNOTATION, LOGS_ANNOTATION, FakeNode, FaultSpecError, parse_faults, step_log
-from konduktor.vocabulary import GPU_RESOURCE, PRODUCT_LABEL
+from konduktor.sim.sharing import SHARING_NODES, operator_steps, physical_gpus
+from konduktor.vocabulary import PRODUCT_LABEL
 
 LOGS_API = "kwok.x-k8s.io/v1alpha1"
 BURNIN_SELECTOR = (APP_LABEL, BURNIN_APP)
@@ -48,19 +57,23 @@ def fake_node(node: Mapping[str, Any]) -> FakeNode:
     metadata = node.get("metadata", {})
     labels: Mapping[str, str] = metadata.get("labels") or {}
     annotations: Mapping[str, str] = metadata.get("annotations") or {}
-    capacity = (node.get("status", {}).get("capacity") or {}).get(GPU_RESOURCE, "0")
-    try:
-        faults = parse_faults(annotations.get(FAULTS_ANNOTATION))
-    except FaultSpecError as problem:
-        logger.warning("node %s: ignoring %s: %s", metadata.get("name"), FAULTS_ANNOTATION, problem)
-        faults = {}
+    faults = node_faults(node)
     return FakeNode(
         metadata.get("name", ""),
         labels.get(PRODUCT_LABEL, "unknown"),
-        int(str(capacity)),
+        physical_gpus(node),
         faults,
         silent=annotations.get(LOGS_ANNOTATION) == "none",
     )
+
+
+def node_faults(node: Mapping[str, Any]) -> dict[int, Any]:
+    metadata = node.get("metadata", {})
+    try:
+        return dict(parse_faults((metadata.get("annotations") or {}).get(FAULTS_ANNOTATION)))
+    except FaultSpecError as problem:
+        logger.warning("node %s: ignoring %s: %s", metadata.get("name"), FAULTS_ANNOTATION, problem)
+        return {}
 
 
 def pod_logs(pod: Mapping[str, Any], node: FakeNode) -> dict[str, str]:
@@ -132,6 +145,54 @@ class Agent:
                 time.sleep(1)
 
 
+class GpuOperator:
+    """The GPU Operator's components on the nodes with sharing groups: each node brought to what mig-manager, the
+    device plugin and GFD would make of its labels (`konduktor.sim.sharing.operator_steps`)."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+
+    def reconcile(self, node: Mapping[str, Any]) -> None:
+        metadata = node["metadata"]
+        labels: Mapping[str, str] = metadata.get("labels") or {}
+        steps = operator_steps(
+            labels,
+            metadata.get("annotations") or {},
+            node.get("status", {}),
+            device_plugin_status(node, node_faults(node)),
+            labels.get(PRODUCT_LABEL, ""),
+            physical_gpus(node),
+        )
+        for kind, change in steps:
+            if kind == "labels":
+                self.kube.patch("v1", "Node", metadata["name"], {"metadata": {"labels": change}})
+            else:
+                status = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": metadata["name"]}, "status": change}
+                self.kube.apply_status(status, DEVICE_PLUGIN)
+        if steps:
+            logger.info("node %s: %s", metadata["name"], "; ".join(f"{kind} {change}" for kind, change in steps))
+
+    def run(self) -> None:
+        """List the nodes with sharing groups, then watch them; any break starts over with a list."""
+        while True:
+            try:
+                nodes = self.kube.request("GET", "/api/v1/nodes", query={"labelSelector": SHARING_NODES})
+                for node in nodes.get("items", []):
+                    self.reconcile(node)
+                stream = self.kube.watch(
+                    "v1", "Node", resource_version=nodes["metadata"]["resourceVersion"], label_selector=SHARING_NODES
+                )
+                try:
+                    for event in stream:
+                        if event.get("type") in ("ADDED", "MODIFIED"):
+                            self.reconcile(event["object"])
+                finally:
+                    stream.close()
+            except Exception as problem:  # as Agent.run: an API outage ends one pass, never the agent
+                logger.warning("gpu operator: %s; listing again in 1 s", problem)
+                time.sleep(1)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m konduktor.sim.agent", description=__doc__.splitlines()[0])
     parser.add_argument("--kubeconfig", type=Path, required=True)
@@ -139,6 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # Each loop with a client of its own.
+    threading.Thread(target=GpuOperator(Kube(args.kubeconfig)).run, name="gpu-operator", daemon=True).start()
     Agent(Kube(args.kubeconfig), args.logs_dir).run()
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from konduktor.errors import UsageError
+from konduktor.sim.sharing import SHARING_ANNOTATION, SHARING_NODES_LABEL, groups_annotation
 from konduktor.vocabulary import GPU_COUNT_LABEL, GPU_RESOURCE, HOSTNAME_LABEL, PRODUCT_LABEL
 
 # nvidia.com/gpu.product values as GPU Feature Discovery publishes them, keyed by the short names users type.
@@ -41,6 +42,9 @@ class NodePool:
     memory: str = "1024Gi"
     labels: dict[str, str] = field(default_factory=dict)
     taints: list[dict[str, str]] = field(default_factory=list)
+    # The GPU type's sharing groups (`konduktor.sim.sharing.Groups`), which the GPU agent applies to a node labelled
+    # for one; empty without groups (a `--nodes` cluster).
+    sharing: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def parse_nodes_spec(spec: str) -> list[NodePool]:
@@ -154,6 +158,10 @@ def node_manifests(pools: list[NodePool], levels: tuple[str, ...] = DEFAULT_TOPO
                 **topology_values(levels, position),
                 **pool.labels,
             }
+            annotations = {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}
+            if pool.sharing:
+                labels[SHARING_NODES_LABEL] = "true"
+                annotations[SHARING_ANNOTATION] = groups_annotation(pool.sharing)
             nodes.append(
                 {
                     "apiVersion": "v1",
@@ -161,7 +169,7 @@ def node_manifests(pools: list[NodePool], levels: tuple[str, ...] = DEFAULT_TOPO
                     "metadata": {
                         "name": name,
                         "labels": labels,
-                        "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                        "annotations": annotations,
                     },
                     "spec": {"taints": list(pool.taints)} if pool.taints else {},
                     "status": node_status(resources, position + 1),

@@ -10,6 +10,7 @@ from konduktor.config.model import Config, Toleration
 from konduktor.quotas.render import kueue_manager_settings
 from konduktor.sim.cluster import SimSpec
 from konduktor.sim.nodes import NodePool, parse_nodes_spec
+from konduktor.sim.sharing import pool_groups
 
 
 def spec_from(config: Path, job_seconds: float) -> SimSpec:
@@ -50,6 +51,7 @@ def node_pools(source: Config | LoadedConfig) -> list[NodePool]:
             memory=gpu_type.node_allocatable.memory,
             labels=gpu_type.selector,
             taints=_taints(gpu_type.tolerations),
+            sharing=pool_groups(gpu_type.sharing),
         )
         for type_name, gpu_type in config.gpu_types.items()
     ]
