@@ -143,3 +143,16 @@ def test_an_admitted_slice_no_node_has_room_for() -> None:
     # A whole-GPU job, or a finished one, is left as it was.
     whole = Explanation("train", "team-a", "pending", reasons=[Reason("kueue", "x")])
     assert with_slice_reasons(whole, workload("nvidia.com/gpu", 8, message="x")).reasons == [Reason("kueue", "x")]
+
+
+def test_a_node_selector_that_rules_out_the_teams_group_is_named() -> None:
+    message = couldnt(
+        beyond(SHARED, "h100", 1, 0), beyond(SHARED, "h100-mig", 1, 0), "flavor h100-shared doesn't match node affinity"
+    )
+    explained = with_slice_reasons(pending(message), workload(SHARED, 1, message=message))
+    assert explained.state == "never-fit"
+    assert [r.message for r in explained.reasons] == [
+        "the job's node selector or affinity rules out h100-shared, and no other flavor of your team's queue holds "
+        "gpu.shared"
+    ]
+    assert explained.remedies[-1].startswith("drop the node selector or affinity on sharing labels")

@@ -660,7 +660,9 @@ def test_the_member_gets_no_slice_without_a_queue(slice_member: Kube, resource: 
     )
 
 
-def test_the_member_gets_no_slice_on_another_teams_quota(slice_member: Kube, sim: Sim) -> None:
+def test_the_member_gets_no_slice_on_another_teams_quota(
+    slice_member: Kube, sim: Sim, capsys: pytest.CaptureFixture[str]
+) -> None:
     """slice-b's MPS group is none of slice-a's: selecting its nodes finds no flavor of slice-a's queue there. The
     member may not make a LocalQueue, nor work in slice-b's namespace; and a LocalQueue an administrator pointed at
     slice-b's ClusterQueue from slice-a's namespace admits nothing (the ClusterQueue selects slice-b's namespaces)."""
@@ -669,6 +671,10 @@ def test_the_member_gets_no_slice_on_another_teams_quota(slice_member: Kube, sim
     slice_member.create(slice_job("slice-foreign", SHARED_RESOURCE, node_selector=mps_nodes))
     said = refused_by_kueue(sim.kube, SLICE_TEAM, "slice-foreign")
     assert "flavor slice-shared doesn't match node affinity" in said, said
+    why = ["why", "slice-foreign", "-n", SLICE_TEAM, "-o", "json", "--kubeconfig", str(sim.kubeconfig)]
+    assert team_main([*why, "--as", SLICE_MEMBER.user, "--as-group", SLICE_TEAM]) == ExitCode.NEVER_FITS
+    [reason] = [r for r in json.loads(capsys.readouterr().out)["reasons"] if r["kind"].startswith("slice-")]
+    assert reason["kind"] == "slice-selector" and "rules out slice-shared" in reason["message"], reason
     queue = {
         "apiVersion": KUEUE_API,
         "kind": "LocalQueue",

@@ -7,7 +7,8 @@ Kueue's messages (K:pkg/scheduler/flavorassigner/flavorassigner.go, v0.19.2), on
   slice their nodes advertise, so no node of the cluster is laid out for it;
 - `insufficient quota for R in flavor F, ... > maximum capacity (N)`: N is all the team may ever hold of R in F, its
   quota plus what it may borrow; 0 in every flavor is no quota of R at all;
-- `insufficient unused quota for R in flavor F, N more needed`: the quota is there but in use.
+- `insufficient unused quota for R in flavor F, N more needed`: the quota is there but in use;
+- `flavor F doesn't match node affinity`: the pod's node selector or affinity rules out F's nodes.
 An admitted job whose pods the scheduler finds no room for says `Insufficient R` in its pods' PodScheduled condition:
 no node advertises a free R now (a node still applying its MIG layout advertises none).
 """
@@ -34,6 +35,7 @@ _BEYOND = re.compile(
 _IN_USE = re.compile(
     r"insufficient unused quota for (?P<resource>\S+) in flavor (?P<flavor>[^\s,]+), (?P<more>\S+) more needed"
 )
+_ELSEWHERE = re.compile(r"flavor (?P<flavor>\S+) doesn't match node affinity")
 _NO_ROOM = re.compile(r"Insufficient (?P<resource>nvidia\.com/[^\s,.]+(?:\.[^\s,.]+)*)")
 
 
@@ -95,7 +97,7 @@ def with_slice_reasons(
     if not found:
         return explanation
     explanation.reasons = [r for r in explanation.reasons if r.kind != "kueue"] + found
-    if any(r.kind in ("slice-no-layout", "slice-no-quota", "slice-over-quota") for r in found):
+    if any(r.kind in ("slice-no-layout", "slice-no-quota", "slice-over-quota", "slice-selector") for r in found):
         explanation.state = "never-fit"
     fits = _fits_now(asked, usage)
     if fits:
@@ -139,6 +141,20 @@ def _pending_reasons(explanation: Explanation, asked: dict[str, int], reserved: 
             continue
         flavors = most[resource]
         best = max(flavors.values())
+        excluded = sorted({m["flavor"] for m in _ELSEWHERE.finditer(message)})
+        if best == 0 and excluded:
+            found.append(
+                Reason(
+                    "slice-selector",
+                    f"the job's node selector or affinity rules out {', '.join(excluded)}, and no other flavor of your "
+                    f"team's queue holds {key}",
+                )
+            )
+            explanation.remedies.append(
+                "drop the node selector or affinity on sharing labels: Kueue places a slice on its sharing group's "
+                "nodes itself"
+            )
+            continue
         if best == 0:
             found.append(Reason("slice-no-quota", f"your team's queue has no quota of {key}"))
             explanation.remedies.append(
