@@ -157,6 +157,8 @@ def test_policy_parameters_default_to_the_shipped_params() -> None:
         ("controller.imagee.tag=x", "imagee"),
         ("burnin.namespace=Not_A_Namespace", "/burnin/namespace"),
         ("controller.image.digest=sha256:abc", "/controller/image/digest"),
+        ("controller.securityContext=strict", "/controller/securityContext"),
+        ("fleetEvents.podSecurityContext=1", "/fleetEvents/podSecurityContext"),
     ],
 )
 def test_schema_refuses_bad_values(setting: str, complaint: str) -> None:
@@ -207,6 +209,56 @@ def test_the_fleet_events_relay_runs_only_on_a_manager_and_gets_only_its_secrets
         "--worker",
         "east",
     ]
+
+
+WORKLOADS = {  # each Deployment the chart templates, by the values section that sets its pod
+    "controller": "konduktor-konduktor-core-health",
+    "capacityPublisher": "konduktor-konduktor-core-capacity-publisher",
+    "fleetEvents": "konduktor-konduktor-core-fleet-events",
+}
+EVERY_WORKLOAD = ("--set", "fleetEvents.workers={west}")  # the relay runs only with workers
+
+
+def security_contexts(*extra: str) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """Each workload's (pod securityContext, its one container's securityContext), by values section."""
+    deployments = {o["metadata"]["name"]: o for o in render(None, *EVERY_WORKLOAD, *extra) if o["kind"] == "Deployment"}
+    assert set(deployments) == set(WORKLOADS.values())
+    contexts = {}
+    for section, name in WORKLOADS.items():
+        pod = deployments[name]["spec"]["template"]["spec"]
+        [container] = pod["containers"]
+        contexts[section] = (pod["securityContext"], container["securityContext"])
+    return contexts
+
+
+def test_every_workload_runs_restricted_by_default() -> None:
+    restricted_pod = {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    restricted_container = {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert security_contexts() == {section: (restricted_pod, restricted_container) for section in WORKLOADS}
+
+
+@pytest.mark.parametrize("section", WORKLOADS)
+def test_each_workloads_security_contexts_are_values_of_its_own(section: str) -> None:
+    defaults = security_contexts()
+    changed = security_contexts(
+        "--set",
+        f"{section}.podSecurityContext.runAsUser=1000,{section}.podSecurityContext.fsGroup=2000",
+        "--set",
+        f"{section}.securityContext.readOnlyRootFilesystem=false,{section}.securityContext.capabilities=null",
+    )
+    pod, container = changed[section]
+    assert pod == {**defaults[section][0], "runAsUser": 1000, "fsGroup": 2000}  # the rest of the defaults stay
+    assert container == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": False}  # null drops a key
+    assert {s: c for s, c in changed.items() if s != section} == {s: c for s, c in defaults.items() if s != section}
 
 
 def test_readme_is_generated_from_values() -> None:

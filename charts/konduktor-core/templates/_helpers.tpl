@@ -101,23 +101,3 @@ MultiKueue manager.
   resources: [leaderworkersets]
   verbs: [get]
 {{- end }}
-
-{{/*
-The restricted profile every pod of the chart's image runs under (the health controller, the capacity publisher, the
-fleet-events relay): a non-root user, the runtime's seccomp profile; no privilege escalation, no capability, a
-read-only root filesystem (each writes only to its /tmp emptyDir).
-*/}}
-{{- define "konduktor-core.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-seccompProfile:
-  type: RuntimeDefault
-{{- end }}
-
-{{- define "konduktor-core.containerSecurityContext" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-capabilities:
-  drop: [ALL]
-{{- end }}
