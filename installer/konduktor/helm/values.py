@@ -199,6 +199,12 @@ def umbrella_kueue_configuration() -> dict[str, Any]:
     return configuration
 
 
+def umbrella_kueue_feature_gates() -> dict[str, bool]:
+    """The Kueue feature gates the umbrella chart sets (kueue.controllerManager.featureGates): gate -> enabled."""
+    gates = umbrella_defaults()["kueue"]["controllerManager"]["featureGates"]
+    return {gate["name"]: bool(gate["enabled"]) for gate in gates}
+
+
 def umbrella_defaults() -> dict[str, Any]:
     """The umbrella chart's own values.yaml, as the wheel carries it."""
     loaded: dict[str, Any] = yaml.safe_load(

@@ -13,6 +13,7 @@ import requests
 from ruamel.yaml import YAML
 
 from konduktor.errors import KonduktorError
+from konduktor.helm.values import umbrella_kueue_feature_gates
 from konduktor.kube.client import Kube
 from konduktor.kube.conditions import is_true
 from konduktor.sim import kueue
@@ -24,6 +25,13 @@ from konduktor.tools.toolbox import Toolbox
 from konduktor.waiting import wait_until
 
 KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")  # fixed in Kueue's main when internal certs are off
+
+
+def feature_gates_flag() -> str:
+    """Kueue's --feature-gates as the umbrella sets them, but for the visibility API, which needs an aggregated API
+    Service that a loopback-only cluster cannot route to a local process."""
+    gates = {**umbrella_kueue_feature_gates(), "VisibilityOnDemand": False}
+    return "--feature-gates=" + ",".join(f"{gate}={str(on).lower()}" for gate, on in gates.items())
 
 
 @dataclass(frozen=True)
@@ -121,9 +129,7 @@ class KueueProcess:
                     str(config_path),
                     "--kubeconfig",
                     str(kubeconfig.path),
-                    # As the umbrella's Kueue, but for the visibility API, which needs an aggregated API
-                    # Service that a loopback-only cluster cannot route to a local process.
-                    "--feature-gates=VisibilityOnDemand=false,WorkloadPriorityClassDefaulting=true",
+                    feature_gates_flag(),
                     "--zap-log-level=info",
                 ],
                 log_path,

@@ -23,7 +23,7 @@ import yaml
 
 from konduktor.config.model import Config
 from konduktor.errors import KonduktorError, UsageError
-from konduktor.helm.values import merge_sections
+from konduktor.helm.values import merge_sections, umbrella_kueue_feature_gates
 from konduktor.quotas.render import kueue_manager_settings, render
 from konduktor.sim.kueue import FRAMEWORKS, NAMESPACE
 from konduktor.sim.nodes import node_manifests
@@ -51,8 +51,11 @@ PODS_READY_LIMIT = "waitForPodsReady: pods are ready at admission, so its timeou
 
 
 def configuration(config: Config, settings: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Kueue's Configuration for a replay of the config: what `up` sets, merged as the sim merges it."""
-    return merge_sections(BASE_CONFIGURATION, kueue_manager_settings(config) if settings is None else settings)
+    """Kueue's Configuration for a replay of the config: what `up` sets, merged as the sim merges it, with the
+    feature gates the umbrella gives Kueue on its command line (WorkloadPriorityClassDefaulting: a job naming no
+    priority class gets the `default` class, as on the platform, not priority 0)."""
+    base = {**BASE_CONFIGURATION, "featureGates": umbrella_kueue_feature_gates()}
+    return merge_sections(base, kueue_manager_settings(config) if settings is None else settings)
 
 
 def engine_input(
