@@ -4,10 +4,12 @@ team's queue would fit now where its ClusterQueue is known. The messages are Kue
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from konduktor.queueing.capacity import Capacity
 from konduktor.queueing.explain import Explanation, Reason
-from konduktor.queueing.slices import slice_usage, slices_asked, with_slice_reasons
+from konduktor.queueing.slices import published_slice_usage, slice_usage, slices_asked, with_slice_reasons
 
 MIG_1G, MIG_3G, SHARED = "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb", "nvidia.com/gpu.shared"
 
@@ -156,3 +158,12 @@ def test_a_node_selector_that_rules_out_the_teams_group_is_named() -> None:
         "gpu.shared"
     ]
     assert explained.remedies[-1].startswith("drop the node selector or affinity on sharing labels")
+
+
+def test_a_member_reads_the_queues_slices_from_the_published_capacity_where_it_has_them() -> None:
+    rows = slice_usage(cluster_queue({MIG_1G: 1}))
+    other = [replace(row, cluster_queue="team-b", team="team-b") for row in rows]
+    whole = replace(rows[0], resource="nvidia.com/gpu")
+    capacity = Capacity(flavors=(), quarantined=(), queues=(*rows, *other, whole))
+    assert published_slice_usage(capacity, "team-a") == rows
+    assert published_slice_usage(capacity, None) == [] and published_slice_usage(None, "team-a") == []

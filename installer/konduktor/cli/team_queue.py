@@ -33,7 +33,7 @@ from konduktor.queueing.cluster import (
     workload_of_job,
 )
 from konduktor.queueing.explain import PRIORITY_LABEL, QUEUE_LABEL, Explanation, as_json, queue_view
-from konduktor.queueing.slices import slice_usage, with_slice_reasons
+from konduktor.queueing.slices import published_slice_usage, slice_usage, with_slice_reasons
 from konduktor.queueing.submit import (
     PRIORITIES,
     check_queue,
@@ -162,7 +162,11 @@ def why_command(
         policy = policy_findings(kube, found) if found is not None else []
         pods = job_pods(kube, ns, found)
         explanation = explanation_for(team, job, workload, labels, policy, pods, requeue_events(kube, ns), found)
-        usage = slice_usage(readable_cluster_queue(kube, explanation.cluster_queue))
+        # The queue's quota and usage of each slice: its ClusterQueue where this identity may read it, else what the
+        # platform publishes of it.
+        usage = slice_usage(readable_cluster_queue(kube, explanation.cluster_queue)) or published_slice_usage(
+            team.capacity, explanation.cluster_queue
+        )
         explanation = with_slice_reasons(explanation, workload, usage, pods)
         _print_explanation(explanation, output)
         raise typer.Exit(EXIT_CODES[explanation.state])

@@ -24,6 +24,7 @@ from typing import Any
 from konduktor.config.quantity import parse_quantity
 from konduktor.gpu.sharing import MIG_RESOURCE_PREFIX, SHARED_RESOURCE, gpu_fraction, resource_key, smallest_covering
 from konduktor.kube.conditions import condition, is_true
+from konduktor.queueing.capacity import Capacity
 from konduktor.queueing.explain import Explanation, Reason
 from konduktor.quotas.usage import TeamUsage, team_usage
 
@@ -69,6 +70,13 @@ def slice_usage(cluster_queue: dict[str, Any] | None) -> list[TeamUsage]:
         if is_slice(resource)
     }
     return [row for resource in sorted(covered) for row in team_usage([cluster_queue], resource)]
+
+
+def published_slice_usage(capacity: Capacity | None, cluster_queue: str | None) -> list[TeamUsage]:
+    """The queue's slice rows of the capacity the platform publishes to team members, where it publishes any."""
+    if capacity is None or cluster_queue is None:
+        return []
+    return [row for row in capacity.queues if row.cluster_queue == cluster_queue and is_slice(row.resource)]
 
 
 def _number(text: str) -> int:
