@@ -260,7 +260,8 @@ def test_new_nodes_get_the_capacity_and_labels_they_are_created_with(sim: Sim) -
 
 def test_kwok_holds_each_nodes_lease_for_the_sims_duration_and_keeps_it_renewed(sim: Sim) -> None:
     """kwok renews a Lease per node for NODE_LEASE_SECONDS (a quarter of it between renewals), and the node lifecycle
-    controller waits NODE_MONITOR_GRACE_MS for one: what keeps 10,000 fake nodes Ready on a busy machine."""
+    controller waits NODE_MONITOR_GRACE_MS for one, and as long for kwok's first status of a new node: what keeps
+    thousands of fake nodes from being marked Unknown on a busy machine."""
     names = [n["metadata"]["name"] for n in sim.kube.list("v1", "Node", label_selector="type=kwok")]
     assert names
     for name in names:
@@ -270,6 +271,7 @@ def test_kwok_holds_each_nodes_lease_for_the_sims_duration_and_keeps_it_renewed(
     commands = [Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0") for pid in cluster_pids(sim.cluster)]
     manager = next(c for c in commands if Path(c[0]).name == "kube-controller-manager")
     assert f"--node-monitor-grace-period={NODE_MONITOR_GRACE_MS // 60_000}m0s" in manager
+    assert f"--node-startup-grace-period={NODE_MONITOR_GRACE_MS // 1000}s" in manager
 
 
 def test_a_host_network_pod_becomes_ready_on_a_gpu_node(sim: Sim) -> None:

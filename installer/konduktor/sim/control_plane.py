@@ -166,6 +166,10 @@ class ControlPlane:
                             # to lift the not-ready taint of 1,000 new nodes, which the sim waits for.
                             {"key": "kube-api-qps", "value": "200"},
                             {"key": "kube-api-burst", "value": "400"},
+                            # A node kwok has not initialized yet is left alone as long as a renewal may take:
+                            # past the default 60 s the node lifecycle controller marks it Unknown ("Kubelet never
+                            # posted node status"), one more write for each of the thousands a large start queues.
+                            {"key": "node-startup-grace-period", "value": f"{NODE_MONITOR_GRACE_MS // 1000}s"},
                             # The only copy of each (Kueue runs so too): no Lease renewed every 2 s for a standby.
                             {"key": "leader-elect", "value": "false"},
                         ],
