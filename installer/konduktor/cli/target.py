@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from konduktor.kube.client import Kube
+from konduktor.kube.client import Identity, Kube
 from konduktor.ops.target import running_target
 from konduktor.sim.cluster import DEFAULT_NAME
 
@@ -31,7 +31,21 @@ SimOption = Annotated[
 ]
 
 
+AsOption = Annotated[
+    str | None, typer.Option("--as", help="Act as this user (as kubectl --as; the kubeconfig's user may impersonate).")
+]
+AsGroupOption = Annotated[str | None, typer.Option("--as-group", help="With --as: the user's group (a team's group).")]
+
+
 def connect(
-    kubeconfig: Path | None = None, context: str | None = None, sim: str | None = None, *, read_only: bool = False
+    kubeconfig: Path | None = None,
+    context: str | None = None,
+    sim: str | None = None,
+    *,
+    read_only: bool = False,
+    as_user: str | None = None,
+    as_group: str | None = None,
 ) -> Kube:
-    return running_target(kubeconfig, context, sim, read_only=read_only).connect()
+    """The cluster the options name, as `as_user` (in `as_group`) when given, as kubectl's --as and --as-group."""
+    identity = Identity(as_user, as_group) if as_user is not None else None
+    return running_target(kubeconfig, context, sim, read_only=read_only).connect(identity)

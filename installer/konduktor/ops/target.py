@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from konduktor.errors import UsageError
-from konduktor.kube.client import Kube, in_cluster_only
+from konduktor.kube.client import Identity, Kube, in_cluster_only
 from konduktor.sim.cluster import DEFAULT_NAME, Progress, SimCluster
 from konduktor.tools.toolbox import Toolbox
 
@@ -47,8 +47,9 @@ class Target:
         """A real cluster may use a fitting helm on this machine; the simulated one runs the pinned build."""
         return Toolbox(progress=progress, host=not self.simulated)
 
-    def connect(self) -> Kube:
-        return Kube(self.kubeconfig, self.context)
+    def connect(self, as_identity: Identity | None = None) -> Kube:
+        """A connection to this cluster, acting as `as_identity` when given (as kubectl's --as and --as-group)."""
+        return Kube(self.kubeconfig, self.context, impersonate=as_identity)
 
     def flags(self) -> str:
         """The options that name this cluster again, for a hint (empty where $KUBECONFIG already does)."""
