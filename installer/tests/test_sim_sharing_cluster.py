@@ -222,3 +222,26 @@ def test_an_xid_on_a_mig_instance_names_it_contained_stays_on_it_uncontained_qua
     )
     assert main(["sim", "fault", NODE, "--clear", *name]) == 0
     assert gpu_resources(kube)["nvidia.com/mig-1g.10gb"] == "20"
+
+
+def test_a_mig_node_is_burned_in_through_its_slices_and_says_what_it_skipped(
+    sim: Sim, kube: Kube, sharing_node: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    label(kube, **{MIG_CONFIG_LABEL: "h100-mig"})
+    wait_until("the MIG layout applied", lambda: gpu_resources(kube).get("nvidia.com/mig-1g.10gb") == "20")
+    namespace = "slices-burnin"
+    args = ["--nodes", NODE, "--level", "standard", "-o", "json", "--namespace", namespace]
+    try:
+        code = main(["burnin", *args, "--kubeconfig", str(sim.kubeconfig)])
+        captured = capsys.readouterr()
+        assert code == 0, captured.err
+        [item] = json.loads(captured.out)["nodes"]
+        checks = {c["check"]: c for c in item["checks"]}
+        assert item["verdict"] == "PASS" and checks["inventory"]["summary"] == "10 x H100 SXM5 80GB"
+        for skipped in ("dcgm_diag", "matmul_tflops", "nccl_allreduce"):  # each with its reason
+            assert checks[skipped]["verdict"] == "SKIPPED" and checks[skipped]["reasons"], skipped
+        [job] = kube.list("batch/v1", "Job", namespace)
+        [container] = job["spec"]["template"]["spec"]["containers"]
+        assert container["resources"]["limits"]["nvidia.com/mig-1g.10gb"] == "20"
+    finally:
+        kube.delete("v1", "Namespace", namespace)

@@ -395,16 +395,22 @@ def node_job(
     *,
     hostname: str | None = None,
     extra_tolerations: Sequence[Mapping[str, Any]] = (),
+    slices: Mapping[str, int] | None = None,
 ) -> Manifest:
     """The burn-in Job of one node.
 
     `gpus` is the node's allocatable nvidia.com/gpu (all of them are requested); `hostname` is its
     `kubernetes.io/hostname` label when that differs from the node name; `extra_tolerations` are
-    the cluster's own GPU-node taints.
+    the cluster's own GPU-node taints. On a node whose GPUs are shared, `slices` is what the containers ask for
+    instead of nvidia.com/gpu, and `gpus` the GPUs they see (`konduktor.burnin.sliced`).
     """
     check_run_id(run_id)
     _check_gpus(gpus)
     containers = [step_container(step, options, gpus) for step in options.steps]
+    for container in containers if slices else ():
+        for amounts in container["resources"].values():
+            del amounts[GPU_RESOURCE]
+            amounts.update(slices or {})
     labels = _labels(run_id, **{NODE_LABEL: label_value(node), "app.kubernetes.io/component": "node-burnin"})
     pod = _pod_spec(run_id, options, extra_tolerations)
     pod["affinity"] = {"nodeAffinity": pin_to_hostnames([hostname or node])}

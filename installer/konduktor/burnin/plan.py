@@ -15,6 +15,7 @@ from typing import Any
 from konduktor.burnin.isolation import IsolationPlan
 from konduktor.burnin.manifests import Manifest, node_job, taint_tolerations
 from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, PairVerdict, Verdict, worst
+from konduktor.burnin.sliced import slice_request, sliced_options, visible_gpus
 from konduktor.burnin.tiers import PAIR_STEP, BurnInOptions
 from konduktor.burnin.verdict import apply_isolation
 from konduktor.burnin.verdict.common import NCCL_PAIR
@@ -23,7 +24,7 @@ from konduktor.config.model import Config, selects
 from konduktor.errors import ExitCode, UsageError
 from konduktor.gpu import node as gpu_node
 from konduktor.kube.timestamps import parse_time
-from konduktor.vocabulary import GPU_RESOURCE, HOSTNAME_LABEL, PRODUCT_LABEL
+from konduktor.vocabulary import GPU_COUNT_LABEL, GPU_RESOURCE, HOSTNAME_LABEL, PRODUCT_LABEL
 
 JOB_CHECK = "burnin_job"  # the check that carries what the Job and its pod said (as in requalification)
 
@@ -39,6 +40,9 @@ class Target:
     expected_gpus: int  # what nvidia-smi must list: the GPU type's gpusPerNode, else the allocatable count
     taints: tuple[Mapping[str, str], ...]
     rdma: tuple[str, ...] = ()  # rdma/ resources the node advertises (a node-pair pod asks for one of each)
+    # On a node whose GPUs are shared (MIG, time-slicing, MPS): the slices its Job asks for instead of whole GPUs
+    # (`konduktor.burnin.sliced`); the Job then runs the passive step alone.
+    slices: tuple[tuple[str, int], ...] = ()
 
 
 def allocatable_gpus(node: Mapping[str, Any]) -> int:
@@ -72,7 +76,7 @@ def select_targets(nodes: Sequence[Mapping[str, Any]], config: Config | None, na
                 hint="compare the config's gpuTypes selectors with the nodes' labels: kubectl get nodes --show-labels",
             )
     else:
-        chosen = [n for n in nodes if allocatable_gpus(n) > 0]
+        chosen = [n for n in nodes if allocatable_gpus(n) > 0 or slice_request(n)]
         if not chosen:
             raise UsageError(
                 f"no node advertises {GPU_RESOURCE}", hint="name the nodes with --nodes, or check the device plugin"
@@ -90,6 +94,10 @@ def _target(node: Mapping[str, Any], config: Config | None) -> Target:
     per_node = None
     if config is not None:
         per_node = next((t.gpus_per_node for t in config.gpu_types.values() if _selects(t.selector, labels)), None)
+    slices = slice_request(node) if gpus == 0 else {}
+    if slices:
+        count = labels.get(GPU_COUNT_LABEL, "")
+        per_node = visible_gpus(slices, per_node or (int(count) if count.isdigit() else 1))
     return Target(
         node=node["metadata"]["name"],
         hostname=labels.get(HOSTNAME_LABEL),
@@ -104,6 +112,7 @@ def _target(node: Mapping[str, Any], config: Config | None) -> Target:
                 if name.startswith("rdma/") and str(value) not in ("0", "")
             )
         ),
+        slices=tuple(slices.items()),
     )
 
 
@@ -113,11 +122,12 @@ def target_job(
     job = node_job(
         run_id,
         target.node,
-        target.gpus,
-        options,
+        target.expected_gpus if target.slices else target.gpus,
+        sliced_options(options) if target.slices else options,
         namespace,
         hostname=target.hostname,
         extra_tolerations=taint_tolerations(target.taints),
+        slices=dict(target.slices),
     )
     if service_account:
         job["spec"]["template"]["spec"]["serviceAccountName"] = service_account

@@ -41,6 +41,7 @@ from konduktor.burnin.plan import (
     target_job,
 )
 from konduktor.burnin.results import NodeVerdict, PairVerdict
+from konduktor.burnin.sliced import judge_sliced, sliced_options
 from konduktor.burnin.tiers import PAIR_STEP, BurnInOptions, Tier
 from konduktor.burnin.verdict import NodeEvidence, judge_pair, judge_run, pair_outcomes
 from konduktor.config.model import UNSCHEDULABLE_SECONDS
@@ -164,7 +165,7 @@ class BurnInRunner:
     # -- the run ----------------------------------------------------------------------------------
     def run(self, targets: Sequence[Target], wait_s: float | None) -> tuple[tuple[NodeVerdict, ...], bool]:
         """Verdicts in target order, and whether the wait ended with Jobs still running."""
-        runnable = [t for t in targets if t.gpus > 0]
+        runnable = [t for t in targets if t.gpus > 0 or t.slices]
         if not runnable:
             return tuple(no_gpu_verdict(t) for t in targets), False
         wait = wait_s if wait_s is not None else self.options.deadline_s + WAIT_SLACK_S
@@ -172,8 +173,8 @@ class BurnInRunner:
             self.prepare()
             self.submit([self.job(t) for t in runnable], report)
             judged, waited_out = self.collect(runnable, wait, report)
-        if self.options.tier is Tier.FULL and not waited_out:
-            judged, waited_out = self.run_pairs(runnable, judged, wait_s)
+        if self.options.tier is Tier.FULL and not waited_out:  # node pairs of whole GPUs only
+            judged, waited_out = self.run_pairs([t for t in runnable if not t.slices], judged, wait_s)
         by_node = {v.node: v for v in judged}
         return tuple(by_node.get(t.node) or no_gpu_verdict(t) for t in targets), waited_out
 
@@ -227,20 +228,23 @@ class BurnInRunner:
         self, targets: Sequence[Target], names: Mapping[str, str], states: Mapping[str, JobState]
     ) -> tuple[NodeVerdict, ...]:
         pods = self._pods()
-        evidence, runs = [], {}
+        evidence: list[NodeEvidence] = []
+        sliced: list[NodeEvidence] = []
+        runs: dict[str, NodeRun] = {}
         for target in targets:
             attempts = pods.get(names[target.node])
             pod = attempts[-1] if attempts else None
             logs: dict[str, str | None] = {}
             missing: dict[str, str] = {}
-            for step in self.options.steps:
+            for step in (sliced_options(self.options) if target.slices else self.options).steps:
                 log, why = self._log(pod, step.value)
                 logs[step.value] = log
                 if why is not None:
                     missing[step.value] = why
-            evidence.append(NodeEvidence(target.node, target.gpu_product, target.expected_gpus, logs))
+            node = NodeEvidence(target.node, target.gpu_product, target.expected_gpus, logs)
+            (sliced if target.slices else evidence).append(node)
             runs[target.node] = NodeRun(states[names[target.node]], missing, pod_problem(pod))
-        verdicts = judge_run(evidence, self.options)
+        verdicts = (*judge_run(evidence, self.options), *(judge_sliced(n, self.options) for n in sliced))
         return tuple(complete_verdict(v, runs[v.node], self.run_id) for v in verdicts)
 
     # -- node pairs (full level) --------------------------------------------------------------------

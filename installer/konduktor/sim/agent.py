@@ -24,11 +24,13 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from konduktor.burnin.manifests import APP_LABEL, BURNIN_APP
+from konduktor.gpu.sharing import SHARED_RESOURCE
 from konduktor.kube.client import Kube
 from konduktor.sim.faults import DEVICE_PLUGIN, device_plugin_status
 from konduktor.sim.gpus import FAULTS_ANNOTATION, LOGS_ANNOTATION, FakeNode, FaultSpecError, parse_faults, step_log
@@ -65,6 +67,16 @@ def fake_node(node: Mapping[str, Any]) -> FakeNode:
         faults,
         silent=annotations.get(LOGS_ANNOTATION) == "none",
     )
+
+
+def seen_by(pod: Mapping[str, Any], node: FakeNode) -> FakeNode:
+    """The node's GPUs a pod sees: one per time-sliced or MPS replica it holds (each replica is one GPU's share),
+    else all of them (whole GPUs, or every MIG instance of the node)."""
+    containers = pod.get("spec", {}).get("containers") or ()
+    replicas = max(
+        (int(str(c.get("resources", {}).get("limits", {}).get(SHARED_RESOURCE, 0))) for c in containers), default=0
+    )
+    return replace(node, gpus=min(replicas, node.gpus)) if replicas else node
 
 
 def node_faults(node: Mapping[str, Any]) -> dict[int, Any]:
@@ -111,7 +123,7 @@ class Agent:
         node = self.kube.get("v1", "Node", node_name)
         if node is None:
             return
-        logs = pod_logs(pod, fake_node(node))
+        logs = pod_logs(pod, seen_by(pod, fake_node(node)))
         folder = self.directory / metadata["namespace"] / metadata["name"]
         folder.mkdir(parents=True, exist_ok=True)
         files = {}
