@@ -27,6 +27,8 @@ from konduktor.queueing.capacity import (
     micro_time,
     node_capacity,
     revision,
+    running_slices,
+    slice_summary,
     slim_node,
     slim_pod,
     summarize,
@@ -245,3 +247,144 @@ def test_why_says_when_the_capacity_it_read_is_stale() -> None:
         told = as_json(with_freshness(answer, capacity))
         assert ("capacity-stale" in [r["kind"] for r in told["reasons"]]) is stale
         assert told["capacityFreshness"]["state"] == ("stale" if stale else "current")
+
+
+# A GPU type with two sharing groups, as quotas/render.py writes their flavors and the GPU Operator's nodes advertise
+# their slices (sim/sharing.py plays it): a MIG group's node 16 mig-1g.10gb and 8 mig-3g.40gb per 8 GPUs and no whole
+# GPU, a time-sliced group's node 4 gpu.shared per GPU.
+MIG_1G, MIG_3G, SHARED = "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb", "nvidia.com/gpu.shared"
+SHARING_FLAVORS = [
+    *FLAVORS,
+    {
+        "metadata": {"name": "h100-mig"},
+        "spec": {"nodeLabels": {"nvidia.com/gpu.product": "H100", "nvidia.com/mig.config": "h100-mig"}},
+    },
+    {
+        "metadata": {"name": "h100-shared"},
+        "spec": {"nodeLabels": {"nvidia.com/gpu.product": "H100", "nvidia.com/device-plugin.config": "h100-shared"}},
+    },
+]
+
+
+def sliced_node(name: str, group: str, ready: bool = True) -> dict[str, Any]:
+    found = node(name)
+    if group == "h100-mig":
+        found["metadata"]["labels"]["nvidia.com/mig.config"] = group
+        found["status"]["allocatable"] = {"nvidia.com/gpu": "0", MIG_1G: "16", MIG_3G: "8", "cpu": "200"}
+    else:
+        found["metadata"]["labels"]["nvidia.com/device-plugin.config"] = group
+        found["status"]["allocatable"] = {"nvidia.com/gpu": "0", SHARED: "32", "cpu": "200"}
+    found["status"]["conditions"][0]["status"] = "True" if ready else "False"
+    return found
+
+
+def slice_pod(name: str, on: str, resource: str, count: int, phase: str = "Running", field: str = "limits") -> Any:
+    found = pod(name, on, 0, phase)
+    found["spec"]["containers"][0]["resources"] = {field: {resource: str(count), "cpu": "1"}}
+    return found
+
+
+def sharing_queue(team: str, used: dict[str, int]) -> dict[str, Any]:
+    """A team's ClusterQueue as quotas/render.py writes it: one resource group, every flavor listing every resource."""
+    quota = {("h100", "nvidia.com/gpu"): 8, ("h100-mig", MIG_1G): 8, ("h100-shared", SHARED): 16}
+    resources = ["nvidia.com/gpu", MIG_1G, MIG_3G, SHARED]
+    return {
+        "metadata": {"name": team, "labels": {"konduktor.ai/team": team}},
+        "spec": {
+            "cohortName": "lab",
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", *resources],
+                    "flavors": [
+                        {
+                            "name": flavor,
+                            "resources": [
+                                {"name": r, "nominalQuota": str(quota.get((flavor, r), 0))} for r in resources
+                            ],
+                        }
+                        for flavor in ("h100", "h100-mig", "h100-shared")
+                    ],
+                }
+            ],
+        },
+        "status": {
+            "flavorsUsage": [
+                {"name": flavor, "resources": [{"name": r, "total": str(n)}]} for (flavor, r), n in used.items()
+            ]
+        },
+    }
+
+
+def sharing_fleet(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], queues: list[dict[str, Any]]) -> Fleet:
+    fleet = Fleet()
+    fleet.apply(WatchEvent("Node", "SYNC", tuple(slim_node(n) for n in nodes)))
+    fleet.apply(WatchEvent("Pod", "SYNC", tuple(slim_pod(p) for p in pods)))
+    fleet.apply(WatchEvent("ResourceFlavor", "SYNC", tuple(SHARING_FLAVORS)))
+    fleet.apply(WatchEvent("ClusterQueue", "SYNC", tuple(queues)))
+    return fleet
+
+
+def test_slices_are_published_per_sharing_group_and_resource() -> None:
+    nodes = [
+        node("gpu-0"),
+        sliced_node("mig-0", "h100-mig"),
+        sliced_node("mig-1", "h100-mig"),
+        sliced_node("mig-2", "h100-mig", ready=False),  # out of service: its slices count, none is free
+        sliced_node("shared-0", "h100-shared"),
+    ]
+    pods = [
+        slice_pod("a", "mig-0", MIG_1G, 3),
+        slice_pod("b", "mig-0", MIG_1G, 2, field="requests"),
+        slice_pod("c", "mig-1", MIG_3G, 8),
+        slice_pod("d", "shared-0", SHARED, 5),
+        slice_pod("done", "mig-1", MIG_1G, 16, phase="Succeeded"),  # holds nothing any more
+        pod("whole", "gpu-0", 6),
+    ]
+    fleet = sharing_fleet(nodes, pods, [sharing_queue("team-a", {("h100-mig", MIG_1G): 5})])
+    capacity = fleet.capacity()
+    assert [(s.flavor, s.resource, s.nodes, s.total, s.free, s.most_free) for s in capacity.slices] == [
+        ("h100-mig", MIG_1G, 3, 48, 11 + 16, 16),
+        ("h100-mig", MIG_3G, 3, 24, 8, 8),
+        ("h100-shared", SHARED, 1, 32, 27, 27),
+    ]
+    # The whole GPUs are as before; the queue's rows are its whole GPUs and each slice it has a quota of.
+    assert capacity.flavor("h100") is not None and capacity.flavor("h100").free == 2  # type: ignore[union-attr]
+    assert [(q.flavor, q.resource, q.nominal, q.used) for q in capacity.queues] == [
+        ("h100", "nvidia.com/gpu", 8, 0),
+        ("h100-mig", MIG_1G, 8, 5),
+        ("h100-shared", SHARED, 16, 0),
+    ]
+    # A team member reads what the publisher wrote; a full list gives what the watches keep.
+    assert from_json(to_json(capacity)) == capacity
+    listed = summarize(
+        node_capacity(nodes, pods, SHARING_FLAVORS),
+        capacity.queues,
+        slice_summary(nodes, [s for s in map(running_slices, pods) if s is not None], SHARING_FLAVORS),
+    )
+    assert listed == capacity
+
+    # A slice pod that finishes changes the content (so the publisher writes); one still pending changes nothing.
+    before = revision(capacity)
+    fleet.apply(WatchEvent("Pod", "ADDED", (slim_pod(slice_pod("waiting", "", MIG_1G, 4, phase="Pending")),)))
+    assert revision(fleet.capacity()) == before
+    fleet.apply(WatchEvent("Pod", "DELETED", (slim_pod(slice_pod("a", "mig-0", MIG_1G, 3, phase="Succeeded")),)))
+    assert fleet.capacity().slices[0].free == 11 + 3 + 16 and revision(fleet.capacity()) != before
+
+
+def test_a_cluster_without_sharing_publishes_what_it_did_before() -> None:
+    capacity = summarize(fleet_nodes(10), (usage(0),))
+    assert capacity.slices == () and "slices" not in json.loads(to_json(capacity))
+
+
+def test_the_published_slices_do_not_grow_with_the_nodes() -> None:
+    def published(count: int) -> str:
+        nodes = [sliced_node(f"mig-{i:05d}", "h100-mig") for i in range(count)]
+        nodes += [sliced_node(f"shared-{i:05d}", "h100-shared") for i in range(count)]
+        pods = [slice_pod(f"p{i}", f"mig-{i:05d}", MIG_1G, i % 17) for i in range(count)]
+        queues = [sharing_queue(f"team-{t}", {("h100-mig", MIG_1G): t}) for t in range(20)]
+        return to_json(sharing_fleet(nodes, pods, queues).capacity())
+
+    small, large = published(100), published(2_000)
+    assert len(json.loads(large)["slices"]) == len(json.loads(small)["slices"]) == 3
+    # Twenty times the nodes only lengthens a few numbers.
+    assert len(large) - len(small) < 100 and len(large) < 16 * 1024

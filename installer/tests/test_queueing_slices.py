@@ -7,9 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from konduktor.queueing.capacity import Capacity
+from konduktor.queueing.capacity import Capacity, from_json, summarize, to_json
 from konduktor.queueing.explain import Explanation, Reason
 from konduktor.queueing.slices import published_slice_usage, slice_usage, slices_asked, with_slice_reasons
+from konduktor.quotas.usage import gpu_usage
 
 MIG_1G, MIG_3G, SHARED = "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb", "nvidia.com/gpu.shared"
 
@@ -167,3 +168,17 @@ def test_a_member_reads_the_queues_slices_from_the_published_capacity_where_it_h
     capacity = Capacity(flavors=(), quarantined=(), queues=(*rows, *other, whole))
     assert published_slice_usage(capacity, "team-a") == rows
     assert published_slice_usage(capacity, None) == [] and published_slice_usage(None, "team-a") == []
+
+
+def test_a_member_is_told_which_slice_fits_now_from_what_the_publisher_publishes() -> None:
+    # The publisher's rows of the queue (whole GPUs and slices, read with its rights), as a member reads its copy.
+    published = from_json(to_json(summarize((), gpu_usage([cluster_queue({MIG_1G: 1})]))))
+    rows = published_slice_usage(published, "team-a")
+    assert [(r.flavor, r.resource, r.nominal, r.used) for r in rows] == [("h100-mig", MIG_1G, 2, 1)]
+    message = couldnt(beyond(MIG_3G, "h100", 1, 0), beyond(MIG_3G, "h100-mig", 1, 0))
+    member = with_slice_reasons(pending(message), workload(MIG_3G, 1, message=message), rows)
+    administrator = with_slice_reasons(
+        pending(message), workload(MIG_3G, 1, message=message), slice_usage(cluster_queue({MIG_1G: 1}))
+    )
+    assert member.remedies == administrator.remedies
+    assert member.remedies[-1].startswith("mig-1g.10gb would fit now: 1 free of your team's quota in h100-mig")

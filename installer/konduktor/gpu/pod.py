@@ -21,37 +21,49 @@ _WHOLE = re.compile(r"^(\d+)([kMGTPE]?)$")
 _SUFFIX = {"": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 
 
-def _count(value: Any) -> int:
+def _count(value: Any, resource: str = GPU_RESOURCE) -> int:
     """An extended resource's quantity, which the API server admits only as a whole number (YAML may read it as
     an int); ValueError for anything else."""
     if isinstance(value, int) and not isinstance(value, bool):
         return int(value)
     found = _WHOLE.match(str(value).strip()) if not isinstance(value, bool) else None
     if found is None:
-        raise ValueError(f"{GPU_RESOURCE}: {value!r} is not a whole number of GPUs")
+        unit = " of GPUs" if resource == GPU_RESOURCE else ""
+        raise ValueError(f"{resource}: {value!r} is not a whole number{unit}")
     return int(found[1]) * int(10 ** _SUFFIX[found[2]])
+
+
+def container_amount(container: Mapping[str, Any], resource: str) -> int:
+    """What one container asks of an extended resource: its request, else its limit (the request the API server
+    defaults)."""
+    resources = container.get("resources") or {}
+    for field in ("requests", "limits"):
+        value = (resources.get(field) or {}).get(resource)
+        if value is not None:
+            return _count(value, resource)
+    return 0
 
 
 def container_gpus(container: Mapping[str, Any]) -> int:
     """The GPUs one container asks for: its request, else its limit (the request the API server defaults)."""
-    resources = container.get("resources") or {}
-    for field in ("requests", "limits"):
-        value = (resources.get(field) or {}).get(GPU_RESOURCE)
-        if value is not None:
-            return _count(value)
-    return 0
+    return container_amount(container, GPU_RESOURCE)
 
 
-def pod_gpus(spec: Mapping[str, Any]) -> int:
-    """The GPUs a pod (its spec) holds while it runs, as the scheduler counts them: the sum over its containers
-    and sidecars (init containers that keep running, `restartPolicy: Always`), or the largest one-off init
-    container plus those sidecars started before it, whichever is more."""
+def pod_amount(spec: Mapping[str, Any], resource: str) -> int:
+    """What a pod (its spec) holds of an extended resource while it runs, as the scheduler counts it: the sum over
+    its containers and sidecars (init containers that keep running, `restartPolicy: Always`), or the largest one-off
+    init container plus those sidecars started before it, whichever is more."""
     sidecars = 0
     init_peak = 0
     for container in spec.get("initContainers") or ():
         if container.get("restartPolicy") == "Always":
-            sidecars += container_gpus(container)
+            sidecars += container_amount(container, resource)
         else:
-            init_peak = max(init_peak, sidecars + container_gpus(container))
-    containers = sum(container_gpus(c) for c in spec.get("containers") or ())
+            init_peak = max(init_peak, sidecars + container_amount(container, resource))
+    containers = sum(container_amount(c, resource) for c in spec.get("containers") or ())
     return max(containers + sidecars, init_peak)
+
+
+def pod_gpus(spec: Mapping[str, Any]) -> int:
+    """The GPUs a pod (its spec) holds while it runs (`pod_amount` of nvidia.com/gpu)."""
+    return pod_amount(spec, GPU_RESOURCE)

@@ -91,6 +91,11 @@ def mig_resource(profile: str) -> str:
     return MIG_RESOURCE_PREFIX + profile.replace("+", ".")
 
 
+def is_slice(resource: str) -> bool:
+    """A slice of a GPU as a node advertises it and a pod asks for it: a MIG instance or a shared GPU."""
+    return resource == SHARED_RESOURCE or resource.startswith(MIG_RESOURCE_PREFIX)
+
+
 def resource_key(resource: str) -> str:
     """How config.yaml names a shared resource: without `nvidia.com/` (`mig-1g.10gb`, `gpu.shared`)."""
     return resource.removeprefix("nvidia.com/")

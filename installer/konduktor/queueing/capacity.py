@@ -1,7 +1,9 @@
 """The GPU capacity the platform publishes to team members, in a size that does not grow with the fleet: per GPU
 type (ResourceFlavor) its nodes, GPUs, GPUs in service and free, and how the free GPUs are spread over the nodes
 (how many nodes have k free GPUs); the quarantined nodes, the most recent first, up to `QUARANTINES_PUBLISHED`
-(each type counts them all); and per team queue its quota and usage. Nothing else: no pod, job or namespace names.
+(each type counts them all); per sharing group (its ResourceFlavor) and slice it advertises (`nvidia.com/mig-<profile>`,
+`nvidia.com/gpu.shared`) its nodes, slices and free slices; and per team queue its quota and usage of whole GPUs
+and of each slice. Nothing else: no pod, job or namespace names.
 
 Team members may read their own namespaces only. Fragmentation ("28 GPUs free, at most 7 per node") and
 never-fit ("no node has 12 GPUs") need the spread of free GPUs over the nodes, and who borrows a team's GPUs needs
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
@@ -24,11 +26,12 @@ from typing import Any, Literal
 
 from konduktor.config.model import selects
 from konduktor.gpu.node import allocatable_gpus, taints
-from konduktor.gpu.pod import pod_gpus
+from konduktor.gpu.pod import pod_amount, pod_gpus
+from konduktor.gpu.sharing import is_slice
 from konduktor.kube.conditions import is_true
 from konduktor.kube.timestamps import format_time, parse_time
 from konduktor.kube.watch import WatchEvent
-from konduktor.quotas.usage import TeamUsage, team_usage
+from konduktor.quotas.usage import TeamUsage, gpu_usage
 from konduktor.vocabulary import (
     CAPACITY_CONFIGMAP,
     CAPACITY_PUBLISHER,
@@ -113,6 +116,18 @@ class FlavorSummary:
         return max((k for k, _ in self.free_nodes), default=0)
 
 
+@dataclass(frozen=True)
+class SliceSummary:
+    """One sharing group's slices of one resource, in numbers that do not grow with its nodes."""
+
+    flavor: str  # the sharing group, its ResourceFlavor
+    resource: str  # nvidia.com/mig-<profile> or nvidia.com/gpu.shared
+    nodes: int  # the group's nodes that advertise it
+    total: int  # their allocatable slices
+    free: int  # slices no running pod holds, on usable nodes
+    most_free: int  # the most free slices on one usable node
+
+
 Fresh = Literal["current", "stale", "unknown"]
 
 
@@ -132,11 +147,12 @@ class Freshness:
 class Capacity:
     flavors: tuple[FlavorSummary, ...]
     quarantined: tuple[QuarantinedNode, ...]  # the most recent first, at most QUARANTINES_PUBLISHED
-    queues: tuple[TeamUsage, ...]
+    queues: tuple[TeamUsage, ...]  # whole GPUs, and the slices of the queues that have any
     # As of when it is known current (the heartbeat), else when it changed: not part of the content.
     published_at: str = field(default="", compare=False)
     # The reader's verdict on its age; None where nobody judged it (the publisher's own, a test's).
     freshness: Freshness | None = field(default=None, compare=False)
+    slices: tuple[SliceSummary, ...] = ()  # per sharing group and resource, by flavor then resource
 
     def flavor(self, name: str) -> FlavorSummary | None:
         return next((f for f in self.flavors if f.flavor == name), None)
@@ -175,6 +191,24 @@ def running_pod(pod: Mapping[str, Any]) -> tuple[str, int] | None:
     return (node, gpus) if gpus else None
 
 
+def running_slices(pod: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, int], ...]] | None:
+    """The node a pod is bound to and the slices it holds there, per resource; None for a pod that holds none."""
+    spec = pod.get("spec", {})
+    node = spec.get("nodeName")
+    if not node or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+        return None
+    asked = {
+        resource
+        for key in ("initContainers", "containers")
+        for container in spec.get(key) or ()
+        for field_ in ("requests", "limits")
+        for resource in ((container.get("resources") or {}).get(field_) or {})
+        if is_slice(resource)
+    }
+    held = tuple((r, n) for r in sorted(asked) if (n := pod_amount(spec, r)) > 0)
+    return (node, held) if held else None
+
+
 def held_gpus(pods: Iterable[tuple[str, int]]) -> dict[str, int]:
     """GPUs held per node, from (node, GPUs) of the running pods."""
     held: dict[str, int] = {}
@@ -189,6 +223,57 @@ def flavor_of(labels: Mapping[str, str], flavors: Iterable[Mapping[str, Any]]) -
         (f["metadata"]["name"] for f in flavors if selects(f.get("spec", {}).get("nodeLabels", {}), dict(labels))),
         None,
     )
+
+
+def group_of(labels: Mapping[str, str], flavors: Iterable[Mapping[str, Any]]) -> str | None:
+    """The ResourceFlavor of a node's sharing group: of those that select it, the one with the most node labels (a
+    group's flavor selects by its GPU type's labels and the group's own, the type's flavor by the first only)."""
+    found = [
+        (len(f.get("spec", {}).get("nodeLabels", {})), f["metadata"]["name"])
+        for f in flavors
+        if selects(f.get("spec", {}).get("nodeLabels", {}), dict(labels))
+    ]
+    return min(found, key=lambda pair: (-pair[0], pair[1]))[1] if found else None
+
+
+def allocatable_slices(node: Mapping[str, Any]) -> dict[str, int]:
+    """The slices a node advertises (its allocatable MIG instances and shared GPUs), those it has any of."""
+    allocatable = node.get("status", {}).get("allocatable") or {}
+    return {r: int(str(v)) for r, v in allocatable.items() if is_slice(r) and str(v).isdigit() and int(str(v)) > 0}
+
+
+def slice_summary(
+    nodes: Iterable[Mapping[str, Any]],
+    held: Iterable[tuple[str, tuple[tuple[str, int], ...]]],
+    flavors: Sequence[Mapping[str, Any]],
+) -> tuple[SliceSummary, ...]:
+    """Per sharing group and slice resource: the group's nodes advertising it, their slices and the free ones on
+    usable nodes (allocatable minus what the running pods hold there). One entry per group and resource, whatever
+    the node count."""
+    taken: dict[tuple[str, str], int] = {}
+    for node_name, slices in held:
+        for resource, count in slices:
+            taken[(node_name, resource)] = taken.get((node_name, resource), 0) + count
+    rows: dict[tuple[str, str], list[int]] = {}  # (flavor, resource) -> [nodes, total, free, most free]
+    for node in nodes:
+        offered = allocatable_slices(node)
+        group = group_of(node["metadata"].get("labels", {}), flavors) if offered else None
+        if group is None:
+            continue
+        name = node["metadata"]["name"]
+        usable = (
+            is_true(dict(node), "Ready")
+            and not node.get("spec", {}).get("unschedulable", False)
+            and _quarantine(node) is None
+        )
+        for resource, count in offered.items():
+            free = max(0, count - taken.get((name, resource), 0)) if usable else 0
+            row = rows.setdefault((group, resource), [0, 0, 0, 0])
+            row[0] += 1
+            row[1] += count
+            row[2] += free
+            row[3] = max(row[3], free)
+    return tuple(SliceSummary(f, r, *row) for (f, r), row in sorted(rows.items()))
 
 
 def read_node(node: Mapping[str, Any], flavor: str, held: int) -> NodeCapacity:
@@ -216,9 +301,12 @@ def node_capacity(
     return found
 
 
-def summarize(nodes: Iterable[NodeCapacity], queues: Iterable[TeamUsage]) -> Capacity:
+def summarize(
+    nodes: Iterable[NodeCapacity], queues: Iterable[TeamUsage], slices: Iterable[SliceSummary] = ()
+) -> Capacity:
     """The published capacity of these nodes and queues: its size depends on the GPU types, the node sizes, the
-    teams and the quarantines listed (at most QUARANTINES_PUBLISHED), never on the number of nodes."""
+    teams, the sharing groups' resources and the quarantines listed (at most QUARANTINES_PUBLISHED), never on the
+    number of nodes."""
     by_flavor: dict[str, list[NodeCapacity]] = {}
     for node in nodes:
         by_flavor.setdefault(node.flavor, []).append(node)
@@ -252,7 +340,7 @@ def summarize(nodes: Iterable[NodeCapacity], queues: Iterable[TeamUsage]) -> Cap
     # The most recent first (a job requeued a moment ago asks of its node), then by name.
     quarantined.sort(key=lambda q: q.name)
     quarantined.sort(key=lambda q: parse_time(q.since) or 0.0, reverse=True)
-    return Capacity(tuple(flavors), tuple(quarantined[:QUARANTINES_PUBLISHED]), tuple(queues))
+    return Capacity(tuple(flavors), tuple(quarantined[:QUARANTINES_PUBLISHED]), tuple(queues), slices=tuple(slices))
 
 
 def to_json(capacity: Capacity) -> str:
@@ -278,6 +366,24 @@ def to_json(capacity: Capacity) -> str:
                 for q in capacity.quarantined
             ],
             "queues": [q.row() for q in capacity.queues],
+            # Only where some node advertises slices: a cluster without sharing publishes what it did before.
+            **(
+                {
+                    "slices": [
+                        {
+                            "flavor": s.flavor,
+                            "resource": s.resource,
+                            "nodes": s.nodes,
+                            "total": s.total,
+                            "free": s.free,
+                            "mostFree": s.most_free,
+                        }
+                        for s in capacity.slices
+                    ]
+                }
+                if capacity.slices
+                else {}
+            ),
         },
         sort_keys=True,
         separators=(",", ":"),
@@ -324,7 +430,13 @@ def from_json(text: str, published_at: str = "") -> Capacity:
         QuarantinedNode(q["node"], q["flavor"], int(q["gpus"]), q["reason"], q["since"])
         for q in data.get("quarantined", [])
     )
-    return Capacity(flavors, quarantined, _queues(data.get("queues", [])), published_at)
+    slices = tuple(
+        SliceSummary(
+            s["flavor"], s["resource"], int(s["nodes"]), int(s["total"]), int(s["free"]), int(s.get("mostFree", 0))
+        )
+        for s in data.get("slices", [])
+    )
+    return Capacity(flavors, quarantined, _queues(data.get("queues", [])), published_at, slices=slices)
 
 
 def from_per_node_json(text: str) -> Capacity:
@@ -479,6 +591,7 @@ class Fleet:
     def __init__(self) -> None:
         self.nodes: dict[str, KubeObject] = {}
         self.pods: dict[tuple[str, str], tuple[str, int]] = {}
+        self.sliced: dict[tuple[str, str], tuple[str, tuple[tuple[str, int], ...]]] = {}  # pods that hold slices
         self.flavors: dict[str, KubeObject] = {}
         self.queues: dict[str, KubeObject] = {}
         self.namespaces: set[str] = set()
@@ -487,7 +600,7 @@ class Fleet:
         """One watch event of a source named by its kind (Node, Pod, ResourceFlavor, ClusterQueue, Namespace)."""
         if event.source == "Pod":
             if event.type == "SYNC":
-                self.pods = {}
+                self.pods, self.sliced = {}, {}
             for pod in event.objects:
                 key = (pod["metadata"].get("namespace", ""), pod["metadata"]["name"])
                 running = None if event.type == "DELETED" else running_pod(pod)
@@ -495,6 +608,11 @@ class Fleet:
                     self.pods.pop(key, None)
                 else:
                     self.pods[key] = running
+                slices = None if event.type == "DELETED" else running_slices(pod)
+                if slices is None:
+                    self.sliced.pop(key, None)
+                else:
+                    self.sliced[key] = slices
             return
         if event.source == "Namespace":
             names = {n["metadata"]["name"] for n in event.objects}
@@ -523,4 +641,6 @@ class Fleet:
             flavor = flavor_of(node["metadata"].get("labels", {}), flavors)
             if flavor is not None:
                 nodes.append(read_node(node, flavor, held.get(name, 0)))
-        return summarize(nodes, team_usage([self.queues[name] for name in sorted(self.queues)]))
+        queues = gpu_usage([self.queues[name] for name in sorted(self.queues)])
+        slices = slice_summary((self.nodes[name] for name in sorted(self.nodes)), self.sliced.values(), flavors)
+        return summarize(nodes, queues, slices)

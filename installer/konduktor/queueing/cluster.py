@@ -27,6 +27,8 @@ from konduktor.queueing.capacity import (
     micro_time,
     node_capacity,
     revision,
+    running_slices,
+    slice_summary,
     summarize,
 )
 from konduktor.queueing.explain import (
@@ -44,7 +46,7 @@ from konduktor.queueing.explain import (
     with_policy,
     with_requeues,
 )
-from konduktor.quotas.usage import team_usage
+from konduktor.quotas.usage import gpu_usage
 from konduktor.vocabulary import (
     CAPACITY_CONFIGMAP,
     JOB_NAME_LABEL,
@@ -77,7 +79,8 @@ def read_capacity(kube: Kube) -> Capacity:
     pods = kube.list("v1", "Pod", field_selector=BOUND_PODS)
     flavors = kube.list(KUEUE_API, "ResourceFlavor")
     queues = kube.list(KUEUE_API, "ClusterQueue")
-    return summarize(node_capacity(nodes, pods, flavors), team_usage(queues))
+    held = [found for found in map(running_slices, pods) if found is not None]
+    return summarize(node_capacity(nodes, pods, flavors), gpu_usage(queues), slice_summary(nodes, held, flavors))
 
 
 @dataclass

@@ -280,7 +280,7 @@ class QueueView:
 
 
 def queue_view(cluster_queue: str, capacity: Capacity, pending: list[Pending], source: Source) -> QueueView:
-    rows = [q for q in capacity.queues if q.cluster_queue == cluster_queue]
+    rows = _team_rows(capacity, cluster_queue)
     team = rows[0].team if rows else cluster_queue
     return QueueView(team, cluster_queue, rows, [p for p in pending], source)
 
@@ -695,7 +695,8 @@ def _not_queued(
 
 
 def _team_rows(capacity: Capacity, cluster_queue: str) -> list[TeamUsage]:
-    return [q for q in capacity.queues if q.cluster_queue == cluster_queue]
+    """The queue's whole-GPU rows (its slices' rows are `queueing.slices`')."""
+    return [q for q in capacity.queues if q.cluster_queue == cluster_queue and q.resource == GPU_RESOURCE]
 
 
 def _explain_pending(
@@ -779,7 +780,11 @@ def _explain_flavor(
 ) -> None:
     total = Fraction(explanation.gpus)
     own_left = max(Fraction(0), row.nominal - row.used)
-    cohort_rows = [q for q in capacity.queues if row.cohort and q.cohort == row.cohort and q.flavor == row.flavor]
+    cohort_rows = [
+        q
+        for q in capacity.queues
+        if row.cohort and q.cohort == row.cohort and q.flavor == row.flavor and q.resource == row.resource
+    ]
     others = [q for q in cohort_rows if q.cluster_queue != row.cluster_queue]
     idle_elsewhere = sum((_lendable(q) for q in others), Fraction(0))
     may_borrow = (

@@ -22,7 +22,7 @@ from fractions import Fraction
 from typing import Any
 
 from konduktor.config.quantity import parse_quantity
-from konduktor.gpu.sharing import MIG_RESOURCE_PREFIX, SHARED_RESOURCE, gpu_fraction, resource_key, smallest_covering
+from konduktor.gpu.sharing import MIG_RESOURCE_PREFIX, gpu_fraction, is_slice, resource_key, smallest_covering
 from konduktor.kube.conditions import condition, is_true
 from konduktor.queueing.capacity import Capacity
 from konduktor.queueing.explain import Explanation, Reason
@@ -38,10 +38,6 @@ _IN_USE = re.compile(
 )
 _ELSEWHERE = re.compile(r"flavor (?P<flavor>\S+) doesn't match node affinity")
 _NO_ROOM = re.compile(r"Insufficient (?P<resource>nvidia\.com/[^\s,.]+(?:\.[^\s,.]+)*)")
-
-
-def is_slice(resource: str) -> bool:
-    return resource == SHARED_RESOURCE or resource.startswith(MIG_RESOURCE_PREFIX)
 
 
 def slices_asked(workload: dict[str, Any]) -> dict[str, int]:

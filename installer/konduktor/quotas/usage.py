@@ -141,5 +141,14 @@ def gpu_usage(cluster_queues: list[dict[str, Any]]) -> list[TeamUsage]:
     # A sharing group's flavor gives no whole GPU: its nvidia.com/gpu 0 is filler too.
     flavors = {(u.cluster_queue, u.flavor) for u in sliced}
     whole = [u for u in whole if not ((u.cluster_queue, u.flavor) in flavors and _filler(u))]
-    order = {(u.cluster_queue, u.flavor): i for i, u in enumerate(team_usage(cluster_queues))}
+    # In the queues' order, then their flavors' (a queue may list a flavor without nvidia.com/gpu).
+    order = {
+        (queue["metadata"]["name"], flavor["name"]): i
+        for i, (queue, flavor) in enumerate(
+            (queue, flavor)
+            for queue in cluster_queues
+            for group in queue.get("spec", {}).get("resourceGroups", [])
+            for flavor in group.get("flavors", [])
+        )
+    }
     return sorted([*whole, *sliced], key=lambda u: (order[(u.cluster_queue, u.flavor)], u.resource))
