@@ -7,7 +7,10 @@ every node, rewritten in every team namespace every 30 s, its timestamp changing
 written only when it changes, at most once per settle period, and one heartbeat Lease per period), for an idle
 fleet and for one whose jobs churn (each GPU pod runs `--job-minutes` on average, so nodes/job-minutes pods finish
 and as many start every minute). Writes are counted by replaying one minute of events in 10-second rounds and
-comparing each round's revision with the last; the time to compute one round is measured too.
+comparing each round's revision with the last; the time to compute one round is measured too. With `--sliced`, one
+node in ten is in a MIG sharing group (`h100-mig`: 2 mig-1g.10gb, 1 mig-2g.20gb and 1 mig-3g.40gb per GPU) and one
+in ten time-sliced (`h100-shared`: 4 gpu.shared per GPU), their pods asking for slices and every team's queue
+holding a quota of each: the published slices per group and resource, and the queues' slice rows.
 
 With `--sim NAME`, on a running simulated cluster instead (`konduktor-install sim up --nodes 2000x8:H100 --name
 NAME`): the publisher's service (`queueing.publisher.serve`, as an administrator) on its nodes with `--sim-teams`
@@ -17,7 +20,7 @@ then one more node quarantined: the copies written and how long after. The nodes
 
 Prints figures; asserts nothing.
 
-    .venv/bin/python bench/capacity_bench.py [--nodes 1000,5000,10000] [--teams 10,100] [--job-minutes 60]
+    .venv/bin/python bench/capacity_bench.py [--nodes 1000,5000,10000] [--teams 10,100] [--job-minutes 60] [--sliced]
     .venv/bin/python bench/capacity_bench.py --sim NAME [--sim-teams 40] [--minutes 2] [--sim-quarantined 20]
 """
 
@@ -68,12 +71,27 @@ BEFORE_EVERY = 30  # seconds between the earlier publisher's rounds (its chart d
 SIZES = (1, 2, 4, 8)
 FLAVOR = {"metadata": {"name": "h100"}, "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}
 NOW = "2026-11-28T10:00:00Z"
+# With --sliced: the sharing groups' flavors (as quotas/render.py writes them), what one of their nodes advertises
+# and the label that puts a node in it, by node index modulo 10.
+MIG_1G, MIG_2G, MIG_3G, SHARED = (
+    "nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb", "nvidia.com/mig-3g.40gb", "nvidia.com/gpu.shared"
+)  # fmt: skip
+GROUPS = {
+    3: ("h100-mig", "nvidia.com/mig.config", {MIG_1G: 16, MIG_2G: 8, MIG_3G: 8}),
+    4: ("h100-shared", "nvidia.com/device-plugin.config", {SHARED: 32}),
+}
+GROUP_FLAVORS = tuple(
+    {"metadata": {"name": name}, "spec": {"nodeLabels": {**FLAVOR["spec"]["nodeLabels"], label: name}}}
+    for name, label, _ in GROUPS.values()
+)
+SLICES = [MIG_1G, MIG_2G, MIG_3G, SHARED]
 
 
-def node(index: int) -> dict[str, Any]:
+def node(index: int, sliced: bool = False) -> dict[str, Any]:
     name = f"gpu-h100-{index:05d}"
     quarantined = index % 100 == 7
-    return {
+    group = GROUPS.get(index % 10) if sliced else None
+    found = {
         "metadata": {
             "name": name,
             "labels": {
@@ -92,52 +110,75 @@ def node(index: int) -> dict[str, Any]:
             "conditions": [{"type": "Ready", "status": "True"}],
         },
     }
+    if group is not None:
+        name_, label, offered = group
+        found["metadata"]["labels"][label] = name_
+        found["status"]["allocatable"] = {
+            "nvidia.com/gpu": "0", "cpu": "224", "memory": "2Ti", **{r: str(n) for r, n in offered.items()}
+        }  # fmt: skip
+    return found
 
 
-def pod(name: str, on: str, gpus: int) -> dict[str, Any]:
+Pod = tuple[str, str, int, str]  # name, node, count, resource
+
+
+def pod(name: str, on: str, gpus: int, resource: str = "nvidia.com/gpu") -> dict[str, Any]:
     return {
         "metadata": {"name": name, "namespace": "team-0"},
-        "spec": {"nodeName": on, "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]},
+        "spec": {"nodeName": on, "containers": [{"name": "main", "resources": {"limits": {resource: gpus}}}]},
         "status": {"phase": "Running"},
     }
 
 
-def queue(team: int, admitted: int) -> dict[str, Any]:
-    """A ClusterQueue with its usage, as Kueue reports it."""
+def queue(team: int, admitted: int, sliced: bool = False) -> dict[str, Any]:
+    """A ClusterQueue with its usage, as Kueue reports it; with `sliced`, as quotas/render.py writes it for the
+    sharing groups (every flavor lists every resource, a quota of each slice on its group's flavor)."""
+    resources = ["nvidia.com/gpu", *SLICES] if sliced else ["nvidia.com/gpu"]
+    quota = {("h100", "nvidia.com/gpu"): 80, **{(g[0], r): n for g in GROUPS.values() for r, n in g[2].items()}}
+    flavors = ["h100", *(f["metadata"]["name"] for f in GROUP_FLAVORS)] if sliced else ["h100"]
+    used = {("h100", "nvidia.com/gpu"): 8 * admitted, **({("h100-mig", MIG_1G): team % 16} if sliced else {})}
     return {
         "metadata": {"name": f"team-{team}"},
         "spec": {
             "cohort": "lab",
             "resourceGroups": [
                 {
-                    "coveredResources": ["nvidia.com/gpu"],
-                    "flavors": [{"name": "h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 80}]}],
+                    "coveredResources": resources,
+                    "flavors": [
+                        {"name": f, "resources": [{"name": r, "nominalQuota": quota.get((f, r), 0)} for r in resources]}
+                        for f in flavors
+                    ],
                 }
             ],
         },
         "status": {
             "admittedWorkloads": admitted,
             "pendingWorkloads": 2,
-            "flavorsUsage": [{"name": "h100", "resources": [{"name": "nvidia.com/gpu", "total": str(8 * admitted)}]}],
+            "flavorsUsage": [
+                {"name": f, "resources": [{"name": r, "total": str(n)}]} for (f, r), n in sorted(used.items())
+            ],
         },
     }
 
 
-def fleet_of(nodes: int, teams: int, rng: random.Random) -> tuple[Fleet, list[tuple[str, str, int]]]:
-    """The fleet after its lists: every node, pods filling a random share of each, the teams' queues."""
+def fleet_of(nodes: int, teams: int, rng: random.Random, sliced: bool = False) -> tuple[Fleet, list[Pod]]:
+    """The fleet after its lists: every node, pods filling a random share of each (slices on a sharing group's
+    node), the teams' queues."""
     fleet = Fleet()
-    node_objects = [node(i) for i in range(nodes)]
-    pods: list[tuple[str, str, int]] = []
+    node_objects = [node(i, sliced) for i in range(nodes)]
+    pods: list[Pod] = []
     for index, obj in enumerate(node_objects):
-        used = 0
-        while used < 8 and rng.random() < 0.8:
-            gpus = min(rng.choice(SIZES), 8 - used)
-            pods.append((f"p-{index}-{used}", obj["metadata"]["name"], gpus))
-            used += gpus
+        group = GROUPS.get(index % 10) if sliced else None
+        for resource, offered in group[2].items() if group is not None else [("nvidia.com/gpu", 8)]:
+            used = 0
+            while used < offered and rng.random() < 0.8:
+                count = min(rng.choice(SIZES), offered - used)
+                pods.append((f"p-{index}-{resource[11:]}-{used}", obj["metadata"]["name"], count, resource))
+                used += count
     fleet.apply(WatchEvent("Node", "SYNC", tuple(slim_node(n) for n in node_objects)))
     fleet.apply(WatchEvent("Pod", "SYNC", tuple(slim_pod(pod(*p)) for p in pods)))
-    fleet.apply(WatchEvent("ResourceFlavor", "SYNC", (FLAVOR,)))
-    fleet.apply(WatchEvent("ClusterQueue", "SYNC", tuple(queue(t, 5) for t in range(teams))))
+    fleet.apply(WatchEvent("ResourceFlavor", "SYNC", (FLAVOR, *(GROUP_FLAVORS if sliced else ()))))
+    fleet.apply(WatchEvent("ClusterQueue", "SYNC", tuple(queue(t, 5, sliced) for t in range(teams))))
     return fleet, pods
 
 
@@ -166,7 +207,7 @@ def usage_row(team: int) -> dict[str, Any]:
     return row.row()
 
 
-def churn_minute(fleet: Fleet, pods: list[tuple[str, str, int]], finishing: int, rng: random.Random) -> int:
+def churn_minute(fleet: Fleet, pods: list[Pod], finishing: int, rng: random.Random) -> int:
     """One minute of churn in 10-second rounds: jobs finish and others start in their place (the same GPUs on the
     same node, as a queue refills a freed node), ClusterQueue usage moves; returns the rounds whose content
     changed (each one a write per team namespace)."""
@@ -176,10 +217,10 @@ def churn_minute(fleet: Fleet, pods: list[tuple[str, str, int]], finishing: int,
     for round_index in range(rounds):
         for _ in range(finishing // rounds):
             slot = rng.randrange(len(pods))
-            name, on, gpus = pods[slot]
-            fleet.apply(WatchEvent("Pod", "DELETED", (slim_pod(pod(name, on, gpus)),)))
+            name, on, gpus, resource = pods[slot]
+            fleet.apply(WatchEvent("Pod", "DELETED", (slim_pod(pod(name, on, gpus, resource)),)))
             if rng.random() < 0.9:  # most freed GPUs are taken again within the round
-                pods[slot] = (f"{name}-{round_index}", on, gpus)
+                pods[slot] = (f"{name}-{round_index}", on, gpus, resource)
                 fleet.apply(WatchEvent("Pod", "ADDED", (slim_pod(pod(*pods[slot])),)))
         current = revision(fleet.capacity())
         changed += current != last
@@ -280,6 +321,7 @@ def main() -> None:
     parser.add_argument("--nodes", default="1000,5000,10000")
     parser.add_argument("--teams", default="10,100")
     parser.add_argument("--job-minutes", type=float, default=60)
+    parser.add_argument("--sliced", action="store_true", help="one node in ten in a MIG group, one time-sliced")
     parser.add_argument("--sim", metavar="NAME", help="measure on this running simulated cluster instead")
     parser.add_argument("--sim-teams", type=int, default=40)
     parser.add_argument("--minutes", type=float, default=2)
@@ -300,7 +342,7 @@ def main() -> None:
     for nodes in (int(n) for n in args.nodes.split(",")):
         for teams in (int(t) for t in args.teams.split(",")):
             rng = random.Random(nodes * 1000 + teams)
-            fleet, pods = fleet_of(nodes, teams, rng)
+            fleet, pods = fleet_of(nodes, teams, rng, args.sliced)
             times = []
             for _ in range(3):
                 start = time.perf_counter()
