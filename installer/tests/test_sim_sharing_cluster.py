@@ -26,6 +26,9 @@ from konduktor.cli.main import main
 from konduktor.errors import KonduktorError
 from konduktor.gpu.sharing import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
 from konduktor.kube.client import Kube
+from konduktor.queueing.capacity import from_json, to_json
+from konduktor.queueing.cluster import read_capacity
+from konduktor.queueing.slices import published_slice_usage
 from konduktor.sim.faults import kernel_log_dir
 from konduktor.sim.sharing import SHARING_ANNOTATION, SHARING_NODES_LABEL, groups_annotation, is_gpu_resource
 from konduktor.sim.workloads import gpu_job, is_true, job_state
@@ -38,6 +41,7 @@ NODE = "gpu-h100-0001"
 # The groups of examples/config.yaml's h100 type, had it any; the session cluster's nodes have 10 GPUs each.
 GROUPS = {"h100-mig": {"mig": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}, "h100-shared": {"timeSlicing": 4}}
 NAMESPACE = "slices-a"
+MIG_1G = "nvidia.com/mig-1g.10gb"
 
 
 def gpu_resources(kube: Kube, section: str = "allocatable") -> dict[str, str]:
@@ -116,9 +120,9 @@ def slice_queue() -> list[dict[str, Any]]:
     ]
 
 
-def slice_job(name: str) -> dict[str, Any]:
-    job = gpu_job(name, NAMESPACE, gpus=1, run_for="1s")
-    resources = {"nvidia.com/mig-1g.10gb": "1", "cpu": "1", "memory": "1Gi"}
+def slice_job(name: str, run_for: str = "1s") -> dict[str, Any]:
+    job = gpu_job(name, NAMESPACE, gpus=1, run_for=run_for)
+    resources = {MIG_1G: "1", "cpu": "1", "memory": "1Gi"}
     [container] = job["spec"]["template"]["spec"]["containers"]
     container["resources"] = {"requests": resources, "limits": copy.deepcopy(resources)}
     return job
@@ -245,3 +249,36 @@ def test_a_mig_node_is_burned_in_through_its_slices_and_says_what_it_skipped(
         assert container["resources"]["limits"]["nvidia.com/mig-1g.10gb"] == "20"
     finally:
         kube.delete("v1", "Namespace", namespace)
+
+
+def test_the_published_capacity_counts_the_groups_slices_and_the_queues_slice_quota(
+    kube: Kube, sharing_node: str
+) -> None:
+    label(kube, **{MIG_CONFIG_LABEL: "h100-mig"})
+    wait_until(
+        "the MIG layout applied",
+        lambda: node(kube, NODE)["metadata"]["labels"].get(MIG_CONFIG_STATE_LABEL) == "success",
+    )
+    kube.apply_all(slice_queue())
+    try:
+        wait_until("the slice queue active", lambda: is_true(kube.get(V1BETA2, "ClusterQueue", NAMESPACE), "Active"))
+        kube.create(slice_job("holds", run_for="1h"))
+
+        def mig_1g() -> tuple[int, int, int] | None:
+            rows = [s for s in read_capacity(kube).slices if (s.flavor, s.resource) == ("h100-mig", MIG_1G)]
+            return (rows[0].nodes, rows[0].total, rows[0].free) if rows else None
+
+        def queue_rows() -> list[tuple[str, str, int, int]]:
+            rows = published_slice_usage(read_capacity(kube), NAMESPACE)
+            return [(r.flavor, r.resource, int(r.nominal), int(r.used)) for r in rows]
+
+        # The node's 20 mig-1g.10gb (10 GPUs x 2), one of them held by the running pod; Kueue counts it in the
+        # queue's usage when its status next says so.
+        wait_until("the held slice published", lambda: mig_1g() == (1, 20, 19), on_timeout=lambda: stuck(kube))
+        wait_until("the queue's slice usage", lambda: queue_rows() == [("h100-mig", MIG_1G, 4, 1)])
+        capacity = read_capacity(kube)
+        assert from_json(to_json(capacity)) == capacity  # as a team member reads it
+    finally:
+        kube.delete("v1", "Namespace", NAMESPACE)
+        kube.delete(V1BETA2, "ClusterQueue", NAMESPACE)
+        kube.delete(V1BETA2, "ResourceFlavor", "h100-mig")

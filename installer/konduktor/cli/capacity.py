@@ -44,8 +44,9 @@ def publish_capacity(
     context: ContextOption = None,
     sim: SimOption = None,
 ) -> None:
-    """Publish free GPUs per GPU type and how they spread over nodes, quarantines and team quota usage for team
-    members (no job or pod names), in a size that does not grow with the fleet.
+    """Publish free GPUs per GPU type and how they spread over nodes, free slices per sharing group, quarantines and
+    team quota usage (whole GPUs and slices) for team members (no job or pod names), in a size that does not grow
+    with the fleet.
 
     A team namespace that refuses the write is named and the others still get theirs (exit 1 when run once)."""
     kube = connect(kubeconfig, context, sim)
@@ -57,10 +58,12 @@ def publish_capacity(
         return
     done = publish(kube)
     capacity = done.capacity
+    groups = {s.flavor for s in capacity.slices}
+    sliced = f", the slices of {len(groups)} sharing groups" if groups else ""
     err.print(
         f"published ConfigMap {CAPACITY_CONFIGMAP} in {len(done.namespaces)} team namespaces "
         f"({len(done.written)} written, {len(done.unchanged)} unchanged): {capacity.nodes} GPU nodes of "
-        f"{len(capacity.flavors)} GPU types, {len(capacity.queues)} queue rows",
+        f"{len(capacity.flavors)} GPU types{sliced}, {len(capacity.queues)} queue rows",
         markup=False,
     )
     for namespace, reason in done.refused.items():
