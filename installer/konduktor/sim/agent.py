@@ -163,26 +163,36 @@ class GpuOperator:
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
+        # Per node, the resourceVersion of the Node as this loop last left it: the events of its own writes, which
+        # arrive after, carry nothing newer and are passed over.
+        self.left: dict[str, int] = {}
 
     def reconcile(self, node: Mapping[str, Any]) -> None:
-        metadata = node["metadata"]
-        labels: Mapping[str, str] = metadata.get("labels") or {}
-        steps = operator_steps(
-            labels,
-            metadata.get("annotations") or {},
-            node.get("status", {}),
-            device_plugin_status(node, node_faults(node)),
-            labels.get(PRODUCT_LABEL, ""),
-            physical_gpus(node),
-        )
-        for kind, change in steps:
-            if kind == "labels":
-                self.kube.patch("v1", "Node", metadata["name"], {"metadata": {"labels": change}})
-            else:
-                status = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": metadata["name"]}, "status": change}
-                self.kube.apply_status(status, DEVICE_PLUGIN)
-        if steps:
-            logger.info("node %s: %s", metadata["name"], "; ".join(f"{kind} {change}" for kind, change in steps))
+        name = node["metadata"]["name"]
+        version = _version(node)
+        if version is not None and version <= self.left.get(name, -1):
+            return
+        for _ in range(3):  # the Node each write returns is judged again: someone may have changed it meanwhile
+            steps = operator_steps(
+                node["metadata"].get("labels") or {},
+                node["metadata"].get("annotations") or {},
+                node.get("status", {}),
+                device_plugin_status(node, node_faults(node)),
+                (node["metadata"].get("labels") or {}).get(PRODUCT_LABEL, ""),
+                physical_gpus(node),
+            )
+            if not steps:
+                break
+            for kind, change in steps:
+                if kind == "labels":
+                    node = self.kube.patch("v1", "Node", name, {"metadata": {"labels": change}})
+                else:
+                    status = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": change}
+                    node = self.kube.apply_status(status, DEVICE_PLUGIN)
+            logger.info("node %s: %s", name, "; ".join(f"{kind} {change}" for kind, change in steps))
+        version = _version(node)
+        if version is not None:
+            self.left[name] = version
 
     def run(self) -> None:
         """List the nodes with sharing groups, then watch them; any break starts over with a list."""
@@ -203,6 +213,13 @@ class GpuOperator:
             except Exception as problem:  # as Agent.run: an API outage ends one pass, never the agent
                 logger.warning("gpu operator: %s; listing again in 1 s", problem)
                 time.sleep(1)
+
+
+def _version(node: Mapping[str, Any]) -> int | None:
+    # resourceVersions are opaque by contract and etcd revisions in practice (as the health controller reads them);
+    # one that does not read as a number is never passed over.
+    text = str(node.get("metadata", {}).get("resourceVersion", ""))
+    return int(text) if text.isdigit() else None
 
 
 def main(argv: list[str] | None = None) -> None:
