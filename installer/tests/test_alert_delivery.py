@@ -22,7 +22,7 @@ from health_cluster import (  # noqa: F401 (fixtures: `kube`, the controller's n
 from sim_fixture import health_taints, node
 
 from konduktor.config import load_config
-from konduktor.health.requalification import REQUALIFICATION_LABEL
+from konduktor.health.requalification_runs import REQUALIFICATION_LABEL
 from konduktor.health.settings import BreakerSettings
 from konduktor.waiting import wait_until
 

@@ -9,7 +9,7 @@ from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict
 from konduktor.config.model import selects
 from konduktor.gpu.node import GpuNode, Taint, allocatable_gpus, read_node
 from konduktor.health.decide import SetCondition, UpdateNode
-from konduktor.health.nodes import node_state
+from konduktor.health.node_reading import node_state
 from konduktor.health.quarantine import quarantine_plan
 from konduktor.vocabulary import GPU_HEALTHY_CONDITION, GPU_RESOURCE, HEALTH_TAINT_KEY, QUARANTINED_AT
 

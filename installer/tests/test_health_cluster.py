@@ -48,11 +48,12 @@ from sim_fixture import health_settings_deployed, health_taints, node, patch_nod
 from konduktor.burnin.manifests import NODE_ANNOTATION, node_job
 from konduktor.burnin.tiers import options_for_tier
 from konduktor.cli.main import main as cli_main
+from konduktor.health.breaker import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION
 from konduktor.health.decide import CONDITION_TYPE, Taint, UpdateNode
-from konduktor.health.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION, LEASE_API, LEASE_NAME
+from konduktor.health.leader import LEASE_API, LEASE_NAME
 from konduktor.health.loop import CURSOR_ANNOTATION, HealthController
 from konduktor.health.nodes import NodeEvent, list_nodes
-from konduktor.health.requalification import REQUALIFICATION_LABEL
+from konduktor.health.requalification_runs import REQUALIFICATION_LABEL
 from konduktor.health.server import HealthServer
 from konduktor.health.settings import (
     BreakerSettings,

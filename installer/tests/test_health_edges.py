@@ -16,11 +16,14 @@ from konduktor.health.classify import DcgmSample, DuplicateFilter, Finding, Lost
 from konduktor.health.decide import CONDITION_TYPE, Taint, UpdateNode
 from konduktor.health.logs import JsonFormatter
 from konduktor.health.loki import LokiCursor, cursor_after, entries, line_key, unseen
+from konduktor.health.node_reading import expected_gpus, is_gpu_node, node_state
 from konduktor.health.node_writes import node_patch
-from konduktor.health.nodes import NodeCache, NodeEvent, expected_gpus, is_gpu_node, node_state
-from konduktor.health.prometheus import DcgmSeries, DcgmSignal, Novelty, shape, signal
-from konduktor.health.requalification import Run, acted_on, run_id_for, run_of
+from konduktor.health.nodes import NodeCache, NodeEvent
+from konduktor.health.prometheus import DcgmSeries, Novelty, shape, signal
+from konduktor.health.requalification import run_id_for
+from konduktor.health.requalification_runs import Run, acted_on, run_of
 from konduktor.health.settings import GpuTypeSettings, HealthSettings, load_settings
+from konduktor.health.signals import DcgmSignal
 from konduktor.health.telemetry import HealthMetrics
 from konduktor.observability.metrics import HEALTH_CONTROLLER_METRICS
 from konduktor.vocabulary import HEALTH_TAINT_KEY, QUARANTINED_AT, REQUALIFIED_AT

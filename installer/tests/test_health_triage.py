@@ -6,9 +6,8 @@ import pytest
 
 from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, PairVerdict, Verdict
 from konduktor.health.classify import DcgmSample
-from konduktor.health.loki import LogLine
-from konduktor.health.prometheus import DcgmSignal
 from konduktor.health.settings import HealthSettings, PrometheusSettings
+from konduktor.health.signals import DcgmSignal, LogLine
 from konduktor.health.triage import (
     LATE_SECONDS,
     TABLE_WIDTH,

@@ -28,7 +28,8 @@ from health_cluster import (
 from loki_api import LokiApi
 from sim_fixture import health_settings_deployed, health_taints, installer_events, node, release_nodes
 
-from konduktor.health.leader import BREAKER_ANNOTATION, LEASE_API, LEASE_NAME
+from konduktor.health.breaker import BREAKER_ANNOTATION
+from konduktor.health.leader import LEASE_API, LEASE_NAME
 from konduktor.health.loop import HealthController
 from konduktor.health.settings import AffectedWorkSettings, HealthSettings, PrometheusSettings
 from konduktor.kube.client import Kube

@@ -23,9 +23,10 @@ from konduktor.burnin.tiers import options_for_tier
 from konduktor.burnin.verdict import NodeEvidence, judge_node
 from konduktor.cli.main import main
 from konduktor.errors import ExitCode
+from konduktor.health.breaker import BREAKER_ANNOTATION
 from konduktor.health.decide import CONDITION_TYPE
 from konduktor.health.health_view import TABLE_WIDTH
-from konduktor.health.leader import BREAKER_ANNOTATION, LEASE_API, LEASE_NAME
+from konduktor.health.leader import LEASE_API, LEASE_NAME
 from konduktor.health.quarantine import quarantine_failed
 from konduktor.health.settings import HealthSettings
 from konduktor.kube.client import Kube

@@ -11,11 +11,16 @@ from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict
 from konduktor.burnin.tiers import Step, Tier, options_for_tier
 from konduktor.burnin.verdict import NodeEvidence, judge_node
 from konduktor.errors import ChangeRefused, ExitCode, UsageError
-from konduktor.health.breaker import BreakerView, breaker_view, controller_view
+from konduktor.health.breaker import (
+    BREAKER_ANNOTATION,
+    BREAKER_RESET_ANNOTATION,
+    BreakerView,
+    breaker_view,
+    controller_view,
+)
 from konduktor.health.decide import CONDITION_TYPE, RecordEvent, SetCondition, UpdateNode
 from konduktor.health.health_view import TABLE_WIDTH, Health, capacity, health_view, render_next, render_table
-from konduktor.health.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION
-from konduktor.health.nodes import node_state
+from konduktor.health.node_reading import node_state
 from konduktor.health.release import release_hints, release_plan, requalification_plan, requalify_outcome
 from konduktor.health.settings import HealthSettings
 from konduktor.sim.gpus import FakeNode, parse_faults, step_log

@@ -13,7 +13,7 @@ from konduktor.errors import UsageError
 from konduktor.gpu.kernel_log import parse_line
 from konduktor.gpu.sharing import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
 from konduktor.health.classify import classify_report
-from konduktor.health.nodes import expected_gpus
+from konduktor.health.node_reading import expected_gpus
 from konduktor.health.settings import HealthSettings
 from konduktor.sim.faults import check_mig_instance, device_plugin_status, kernel_line
 from konduktor.sim.gpus import FakeNode, parse_faults

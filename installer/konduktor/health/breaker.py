@@ -1,7 +1,7 @@
 """The fleet breaker and the controller as on-call sees them: how many quarantines the window holds against which
 limit, since when the breaker is tripped, who leads, whether the controller runs dry.
 
-Pure: the caller passes the GPU nodes as the controller reads them (`controller.nodes.gpu_node_state`), the
+Pure: the caller passes the GPU nodes as the controller reads them (`health.node_reading.gpu_node_state`), the
 annotations and spec of its Lease, its settings and the clock. The count is the controller's own
 (`decide.restore_breaker`), so `konduktor-install nodes` and `status` never disagree with what it will do.
 """
@@ -13,9 +13,15 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from konduktor.health.decide import NodeState, breaker_limit, window_quarantines
-from konduktor.health.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION
 from konduktor.health.settings import HealthSettings
 from konduktor.kube.timestamps import format_time, parse_time
+
+# Annotations of the controller's Lease (`leader.LEASE_NAME`).
+# When the fleet breaker tripped. It outlives restarts and leader changes; an operator resets the breaker with
+# `konduktor-install nodes breaker reset --reason ...`, which removes it and stamps the reset.
+BREAKER_ANNOTATION = "konduktor.ai/breaker-tripped-at"
+# When an operator last reset the breaker: the quarantines before it no longer count against the window.
+BREAKER_RESET_ANNOTATION = "konduktor.ai/breaker-reset-at"
 
 RESET_COMMAND = "konduktor-install nodes breaker reset --reason '...'"
 

@@ -16,12 +16,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from konduktor.errors import UsageError
-from konduktor.health.breaker import BreakerView, ControllerView, breaker_view, controller_view
+from konduktor.health.breaker import (
+    BREAKER_ANNOTATION,
+    BREAKER_RESET_ANNOTATION,
+    BreakerView,
+    ControllerView,
+    breaker_view,
+    controller_view,
+)
 from konduktor.health.decide import NodeState
 from konduktor.health.health_view import NodeHealth, health_view
-from konduktor.health.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION, LEASE_API, LEASE_NAME
+from konduktor.health.leader import LEASE_API, LEASE_NAME
+from konduktor.health.node_reading import gpu_node_state
 from konduktor.health.node_writes import EVENT_NAMESPACE, object_event
-from konduktor.health.nodes import gpu_node_state
 from konduktor.health.quarantine import COMPONENT
 from konduktor.health.release import whoami
 from konduktor.health.settings import HealthSettings

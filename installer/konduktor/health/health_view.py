@@ -2,7 +2,7 @@
 quarantined each one; and the GPUs that quarantines and cordons take out of the cluster's capacity.
 
 Pure: the caller passes the Nodes, the Node Events and the burn-in Jobs as the API returned them. The Node is
-read with the controller's own reading (`controller.nodes.node_state`) and judged with its own ownership rule
+read with the controller's own reading (`health.node_reading.node_state`) and judged with its own ownership rule
 (`decide.quarantined_by_us`), so this view never disagrees with what the controller will do.
 
 Who quarantined a node is told by the newest quarantine Event: the health controller records its own as
@@ -21,8 +21,8 @@ from typing import Any
 from konduktor.burnin.record import record_of
 from konduktor.health.breaker import RESET_COMMAND, BreakerView
 from konduktor.health.decide import CONDITION_TYPE, NodeState, quarantined_by_us
-from konduktor.health.nodes import gpu_node_state
-from konduktor.health.requalification import REQUALIFICATION_LABEL, Run, acted_on, run_of
+from konduktor.health.node_reading import gpu_node_state
+from konduktor.health.requalification_runs import REQUALIFICATION_LABEL, Run, acted_on, run_of
 from konduktor.health.settings import HealthSettings
 from konduktor.kube.timestamps import format_time, parse_time
 from konduktor.vocabulary import (

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from konduktor.health.loki import LogLine
+from konduktor.health.signals import LogLine
 
 SUFFIX = ".log"
 # Bytes read per file and pass: a flood in one file cannot stall the loop; the rest is read on the next pass.

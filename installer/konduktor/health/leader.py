@@ -22,11 +22,6 @@ from konduktor.kube.client import ApiError, Kube
 
 LEASE_API = "coordination.k8s.io/v1"
 LEASE_NAME = "konduktor-health"
-# When the fleet breaker tripped. It outlives restarts and leader changes; an operator resets the breaker with
-# `konduktor-install nodes breaker reset --reason ...`, which removes it and stamps the reset.
-BREAKER_ANNOTATION = "konduktor.ai/breaker-tripped-at"
-# When an operator last reset the breaker: the quarantines before it no longer count against the window.
-BREAKER_RESET_ANNOTATION = "konduktor.ai/breaker-reset-at"
 
 
 def micro_time(when: float) -> str:

@@ -18,18 +18,12 @@ import requests
 
 from konduktor.health.logs import log
 from konduktor.health.settings import LokiSettings
+from konduktor.health.signals import LogLine
 from konduktor.health.telemetry import HealthMetrics
 from konduktor.observability.answers import SourceError, array, labels, mapping, success_data, text, whole_number
 
 QUERY_RANGE = "/loki/api/v1/query_range"
 _NS = 1_000_000_000
-
-
-@dataclass(frozen=True)
-class LogLine:
-    node: str
-    timestamp_ns: int
-    line: str
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from konduktor.errors import KonduktorError
 from konduktor.gpu.kernel_log import parse_line
 from konduktor.health.actuator import COMPONENT, Actuator, Outcome, action_name
 from konduktor.health.affected import AffectedWorkload, RequeuingWorkload
+from konduktor.health.breaker import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION
 from konduktor.health.classify import (
     DuplicateFilter,
     Finding,
@@ -51,21 +52,22 @@ from konduktor.health.decide import (
 )
 from konduktor.health.gpu_loss import Attribution
 from konduktor.health.kernel_files import KernelLogFiles
-from konduktor.health.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION, LeaderLease
+from konduktor.health.leader import LeaderLease
 from konduktor.health.logs import log
-from konduktor.health.loki import LogLine, LokiCursor, LokiSource
+from konduktor.health.loki import LokiCursor, LokiSource
+from konduktor.health.node_reading import gpu_node_state
 from konduktor.health.nodes import (
     NodeCache,
     NodeEvent,
     NodeWatch,
-    gpu_node_state,
     list_nodes,
 )
-from konduktor.health.prometheus import DcgmSignal, PrometheusSource
+from konduktor.health.prometheus import PrometheusSource
 from konduktor.health.refused import decide_give_back
 from konduktor.health.refused_writes import give_back, refused_creates
 from konduktor.health.requalification import PodLogs, Requalifier, Result, StepLogs
 from konduktor.health.settings import HealthSettings
+from konduktor.health.signals import DcgmSignal, LogLine
 from konduktor.health.telemetry import HealthMetrics
 from konduktor.health.workloads import requeuing, workloads_on
 from konduktor.kube.client import ApiError, Kube

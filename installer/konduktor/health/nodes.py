@@ -1,4 +1,4 @@
-"""GPU nodes as the decision sees them, kept current by a list and a watch of the Node API."""
+"""GPU nodes kept current by a list and a watch of the Node API; `node_reading` reads each as the decision sees it."""
 
 from __future__ import annotations
 
@@ -7,73 +7,13 @@ import queue
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
-from konduktor.gpu.node import read_node
-from konduktor.gpu.sharing import shares_gpus
-from konduktor.health.classify import ForeignCondition
-from konduktor.health.decide import CONDITION_TYPE, NodeState
 from konduktor.health.logs import log
-from konduktor.health.settings import HealthSettings
+from konduktor.health.node_reading import KUBELET_CONDITIONS, Node
 from konduktor.health.telemetry import HealthMetrics
 from konduktor.kube.client import ApiError, Kube
-from konduktor.kube.timestamps import parse_time
-from konduktor.vocabulary import GPU_COUNT_LABEL, GPU_RESOURCE, PRODUCT_LABEL
-
-Node = dict[str, Any]
-
-
-def expected_gpus(node: Node, settings: HealthSettings) -> int | None:
-    """Whole GPUs the node should have: its GPU type's count from the config, else its nvidia.com/gpu.count label;
-    0 on a node labelled for a sharing group, whose GPUs are advertised as slices (its faults show in its Xids)."""
-    labels = node["metadata"].get("labels", {})
-    if shares_gpus(labels):
-        return 0
-    product = labels.get(PRODUCT_LABEL)
-    for gpu_type in settings.gpu_types.values():
-        if gpu_type.product == product:
-            return gpu_type.gpus_per_node
-    count = labels.get(GPU_COUNT_LABEL, "")
-    return int(count) if count.isdigit() else None
-
-
-def is_gpu_node(node: Node, expected: int | None) -> bool:
-    return expected is not None or GPU_RESOURCE in node.get("status", {}).get("capacity", {})
-
-
-def gpu_node_state(node: Node, settings: HealthSettings, requalification_running: bool = False) -> NodeState | None:
-    """The node as the decision sees it, with the GPUs its type should have; None when it is no GPU node."""
-    expected = expected_gpus(node, settings)
-    return node_state(node, expected, requalification_running) if is_gpu_node(node, expected) else None
-
-
-# The kubelet's own conditions: node health in general, not the GPUs'; never rules for this controller.
-_KUBELET_CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable")
-
-
-def node_state(
-    node: Mapping[str, Any], expected: int | None = None, requalification_running: bool = False
-) -> NodeState:
-    """The node as the decision sees it: the GPU reading of the Node (`konduktor.gpu.node`), with the GPUs it
-    should have and whether its requalification runs, and the conditions other tools set on it."""
-    read = read_node(node)
-    return NodeState(
-        **{f.name: getattr(read, f.name) for f in fields(read)},
-        gpu_expected=expected,
-        requalification_running=requalification_running,
-        conditions=tuple(
-            ForeignCondition(
-                c.get("type", ""),
-                c.get("status", ""),
-                f"{c.get('reason', '')}: {c.get('message', '')}".strip(": "),
-                c.get("lastTransitionTime", ""),
-                parse_time(c.get("lastTransitionTime")),
-            )
-            for c in node.get("status", {}).get("conditions") or ()
-            if c.get("type") not in (CONDITION_TYPE, *_KUBELET_CONDITIONS)
-        ),
-    )
 
 
 def newer(candidate: Node, current: Node | None) -> bool:
@@ -156,7 +96,7 @@ def slim(node: Node) -> Node:
         "spec": {k: spec[k] for k in ("taints", "unschedulable") if k in spec},
         "status": {k: status[k] for k in ("capacity", "allocatable") if k in status},
     }
-    conditions = [c for c in status.get("conditions") or [] if c.get("type") not in _KUBELET_CONDITIONS]
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") not in KUBELET_CONDITIONS]
     if conditions:
         kept["status"]["conditions"] = conditions
     return kept

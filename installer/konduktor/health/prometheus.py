@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from itertools import pairwise
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 import requests
 
@@ -24,13 +24,13 @@ from konduktor.gpu.catalog import DCGM_RULES, DCGM_XID_FIELD
 from konduktor.health.classify import DcgmSample
 from konduktor.health.gpu_loss import Attribution, LostGpu, is_device_plugin_xid
 from konduktor.health.settings import PrometheusSettings
+from konduktor.health.signals import DcgmSignal, SignalShape
 from konduktor.health.telemetry import HealthMetrics
 from konduktor.observability.answers import SourceError, array, finite_number, labels, mapping, success_data
 from konduktor.observability.metrics import MetricType, lookup
 
 HEALTH_FIELDS = (DCGM_XID_FIELD, *DCGM_RULES)
 Answer = TypeVar("Answer")
-SignalShape = Literal["counter", "code", "state"]
 
 
 def shape(metric: str) -> SignalShape:
@@ -48,13 +48,6 @@ class DcgmSeries:
     gpu: str
     metric: str
     points: tuple[tuple[float, float], ...]  # (unix seconds, value), oldest first
-
-
-@dataclass(frozen=True)
-class DcgmSignal:
-    sample: DcgmSample
-    since: float  # when the series first showed the fault
-    shape: SignalShape
 
 
 def signal(series: DcgmSeries) -> DcgmSignal | None:

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from konduktor.burnin.results import NodeVerdict
+from konduktor.health.breaker import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION
 from konduktor.health.classify import Finding
 from konduktor.health.decide import (
     CONDITION_TYPE,
@@ -26,9 +27,9 @@ from konduktor.health.decide import (
     decide,
     restore_breaker,
 )
-from konduktor.health.leader import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION, LEASE_API, LEASE_NAME
+from konduktor.health.leader import LEASE_API, LEASE_NAME
+from konduktor.health.node_reading import gpu_node_state, node_state
 from konduktor.health.node_writes import make_writes
-from konduktor.health.nodes import gpu_node_state, node_state
 from konduktor.health.settings import BreakerSettings, HealthSettings
 from konduktor.kube.client import Kube
 from konduktor.kube.timestamps import parse_time
@@ -41,7 +42,7 @@ COMPONENT = "konduktor-install"
 def quarantine_plan(verdicts: Sequence[NodeVerdict], nodes: Sequence[Mapping[str, Any]], now: float) -> Plan:
     """The health controller's writes for the FAIL nodes: taint, quarantined-at annotation, condition, Event.
 
-    The nodes are read as the controller reads them (`konduktor.health.nodes.node_state`), so these
+    The nodes are read as the controller reads them (`konduktor.health.node_reading.node_state`), so these
     quarantines are the ones it would make.
 
     Only FAIL verdicts go in: this command quarantines, and leaves releasing a node to the controller's

@@ -36,8 +36,8 @@ from konduktor.health.decide import (
     decide,
     quarantined_by_us,
 )
+from konduktor.health.node_reading import expected_gpus, node_state
 from konduktor.health.node_writes import make_writes
-from konduktor.health.nodes import expected_gpus, node_state
 from konduktor.health.quarantine import COMPONENT, describe_action
 from konduktor.health.settings import BreakerSettings, HealthSettings
 from konduktor.health.workloads import gpu_pods_on

@@ -18,24 +18,22 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from konduktor.burnin.jobs import newest_pod, owned_by, pod_log
-from konduktor.burnin.manifests import NODE_ANNOTATION, make_run_id, node_job, scripts_configmap
-from konduktor.burnin.plan import JOB_CHECK, JobPhase, job_finished_at, job_state
+from konduktor.burnin.manifests import make_run_id, node_job, scripts_configmap
+from konduktor.burnin.plan import JOB_CHECK
 from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict, worst
 from konduktor.burnin.tiers import BurnInImages, BurnInOptions, options_for_tier
 from konduktor.burnin.verdict import NodeEvidence, judge_node
 from konduktor.health.decide import NodeState
 from konduktor.health.logs import log
 from konduktor.health.node_writes import FIELD_MANAGER
+from konduktor.health.requalification_runs import REQUALIFICATION_LABEL, Run, acted_on, run_of
 from konduktor.health.settings import RequalificationSettings
 from konduktor.health.telemetry import HealthMetrics
 from konduktor.kube.client import ApiError, Kube
-from konduktor.kube.timestamps import parse_time
-from konduktor.vocabulary import BURNIN_TIER_ANNOTATION, HOSTNAME_LABEL, PRODUCT_LABEL, QUARANTINED_AT, REQUALIFIED_AT
-
-REQUALIFICATION_LABEL = "konduktor.ai/requalification"
+from konduktor.vocabulary import HOSTNAME_LABEL, PRODUCT_LABEL
 
 
 class StepLogs(Protocol):
@@ -57,36 +55,6 @@ class PodLogs:
         except ApiError as problem:
             self.metrics.api_error("get", "pods/log", problem)
             return None
-
-
-@dataclass(frozen=True)
-class Run:
-    """One requalification Job as the controller needs it."""
-
-    job: str
-    node: str
-    tier: str
-    finished_at: float | None  # None while it runs
-    failure: str | None  # why the Job failed, when it did
-
-
-def run_of(job: Mapping[str, Any]) -> Run | None:
-    meta = job["metadata"]
-    node = meta.get("annotations", {}).get(NODE_ANNOTATION)
-    if not node:
-        return None
-    state = job_state(job)
-    failure = state.reason if state.phase is JobPhase.FAILED else None
-    tier = meta.get("annotations", {}).get(BURNIN_TIER_ANNOTATION, "")
-    return Run(meta["name"], node, tier, job_finished_at(job), failure)
-
-
-def acted_on(run: Run, node: NodeState) -> bool:
-    """The node's stamps show that the decision already acted on this finished run."""
-    stamps = [parse_time(node.annotations.get(key)) for key in (REQUALIFIED_AT, QUARANTINED_AT)]
-    latest = max((s for s in stamps if s is not None), default=None)
-    # Stamps have whole seconds; the run's end is compared at the same precision.
-    return run.finished_at is not None and latest is not None and latest >= int(run.finished_at)
 
 
 def run_id_for(node: str, now: float) -> str:

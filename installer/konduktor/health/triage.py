@@ -25,9 +25,8 @@ from konduktor.health.classify import (
     unconfirmed,
     verdict_detail,
 )
-from konduktor.health.loki import LogLine
-from konduktor.health.prometheus import DcgmSignal
 from konduktor.health.settings import HealthSettings
+from konduktor.health.signals import DcgmSignal, LogLine
 from konduktor.kube.timestamps import format_time
 
 # A fault found shortly after the job ended still counts: detection takes seconds to minutes (a lost GPU waits
