@@ -78,6 +78,7 @@ CLI_PLUMBING = frozenset(
         "konduktor.cli.target",  # --kubeconfig, --context, --sim
         "konduktor.cli.arguments",  # the config file argument, durations
         "konduktor.cli.quota_options",  # --adopt, --drain-removed-teams, --drain-timeout
+        "konduktor.cli.confirm",  # --yes and the question before a real cluster changes
     }
 )
 
@@ -260,6 +261,8 @@ def test_the_cli_checker_sees_a_command_importing_another() -> None:
     """One command's module importing another's is judged wrong; plumbing and the layers below are right."""
     assert not cli_import_allowed("konduktor.cli.up", "konduktor.cli.preflight")
     assert not cli_import_allowed("konduktor.cli.nodes", "konduktor.cli.burnin")
+    assert not cli_import_allowed("konduktor.cli.plan", "konduktor.cli.up")  # what they share is in ops
     assert cli_import_allowed("konduktor.cli.up", "konduktor.cli.console")
     assert cli_import_allowed("konduktor.cli.up", "konduktor.ops.up")
+    assert cli_import_allowed("konduktor.cli.down", "konduktor.cli.confirm")
     assert ("konduktor.cli.main", "konduktor.cli.lazy") in import_edges()  # the edges it judges are seen

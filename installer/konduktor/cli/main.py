@@ -59,18 +59,19 @@ class InstallerCommands(LazyGroup):
         ),
         LazyCommand(
             "plan",
-            "konduktor.cli.up:plan",
-            "What `up` would change. Exit 0: nothing; 1: changes pending (release or quotas); 3: `up` would refuse a "
-            "quota change (an object belongs to someone else); 2 or 5: error.",
+            "konduktor.cli.plan:plan",
+            "What `up` would change. Exit 0: nothing; 1: changes pending (release, quotas or nodes' sharing labels); "
+            "3: `up` would refuse a quota change (an object belongs to someone else) or a GPU layout change on a node "
+            "where GPU work runs (unless --drain-for-sharing); 2 or 5: error.",
         ),
         LazyCommand(
             "status",
-            "konduktor.cli.up:status",
+            "konduktor.cli.status:status",
             "The release, the team queues and the health controller. Exit 1 when Konduktor is not installed.",
         ),
         LazyCommand(
             "down",
-            "konduktor.cli.up:down",
+            "konduktor.cli.down:down",
             "Remove what `up` made: the release and every quota object Konduktor owns. Namespaces (and what runs "
             "in them) stay unless --purge.",
         ),

@@ -207,6 +207,33 @@ class SharingPlan:
         return [change for change in self.changes if change.layout and change.work]
 
 
+def sharing_document(planned: SharingPlan | None) -> dict[str, Any] | None:
+    """The nodes' sharing labels changed (or that would change), the groups short of nodes, the nodes cordoned for a
+    layout that is not in place yet, and the MIG groups whose layout changed under their name; null when the cluster
+    was not read."""
+    if planned is None:
+        return None
+    return {
+        "changes": [change.as_json() for change in planned.changes],
+        "short": planned.short,
+        "cordoned": [node.name for node in planned.cordoned],
+        "relaid": planned.relaid,
+    }
+
+
+def sharing_lines(planned: SharingPlan | None) -> list[str]:
+    """One line per node whose sharing labels change (with the GPU work on it when its layout changes), per group
+    short of nodes, per node still cordoned for a layout, and per MIG group whose layout changed under its name."""
+    if planned is None:
+        return []
+    lines = [change.describe() for change in planned.changes]
+    lines += [f"sharing group {short}: the cluster has no more nodes of the type" for short in planned.short]
+    lines += [f"node {node.name}: cordoned until its GPU layout is in place" for node in planned.cordoned]
+    relaid = "its MIG layout changed under the same name: up refuses; give the new layout a new group name"
+    lines += [f"sharing group {name}: {relaid}" for name in planned.relaid]
+    return lines
+
+
 def relaid_groups(config: Config, deployed: str | None) -> list[str]:
     """The config's MIG groups whose layout differs from the one mig-manager was given (`deployed`: the config.yaml
     of the installed layouts ConfigMap, None when there is none). mig-manager applies a layout only when a node's

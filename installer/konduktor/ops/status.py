@@ -37,6 +37,18 @@ def installed_release(target: Target) -> Release | None:
     return current(target.kubeconfig, RELEASE, NAMESPACE, target.toolbox(), target.context)
 
 
+def release_document(release: Release | None) -> dict[str, Any]:
+    """The release as `status -o json` and `up -o json` show it; `installed` false and the rest null when absent."""
+    return {
+        "name": RELEASE,
+        "namespace": NAMESPACE,
+        "installed": release is not None,
+        "revision": release.revision if release else None,
+        "status": release.status if release else None,
+        "chart": release.chart if release else None,
+    }
+
+
 def read_status(target: Target) -> PlatformStatus:
     with target.connect() as kube:
         release = installed_release(target)
