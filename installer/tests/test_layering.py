@@ -7,6 +7,9 @@ one is mapped to its package, and the pair must be allowed by `ALLOWED`. Imports
 today are listed in `KNOWN_VIOLATIONS`: a shrinking list, one line per module-to-module import, that may only
 lose lines. A new violation fails the first test; a line whose import is gone fails the second, so the list
 never keeps a stale excuse.
+
+Inside `health`, the biggest package, the pure decisions sit below the edges that read and write the cluster,
+Loki and Prometheus (`HEALTH_EDGES`): a pure module imports no edge, so every decision runs on plain data.
 """
 
 from __future__ import annotations
@@ -93,6 +96,33 @@ LIBRARY_EDGES: dict[str, str] = {
     "pyhelm3": "helm",  # helm through pyhelm3: install, upgrade, render, and its errors read (konduktor.helm.release)
     "testinfra": "preflight",  # the hosts the node checks run on, local or over SSH (konduktor.preflight.hosts)
 }
+
+# health's inner order: the modules that talk to the outside world, its edges. An edge imports the Kubernetes
+# client (`EDGE_MODULES`) or a network library (`EDGE_LIBRARIES`); every other health module is a pure decision
+# and imports none of them. Found from the imports, so a new edge shows here and must be listed.
+EDGE_MODULES = frozenset({"konduktor.kube.client"})
+EDGE_LIBRARIES = frozenset({"kubernetes", "requests", "http", "socket"})
+HEALTH_EDGES = frozenset(
+    {
+        "konduktor.health.actuator",  # carries out the decisions: node writes, Workloads, requalification Jobs
+        "konduktor.health.fleet_events",  # the teams' fault Events, in their own clusters
+        "konduktor.health.health_status",  # what `nodes` and `status` read from the cluster
+        "konduktor.health.leader",  # the Lease
+        "konduktor.health.loki",  # kernel log lines from Loki
+        "konduktor.health.loop",  # the controller: its watch, its passes and its writes
+        "konduktor.health.node_writes",  # taints, conditions and Events on Nodes
+        "konduktor.health.nodes",  # the Node list and watch
+        "konduktor.health.prometheus",  # DCGM series from Prometheus
+        "konduktor.health.quarantine",  # `burnin --quarantine`, `nodes quarantine`
+        "konduktor.health.refused_writes",  # pods a node refused, given back
+        "konduktor.health.release",  # `nodes release` and `requalify`
+        "konduktor.health.requalification",  # the burn-in Jobs and their logs
+        "konduktor.health.server",  # /healthz and /metrics over HTTP
+        "konduktor.health.telemetry",  # the controller's metrics, API errors among them
+        "konduktor.health.triage_sources",  # `nodes triage`: Loki, Prometheus, Events and the Node
+        "konduktor.health.workloads",  # Kueue Workloads and their pods
+    }
+)
 
 
 def module_name(path: Path) -> str:
@@ -266,3 +296,50 @@ def test_the_cli_checker_sees_a_command_importing_another() -> None:
     assert cli_import_allowed("konduktor.cli.up", "konduktor.ops.up")
     assert cli_import_allowed("konduktor.cli.down", "konduktor.cli.confirm")
     assert ("konduktor.cli.main", "konduktor.cli.lazy") in import_edges()  # the edges it judges are seen
+
+
+def is_health_edge(path: Path) -> bool:
+    """A health module that reads or writes the outside world: it imports the Kubernetes client or talks HTTP."""
+    return bool(set(imported_modules(path)) & EDGE_MODULES or set(imported_libraries(path)) & EDGE_LIBRARIES)
+
+
+def health_edges() -> set[str]:
+    return {module_name(path) for path in (PACKAGE_ROOT / "health").glob("*.py") if is_health_edge(path)}
+
+
+def pure_imports_of_edges(edges: set[tuple[str, str]], health_edge_modules: frozenset[str]) -> set[tuple[str, str]]:
+    """(pure health module, edge) for every health module outside the edges that imports one of them."""
+    return {
+        (source, target)
+        for source, target in edges
+        if package_of(source) == "health" and source not in health_edge_modules and target in health_edge_modules
+    }
+
+
+def test_the_health_edges_are_the_listed_ones() -> None:
+    """Every health module that imports the Kubernetes client or a network library is listed as an edge, and
+    every listed edge still is one, so the list says which modules touch the outside world."""
+    found = health_edges()
+    assert found == HEALTH_EDGES, (
+        f"new edges, list them in HEALTH_EDGES: {sorted(found - HEALTH_EDGES)}; "
+        f"no longer edges, delete: {sorted(HEALTH_EDGES - found)}"
+    )
+
+
+def test_no_pure_health_module_imports_an_edge() -> None:
+    found = sorted(pure_imports_of_edges(import_edges(), HEALTH_EDGES))
+    assert not found, "pure health modules importing an edge (move the shared name down):\n" + "\n".join(
+        f"  {s} -> {t}" for s, t in found
+    )
+
+
+def test_the_health_order_checker_sees_a_pure_module_importing_an_edge() -> None:
+    """A decision importing an edge is judged wrong; an edge importing a decision, or another edge, is right."""
+    assert pure_imports_of_edges({("konduktor.health.breaker", "konduktor.health.leader")}, HEALTH_EDGES)
+    assert pure_imports_of_edges({("konduktor.health.triage", "konduktor.health.loki")}, HEALTH_EDGES)
+    assert not pure_imports_of_edges({("konduktor.health.loop", "konduktor.health.decide")}, HEALTH_EDGES)
+    assert not pure_imports_of_edges({("konduktor.health.loop", "konduktor.health.actuator")}, HEALTH_EDGES)
+    assert is_health_edge(PACKAGE_ROOT / "health" / "loki.py")  # requests
+    assert is_health_edge(PACKAGE_ROOT / "health" / "nodes.py")  # konduktor.kube.client
+    assert not is_health_edge(PACKAGE_ROOT / "health" / "decide.py")
+    assert ("konduktor.health.loop", "konduktor.health.decide") in import_edges()
