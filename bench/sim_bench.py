@@ -13,11 +13,11 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import datetime
 
 os.environ["KONDUKTOR_STATE"] = tempfile.mkdtemp(prefix="konduktor-bench-")
 
 from konduktor.kube.client import Kube
+from konduktor.kube.timestamps import parse_time
 from konduktor.sim.cluster import SimCluster, SimSpec
 from konduktor.sim.nodes import parse_nodes_spec
 from konduktor.tools.catalog import load_tools
@@ -39,10 +39,12 @@ def ready_lag_seconds(kube: Kube) -> list[float]:
     """Per node: Ready transition minus creation (the API's timestamps have 1 s resolution)."""
     lags = []
     for node in kube.list("v1", "Node", label_selector="type=kwok"):
-        created = datetime.fromisoformat(node["metadata"]["creationTimestamp"])
+        created = parse_time(node["metadata"]["creationTimestamp"])
         for item in node["status"].get("conditions", []):
             if item["type"] == "Ready" and item["status"] == "True":
-                lags.append((datetime.fromisoformat(item["lastTransitionTime"]) - created).total_seconds())
+                ready = parse_time(item["lastTransitionTime"])
+                if created is not None and ready is not None:
+                    lags.append(ready - created)
     return lags
 
 

@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from ruamel.yaml import YAML
 
 from konduktor.kube.client import Kube
 from konduktor.kube.documents import load_documents
+from konduktor.kube.timestamps import parse_time
 from konduktor.sim.cluster import SimCluster
 from konduktor.sim.pools import spec_from
 from konduktor.tools.toolbox import Toolbox
@@ -86,8 +86,11 @@ def controller_available(kube: Kube) -> bool:
     return any(c["type"] == "Available" and c["status"] == "True" for c in conditions)
 
 
-def stamp(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+def stamp(text: str) -> float:
+    """A creationTimestamp as epoch seconds."""
+    when = parse_time(text)
+    assert when is not None, text
+    return when
 
 
 def test_the_app_of_apps_syncs_the_platform_then_the_quotas(gitops: tuple[Kube, ArgoCD, GitRepo]) -> None:
