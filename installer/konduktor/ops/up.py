@@ -123,14 +123,16 @@ class UpReport:
 
 def start_simulated(
     target: Target, config: Config, report: Report, kueue_settings: dict[str, Any] | None = None
-) -> None:
+) -> SimCluster | None:
     """The simulated cluster, started or reshaped from the config (and Kueue's settings, when they are not the
     config's); its pods keep running as long as `sim up --job-seconds` made them. A given cluster is used as it
-    is."""
-    if target.sim is not None:
-        sim = SimCluster(target.sim, progress=report)
-        running = sim.spec()
-        sim.up(spec_of(config, 5.0 if running is None else running.job_seconds, kueue_settings))
+    is: None."""
+    if target.sim is None:
+        return None
+    sim = SimCluster(target.sim, progress=report)
+    running = sim.spec()
+    sim.up(spec_of(config, 5.0 if running is None else running.job_seconds, kueue_settings))
+    return sim
 
 
 def verify(kube: Kube, config: Config, report: Report) -> None:
@@ -185,15 +187,17 @@ def run_up(
     inventory = config_inventory(loaded)  # and its SSH key, if any, is there
     clock = StepClock(report)
     target = resolve_target(request.kubeconfig, request.context, request.sim)
-    if request.values_files:  # the charts' schemas accept them, before any cluster is touched
-        checked, checked_values = chart_for(target.simulated, config, request.values, share.kueue_settings)
-        check_values(checked, RELEASE, NAMESPACE, checked_values, request.values_files, target.toolbox(report))
+    # The chart and its values, chosen once: at once when values files are given (the charts' schemas accept them,
+    # before any cluster is touched), else after preflight.
+    chosen = chart_for(target.simulated, config, request.values, share.kueue_settings) if request.values_files else None
+    if chosen is not None:
+        check_values(chosen[0], RELEASE, NAMESPACE, chosen[1], request.values_files, target.toolbox(report))
     clock.step("cluster", f"simulated cluster {target.sim}" if target.sim else "given")
-    start_simulated(target, config, report, share.kueue_settings)
+    sim = start_simulated(target, config, report, share.kueue_settings)
     with target.connect() as kube:
         clock.step("preflight", "checking the cluster" + (" and the GPU hosts" if config.preflight.nodes else ""))
         require_preflight(kube, loaded, inventory, request.force, report, say)
-        chart, chart_values = chart_for(target.simulated, config, request.values, share.kueue_settings)
+        chart, chart_values = chosen or chart_for(target.simulated, config, request.values, share.kueue_settings)
         image = chart_image(chart, chart_values)
         # The quota plan before anything changes: an object someone else owns, or a removed team with work,
         # stops `up` here, with nothing installed.
@@ -210,8 +214,8 @@ def run_up(
         clock.step("install", f"helm upgrade --install {RELEASE} {chart.name} in {NAMESPACE}")
         release = install_release(kube, target, chart, chart_values, report)
         try:
-            if target.sim is not None:  # kwok's pods run nothing: the sim runs konduktor-core's Deployments itself
-                SimCluster(target.sim, progress=report).platform.ensure(kube)
+            if sim is not None:  # kwok's pods run nothing: the sim runs konduktor-core's Deployments itself
+                sim.platform.ensure(kube)
             if share.before_quotas is not None:
                 share.before_quotas(kube)
             sharing = give_sharing(kube, request, sharing, clock, say)
