@@ -21,7 +21,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from konduktor.errors import KonduktorError
@@ -36,7 +35,6 @@ from konduktor.health.classify import (
     XidConfirmations,
     classify_dcgm,
     classify_report,
-    condition_finding,
 )
 from konduktor.health.decide import (
     BreakerState,
@@ -55,7 +53,7 @@ from konduktor.health.kernel_files import KernelLogFiles
 from konduktor.health.leader import LeaderLease
 from konduktor.health.logs import log
 from konduktor.health.loki import LokiCursor, LokiSource
-from konduktor.health.node_reading import gpu_node_state
+from konduktor.health.node_states import NodeStates, Signal
 from konduktor.health.nodes import (
     NodeCache,
     NodeEvent,
@@ -67,7 +65,7 @@ from konduktor.health.refused import decide_give_back
 from konduktor.health.refused_writes import give_back, refused_creates
 from konduktor.health.requalification import PodLogs, Requalifier, Result, StepLogs
 from konduktor.health.settings import HealthSettings
-from konduktor.health.signals import DcgmSignal, LogLine
+from konduktor.health.signals import LogLine
 from konduktor.health.telemetry import HealthMetrics
 from konduktor.health.workloads import requeuing, workloads_on
 from konduktor.kube.client import ApiError, Kube
@@ -83,16 +81,6 @@ CURSOR_SAVE_SECONDS = 60.0
 # The others are read again on every pass while they last, so a reset only lets them past the duplicate filter.
 _READ_ONCE = ("kernel_log", "dcgm")
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
-
-
-@dataclass(frozen=True)
-class Signal:
-    """A finding and when its evidence appeared (log line, sample, first sight of missing GPUs, Job end)."""
-
-    finding: Finding
-    at: float
-    source: str  # one of observability.metrics.DETECTION_SOURCES
-    dcgm: DcgmSignal | None = None  # what Prometheus showed, to show it again if the writes fail
 
 
 class HealthController:
@@ -136,17 +124,9 @@ class HealthController:
         self.cursor: LokiCursor | None = None
         self.leading = False
         self.last_tick = time.monotonic()
-        # Every GPU node as the decision sees it, and which of them are ours (quarantined by this controller).
-        self._states: dict[str, NodeState] = {}
-        self._ours: set[str] = set()
-        self._running: set[str] = set()  # nodes whose requalification runs, as last read
-        self._to_judge: set[str] = set()  # changed since their last judgement
-        self._lasting: set[str] = set()  # a signal that lasts: judged again on every pass
+        # Every GPU node as the decision sees it, which of them are ours, and which a pass judges.
+        self.node_states = NodeStates(settings, self.lost_gpus)
         self._next_full_pass = 0.0  # monotonic: when the watch lists every Node again
-        self._judge_all = True  # the next pass judges every GPU node (a new leader's first)
-        self._relisted = False  # a list replaced the cache since the last judgement: every node is judged
-        # How often each node's watch signals were judged (the cost that grows with the fleet).
-        self.judgements: Counter[str] = Counter()
         self._saved_cursor: str | None = None
         self._cursor_saved_at = 0.0  # monotonic
         self._trip_saved = False  # the Lease carries the breaker's trip, so its absence means a reset
@@ -193,7 +173,7 @@ class HealthController:
                         self._next_full_pass = now + self.settings.full_pass_seconds
                     poll = now >= next_poll
                     next_poll = now + self.settings.poll_seconds if poll else next_poll
-                    self.pass_once(poll, full=self._judge_all)
+                    self.pass_once(poll, full=self.node_states.judge_all)
                 self.last_tick = time.monotonic()
         finally:
             self.watch.stop()
@@ -202,6 +182,11 @@ class HealthController:
     def healthy(self) -> bool:
         """Liveness: the loop is still turning (a hung API call or deadlock stops it)."""
         return time.monotonic() - self.last_tick < max(60.0, 6 * self.settings.poll_seconds)
+
+    @property
+    def judgements(self) -> Counter[str]:
+        """How often each node's watch signals were judged (the cost that grows with the fleet)."""
+        return self.node_states.judgements
 
     # --- leadership -----------------------------------------------------------------------------------------
 
@@ -217,7 +202,7 @@ class HealthController:
             self._saved_cursor = self.cursor.encode() if self.cursor else None
             self.breaker = None
             self._held.clear()
-            self._judge_all = True  # a new leader judges every node first
+            self.node_states.judge_all = True  # a new leader judges every node first
         if leading and changes:
             self._saved_cursor = changes.get(CURSOR_ANNOTATION, self._saved_cursor)
             self._trip_saved = self._trip_saved or BREAKER_ANNOTATION in changes
@@ -245,40 +230,9 @@ class HealthController:
                 return
 
     def _refresh_states(self) -> None:
-        """Bring the NodeState of every node that changed up to date; a node whose state differs is due a
-        judgement. A list that replaced the cache (the first, a 410 Gone, the safety net's) makes every node due."""
+        """Bring the states of the nodes that changed, or whose requalification started or ended, up to date."""
         changed, relisted = self.nodes.take_changed()
-        self._relisted = self._relisted or relisted
-        running = self.requalifier.running()
-        changed |= running ^ self._running
-        self._running = running
-        for name in changed:
-            node = self.nodes.get(name)
-            state = gpu_node_state(node, self.settings, name in running) if node is not None else None
-            if state is None:
-                if self._states.pop(name, None) is not None:
-                    self._ours.discard(name)
-                    self._to_judge.discard(name)
-                    self._lasting.discard(name)
-                    self.lost_gpus.forget(name)
-                continue
-            if state != self._states.get(name):
-                self._to_judge.add(name)
-            self._states[name] = state
-            if quarantined_by_us(state):
-                self._ours.add(name)
-            else:
-                self._ours.discard(name)
-
-    def _watch_signals(self, full: bool, now: float) -> list[Signal]:
-        """Judge the nodes due: changed ones and lasting signals; in a full pass, every GPU node."""
-        judged = list(self._states) if full or self._relisted else sorted(self._to_judge | self._lasting)
-        self._to_judge, self._judge_all, self._relisted = set(), False, False
-        self.judgements.update(judged)
-        lost, short = self._lost_gpu_signals(judged, now)
-        conditions = self._condition_signals(judged, now)
-        self._lasting = short | {s.finding.node for s in conditions}
-        return lost + conditions
+        self.node_states.refresh(changed, relisted, self.nodes.get, self.requalifier.running())
 
     def pass_once(self, poll: bool, full: bool = False) -> Plan:
         """One pass as the leader: judge the GPU nodes that changed since the last one (`full`: every GPU node),
@@ -287,8 +241,8 @@ class HealthController:
         if poll:
             self.requalifier.refresh()
         self._refresh_states()
-        states = self._states
-        signals = self._watch_signals(full, now)
+        states = self.node_states.states
+        signals = self.node_states.watch_signals(full, now)
         results: list[Result] = []
         cursor: LokiCursor | None = None
         kernel: list[Signal] = []
@@ -418,7 +372,7 @@ class HealthController:
         Lease says so; when an operator has removed the trip, the faults it held back are due again at once.
         Dry-run writes no quarantine and no Lease: it counts the quarantines it would have made, in memory."""
         # Only our quarantines count in the window: the breaker is restored from those nodes alone.
-        ours = {name: self._states[name] for name in self._ours}
+        ours = {name: self.node_states.states[name] for name in self.node_states.ours}
         if self.lease is None:
             return self.breaker if self.breaker is not None else restore_breaker(ours, self.settings.breaker, now)
         on_lease = parse_time(self.lease.annotations.get(BREAKER_ANNOTATION))
@@ -456,33 +410,6 @@ class HealthController:
             and s.finding.node in states
             and s.at > (parse_time(states[s.finding.node].annotations.get(REQUALIFIED_AT)) or 0.0)
         ]
-
-    def _lost_gpu_signals(self, due: Sequence[str], now: float) -> tuple[list[Signal], set[str]]:
-        """Lost-GPU findings of the nodes judged now, and those of them short of GPUs (in their grace or not)."""
-        signals, short = [], set()
-        for name in due:
-            state = self._states[name]
-            if state.gpu_expected is None or state.gpu_allocatable is None:
-                continue
-            finding = self.lost_gpus.observe(name, state.gpu_allocatable, state.gpu_expected)
-            since = self.lost_gpus.short_since(name)
-            if since is not None:
-                short.add(name)
-            if finding is not None:
-                signals.append(Signal(finding, since or now, "allocatable"))
-        return signals, short
-
-    def _condition_signals(self, due: Sequence[str], now: float) -> list[Signal]:
-        signals = []
-        for name in due:
-            state = self._states[name]
-            requalified = parse_time(state.annotations.get(REQUALIFIED_AT))
-            for condition in state.conditions:
-                finding = condition_finding(state.name, condition, requalified, self.settings.node_conditions)
-                if finding is not None:
-                    # The condition's own transition time dates the evidence, for the detection latency.
-                    signals.append(Signal(finding, condition.changed_at or now, "node_condition"))
-        return signals
 
     def _kernel_log_signals(self) -> tuple[list[Signal], LokiCursor | None]:
         lines = self.kernel_files.read() if self.kernel_files is not None else []
@@ -554,9 +481,10 @@ class HealthController:
 
     def _report_state(self, now: float) -> None:
         self._refresh_states()  # the writes just made; their nodes are judged in the next pass
-        states = self._states
+        states = self.node_states.states
         reasons = {
-            name: (states[name].annotations.get(QUARANTINE_REASON) or "unknown").split(" ", 1)[0] for name in self._ours
+            name: (states[name].annotations.get(QUARANTINE_REASON) or "unknown").split(" ", 1)[0]
+            for name in self.node_states.ours
         }
         self.metrics.quarantine_state(reasons)
         self.metrics.gpu_nodes.set(len(states))
