@@ -78,7 +78,9 @@ class InstallerCommands(LazyGroup):
         LazyCommand(
             "publish-capacity",
             "konduktor.cli.capacity:publish_capacity",
-            "Publish free GPUs per node, quarantines and team quota usage for team members (no job or pod names).",
+            "Publish free GPUs per GPU type and how they spread over nodes, free slices per sharing group, quarantines "
+            "and team quota usage (whole GPUs and slices) for team members (no job or pod names), in a size that does "
+            "not grow with the fleet.",
         ),
         LazyCommand(
             "relay-fleet-events",
