@@ -252,14 +252,14 @@ def decide(
     """
     planner = _Planner(nodes, breaker, settings, now, work or {}, attribution or {})
     for workload in requeuing:
-        planner.requeue_done(workload)
+        planner.work.requeue_done(workload)
     for result in results:
         planner.burnin_result(result)
     for finding in findings:
         planner.finding(finding)
     planner.start_requalifications()
     writes = tuple(planner.writes)
-    work_writes = tuple(planner.work_writes)
+    work_writes = tuple(planner.work.writes)
     notices, breaker_state = tuple(planner.notices), BreakerState(tuple(planner.recent), planner.tripped_at)
     held = tuple(planner.held)
     if not settings.dry_run:
@@ -289,8 +289,7 @@ class _Planner:
         attribution: Mapping[str, Attribution],
     ) -> None:
         self.nodes = dict(nodes)
-        self.work = work
-        self.attribution = attribution
+        self.work = _WorkPlanner(settings, now, work, attribution)
         self.settings = settings
         self.now = now
         self.stamp = _stamp(now)
@@ -298,8 +297,6 @@ class _Planner:
         self.recent = [t for t in breaker.recent if now - t < settings.breaker.window_seconds]
         self.tripped_at = breaker.tripped_at
         self.writes: list[Action] = []
-        self.work_writes: list[WorkAction] = []
-        self.requeued: set[tuple[str, str]] = set()  # workloads this call deactivates
         self.notices: list[Notice] = []
         self.held: list[Finding] = []
         # Nodes with a fault or a burn-in result in this call: requalification waits for a later call.
@@ -403,58 +400,7 @@ class _Planner:
         self._unhealthy(node, finding)
         self._event(node.name, "Warning", finding.reason, f"quarantined ({taint.effect}): {_describe(finding)}")
         self.fresh.add(node.name)
-        self._affected_work(node.name, finding)
-
-    def _affected_work(self, node: str, finding: Finding, *, requeues_only: bool = False) -> None:
-        """The workloads with pods on a node quarantined now: requeue, drain or leave them, and tell owners.
-        `requeues_only`: the node was quarantined before, and its workloads told then; only a workload this fault
-        requeues is handled (and told) now."""
-        work = self.work.get(node, ())
-        judged = self._lost_gpu_judgements(node, work) if finding.kind == "gpu_lost" else {}
-        quarantined_at = parse_time(self.nodes[node].annotations.get(QUARANTINED_AT))
-        for workload in work:
-            key = (workload.namespace, workload.name)
-            if not workload.active or key in self.requeued:
-                continue  # someone deactivated it (theirs to resume), or this call requeues it already
-            judgement = judged.get(key)
-            policy = judgement.policy if judgement else policy_for(finding, self.settings)
-            fate = fate_for(workload, policy, self.settings.opt_out_label)
-            if requeues_only and fate != "requeued":
-                continue
-            if fate == "requeued":
-                reason = f"{finding.reason} on {node} at {self.stamp}"
-                self.work_writes.append(DeactivateWorkload(node, workload.namespace, workload.name, reason))
-                self.requeued.add(key)
-            message = owner_message(
-                workload,
-                finding,
-                quarantined_at if quarantined_at is not None else self.now,
-                fate,
-                dry_run=self.settings.dry_run,
-                opt_out_label=self.settings.opt_out_label,
-                why=judgement.why if judgement else "",
-            )
-            objects = (workload.owner, workload.ref) if workload.owner is not None else (workload.ref,)
-            dry_run = self.settings.dry_run
-            # Dry-run's Event is news of what did not happen: nothing went wrong with the job.
-            event_type: Literal["Normal", "Warning"] = "Normal" if dry_run else "Warning"
-            told = TellOwner(
-                node, workload.namespace, objects, event_type, owner_reason(fate, dry_run=dry_run), _cut(message)
-            )
-            self.work_writes.append(told)
-
-    def _lost_gpu_judgements(self, node: str, work: Sequence[AffectedWorkload]) -> dict[tuple[str, str], Judgement]:
-        """Which workload held the GPUs the node lost (`gpu_loss`): its holder is requeued, the others drained."""
-        state = self.nodes[node]
-        missing = 1
-        if state.gpu_expected is not None and state.gpu_allocatable is not None:
-            missing = state.gpu_expected - state.gpu_allocatable
-        return judge_lost_gpu(work, missing, self.attribution.get(node), self.settings.affected_work)
-
-    def requeue_done(self, workload: RequeuingWorkload) -> None:
-        """Reactivate a Workload we deactivated once Kueue has released its quota (the eviction is done)."""
-        if workload.active or not workload.quota_reserved:
-            self.work_writes.append(ReactivateWorkload(workload.node, workload.namespace, workload.name))
+        self.work.affected(self.nodes[node.name], finding)
 
     def _already_quarantined(self, node: NodeState, finding: Finding) -> None:
         self.fresh.add(node.name)
@@ -474,7 +420,7 @@ class _Planner:
         if finding.kind == "gpu_lost":
             # The Xid that made the device plugin withdraw the GPU often quarantined the node first (DCGM is read
             # every poll, a lost GPU counts after its grace), with a policy that left the GPU's holder to finish.
-            self._affected_work(node.name, finding, requeues_only=True)
+            self.work.affected(self.nodes[node.name], finding, requeues_only=True)
 
     def _release(self, node: NodeState, detail: str) -> None:
         ours = tuple(t for t in node.taints if t.key == HEALTH_TAINT_KEY)
@@ -555,6 +501,79 @@ class _Planner:
         times = [parse_time(node.annotations.get(k)) for k in (QUARANTINED_AT, REQUALIFIED_AT)]
         # An unreadable stamp (edited by hand) must not block requalification forever.
         return max((t for t in times if t is not None), default=0.0)
+
+
+class _WorkPlanner:
+    """The affected work of one `decide` call: which workloads on a node quarantined now are requeued, drained or
+    left where they are, what their owners are told, and which requeued ones get their place back."""
+
+    def __init__(
+        self,
+        settings: HealthSettings,
+        now: float,
+        work: Mapping[str, Sequence[AffectedWorkload]],
+        attribution: Mapping[str, Attribution],
+    ) -> None:
+        self.settings = settings
+        self.now = now
+        self.stamp = _stamp(now)
+        self.work = work
+        self.attribution = attribution
+        self.writes: list[WorkAction] = []
+        self.requeued: set[tuple[str, str]] = set()  # workloads this call deactivates
+
+    def affected(self, state: NodeState, finding: Finding, *, requeues_only: bool = False) -> None:
+        """The workloads with pods on a node quarantined now: requeue, drain or leave them, and tell owners.
+        `requeues_only`: the node was quarantined before, and its workloads told then; only a workload this fault
+        requeues is handled (and told) now."""
+        node = state.name
+        work = self.work.get(node, ())
+        judged = self._lost_gpu_judgements(state, work) if finding.kind == "gpu_lost" else {}
+        quarantined_at = parse_time(state.annotations.get(QUARANTINED_AT))
+        for workload in work:
+            key = (workload.namespace, workload.name)
+            if not workload.active or key in self.requeued:
+                continue  # someone deactivated it (theirs to resume), or this call requeues it already
+            judgement = judged.get(key)
+            policy = judgement.policy if judgement else policy_for(finding, self.settings)
+            fate = fate_for(workload, policy, self.settings.opt_out_label)
+            if requeues_only and fate != "requeued":
+                continue
+            if fate == "requeued":
+                reason = f"{finding.reason} on {node} at {self.stamp}"
+                self.writes.append(DeactivateWorkload(node, workload.namespace, workload.name, reason))
+                self.requeued.add(key)
+            message = owner_message(
+                workload,
+                finding,
+                quarantined_at if quarantined_at is not None else self.now,
+                fate,
+                dry_run=self.settings.dry_run,
+                opt_out_label=self.settings.opt_out_label,
+                why=judgement.why if judgement else "",
+            )
+            objects = (workload.owner, workload.ref) if workload.owner is not None else (workload.ref,)
+            dry_run = self.settings.dry_run
+            # Dry-run's Event is news of what did not happen: nothing went wrong with the job.
+            event_type: Literal["Normal", "Warning"] = "Normal" if dry_run else "Warning"
+            told = TellOwner(
+                node, workload.namespace, objects, event_type, owner_reason(fate, dry_run=dry_run), _cut(message)
+            )
+            self.writes.append(told)
+
+    def _lost_gpu_judgements(
+        self, state: NodeState, work: Sequence[AffectedWorkload]
+    ) -> dict[tuple[str, str], Judgement]:
+        """Which workload held the GPUs the node lost (`gpu_loss`): its holder is requeued, the others drained."""
+        missing = 1
+        if state.gpu_expected is not None and state.gpu_allocatable is not None:
+            missing = state.gpu_expected - state.gpu_allocatable
+        return judge_lost_gpu(work, missing, self.attribution.get(state.name), self.settings.affected_work)
+
+    def requeue_done(self, workload: RequeuingWorkload) -> None:
+        """Reactivate a Workload we deactivated once Kueue has released its quota (the eviction is done)."""
+        if workload.active or not workload.quota_reserved:
+            self.writes.append(ReactivateWorkload(workload.node, workload.namespace, workload.name))
 
 
 def _describe(finding: Finding) -> str:
