@@ -83,6 +83,90 @@ _READ_ONCE = ("kernel_log", "dcgm")
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
+class PolledSources:
+    """The sources read on every poll: kernel log lines (Loki, the node's kernel log files) and DCGM fields
+    (Prometheus), turned into signals; an Xid DCGM reports confirms the same Xid in a log line."""
+
+    def __init__(self, settings: HealthSettings, metrics: HealthMetrics) -> None:
+        self.settings = settings
+        self.loki = LokiSource(settings.loki, metrics) if settings.loki else None
+        self.prometheus = PrometheusSource(settings.prometheus, metrics) if settings.prometheus else None
+        files = settings.kernel_log_files
+        self.kernel_files = KernelLogFiles(Path(files.directory)) if files else None
+        self.xid_confirmations = XidConfirmations(settings.xid_confirmation_seconds)
+
+    def read(self, after: LokiCursor | None, now: float) -> tuple[list[Signal], list[Signal], LokiCursor | None]:
+        """The kernel log signals past `after`, the DCGM signals, and the cursor past the lines read (None when
+        Loki was not read)."""
+        dcgm = self._dcgm_signals(now)
+        for found in dcgm:
+            self.xid_confirmations.record(found.finding)
+        kernel, cursor = self._kernel_log_signals(after)
+        return kernel, dcgm, cursor
+
+    def forget(self, signal: Signal) -> None:
+        """Hand a DCGM fault out again on the next read (its node's writes failed)."""
+        if signal.dcgm is not None and self.prometheus is not None:
+            self.prometheus.novelty.forget(signal.dcgm)
+
+    def attribution(self, signals: Sequence[Signal], now: float) -> dict[str, Attribution]:
+        """What DCGM says of the GPUs of each node that lost some and is about to be quarantined with its work: read
+        from when the node was first seen short, a query window earlier (the Xid comes before the device plugin
+        withdraws the GPU). A node without an answer is judged without attribution."""
+        found: dict[str, Attribution] = {}
+        if self.prometheus is None:
+            return found
+        for signal in signals:
+            if signal.finding.kind != "gpu_lost" or signal.finding.node in found:
+                continue
+            start = signal.at - self.prometheus.settings.window_seconds
+            try:
+                found[signal.finding.node] = self.prometheus.attribution(signal.finding.node, start, now)
+            except SourceError as problem:
+                log(
+                    logging.WARNING,
+                    "cannot read which pod held the lost GPU",
+                    node=signal.finding.node,
+                    error=str(problem),
+                )
+        return found
+
+    def _kernel_log_signals(self, after: LokiCursor | None) -> tuple[list[Signal], LokiCursor | None]:
+        lines = self.kernel_files.read() if self.kernel_files is not None else []
+        if self.loki is None:
+            return self._kernel_signals(lines), None
+        try:
+            read, cursor = self.loki.read(after, time.time_ns())
+        except SourceError as problem:
+            log(logging.WARNING, "cannot read kernel logs from Loki", error=str(problem))
+            return self._kernel_signals(lines), None
+        return self._kernel_signals(lines + read), cursor
+
+    def _kernel_signals(self, lines: Sequence[LogLine]) -> list[Signal]:
+        signals = []
+        for line in lines:
+            report = parse_line(line.line)
+            if report is not None:
+                finding = self.xid_confirmations.judge(classify_report(report, line.node, self.settings), self.settings)
+                signals.append(Signal(finding, line.timestamp_ns / 1e9, "kernel_log"))
+        return signals
+
+    def _dcgm_signals(self, now: float) -> list[Signal]:
+        if self.prometheus is None:
+            return []
+        try:
+            found = self.prometheus.read(now)
+        except SourceError as problem:
+            log(logging.WARNING, "cannot read DCGM metrics from Prometheus", error=str(problem))
+            return []
+        signals = []
+        for item in found:
+            finding = classify_dcgm(item.sample, self.settings)
+            if finding is not None:
+                signals.append(Signal(finding, item.since, "dcgm", item))
+        return signals
+
+
 class HealthController:
     def __init__(
         self,
@@ -101,10 +185,7 @@ class HealthController:
         self.metrics.dry_run.set(1 if settings.dry_run else 0)
         self.nodes = NodeCache()
         self.watch = NodeWatch(kube, self.metrics)
-        self.loki = LokiSource(settings.loki, self.metrics) if settings.loki else None
-        self.prometheus = PrometheusSource(settings.prometheus, self.metrics) if settings.prometheus else None
-        files = settings.kernel_log_files
-        self.kernel_files = KernelLogFiles(Path(files.directory)) if files else None
+        self.sources = PolledSources(settings, self.metrics)
         logs = step_logs or PodLogs(kube, self.metrics)
         self.requalifier = Requalifier(kube, settings.requalification, self.metrics, logs)
         self.actuator = Actuator(
@@ -118,7 +199,6 @@ class HealthController:
             else LeaderLease(kube, lease_namespace, identity, settings.lease_seconds, self.metrics)
         )
         self.duplicates = DuplicateFilter(settings.dedup_window_seconds)
-        self.xid_confirmations = XidConfirmations(settings.xid_confirmation_seconds)
         self.lost_gpus = LostGpuWatch(settings.gpu_lost_grace_seconds, clock=time.time)
         self.breaker: BreakerState | None = None  # counted again from the nodes on taking the lead
         self.cursor: LokiCursor | None = None
@@ -184,6 +264,14 @@ class HealthController:
         return time.monotonic() - self.last_tick < max(60.0, 6 * self.settings.poll_seconds)
 
     @property
+    def loki(self) -> LokiSource | None:
+        return self.sources.loki
+
+    @property
+    def prometheus(self) -> PrometheusSource | None:
+        return self.sources.prometheus
+
+    @property
     def judgements(self) -> Counter[str]:
         """How often each node's watch signals were judged (the cost that grows with the fleet)."""
         return self.node_states.judgements
@@ -247,10 +335,7 @@ class HealthController:
         cursor: LokiCursor | None = None
         kernel: list[Signal] = []
         if poll:
-            dcgm = self._dcgm_signals(now)
-            for found in dcgm:
-                self.xid_confirmations.record(found.finding)
-            kernel, cursor = self._kernel_log_signals()
+            kernel, dcgm, cursor = self.sources.read(self.cursor, now)
             signals += kernel + dcgm
             results = self.requalifier.results(states)
         self.breaker = self._breaker(now)
@@ -265,7 +350,7 @@ class HealthController:
         for found in fresh:
             self.metrics.fault(found.finding)
         work, requeued = self._work([s.finding for s in fresh], states, poll)
-        attribution = self._attribution([s for s in fresh if s.finding.node in work], now)
+        attribution = self.sources.attribution([s for s in fresh if s.finding.node in work], now)
         plan = decide(
             [s.finding for s in fresh],
             states,
@@ -291,8 +376,7 @@ class HealthController:
         for found in fresh:
             if found.finding.node in outcome.failed:
                 self.duplicates.forget(found.finding)
-                if found.dcgm is not None and self.prometheus is not None:
-                    self.prometheus.novelty.forget(found.dcgm)
+                self.sources.forget(found)
         self.requalifier.acted(r for r in results if r.verdict.node not in outcome.failed)
         if cursor is not None and not outcome.failed:
             self.cursor = cursor
@@ -321,28 +405,6 @@ class HealthController:
             log(logging.WARNING, "cannot read the Kueue workloads on faulty nodes", error=problem.message)
             return {}, []
         return work, requeued
-
-    def _attribution(self, signals: Sequence[Signal], now: float) -> dict[str, Attribution]:
-        """What DCGM says of the GPUs of each node that lost some and is about to be quarantined with its work: read
-        from when the node was first seen short, a query window earlier (the Xid comes before the device plugin
-        withdraws the GPU). A node without an answer is judged without attribution."""
-        found: dict[str, Attribution] = {}
-        if self.prometheus is None:
-            return found
-        for signal in signals:
-            if signal.finding.kind != "gpu_lost" or signal.finding.node in found:
-                continue
-            start = signal.at - self.prometheus.settings.window_seconds
-            try:
-                found[signal.finding.node] = self.prometheus.attribution(signal.finding.node, start, now)
-            except SourceError as problem:
-                log(
-                    logging.WARNING,
-                    "cannot read which pod held the lost GPU",
-                    node=signal.finding.node,
-                    error=str(problem),
-                )
-        return found
 
     def _give_back_refused(self) -> None:
         """Admitted workloads whose pods admission keeps refusing give their quota back (controller.refused)."""
@@ -410,41 +472,6 @@ class HealthController:
             and s.finding.node in states
             and s.at > (parse_time(states[s.finding.node].annotations.get(REQUALIFIED_AT)) or 0.0)
         ]
-
-    def _kernel_log_signals(self) -> tuple[list[Signal], LokiCursor | None]:
-        lines = self.kernel_files.read() if self.kernel_files is not None else []
-        if self.loki is None:
-            return self._kernel_signals(lines), None
-        try:
-            read, cursor = self.loki.read(self.cursor, time.time_ns())
-        except SourceError as problem:
-            log(logging.WARNING, "cannot read kernel logs from Loki", error=str(problem))
-            return self._kernel_signals(lines), None
-        return self._kernel_signals(lines + read), cursor
-
-    def _kernel_signals(self, lines: Sequence[LogLine]) -> list[Signal]:
-        signals = []
-        for line in lines:
-            report = parse_line(line.line)
-            if report is not None:
-                finding = self.xid_confirmations.judge(classify_report(report, line.node, self.settings), self.settings)
-                signals.append(Signal(finding, line.timestamp_ns / 1e9, "kernel_log"))
-        return signals
-
-    def _dcgm_signals(self, now: float) -> list[Signal]:
-        if self.prometheus is None:
-            return []
-        try:
-            found = self.prometheus.read(now)
-        except SourceError as problem:
-            log(logging.WARNING, "cannot read DCGM metrics from Prometheus", error=str(problem))
-            return []
-        signals = []
-        for item in found:
-            finding = classify_dcgm(item.sample, self.settings)
-            if finding is not None:
-                signals.append(Signal(finding, item.since, "dcgm", item))
-        return signals
 
     def _act(self, plan: Plan, states: dict[str, NodeState]) -> Outcome:
         suppressed = [a for a in (*plan.actions, *plan.withheld) if isinstance(a, RecordEvent)]
