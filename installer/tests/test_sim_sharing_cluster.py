@@ -336,6 +336,7 @@ RECLAIM = textwrap.dedent("""\
         gpus: {reclaim-h100: {quota: 4}}
         slices:
           reclaim-mig: {mig-1g.10gb: {quota: 4}}
+    priorities: {reclaim-low: 100, reclaim-standard: 1000}   # the session cluster's classes are another config's
     alerts:
       receivers: {platform: {webhook: {url: {secret: platform-webhook, key: url}}}}
     """)
