@@ -60,7 +60,7 @@ def config_text(mig_nodes: int = 1, shared_nodes: int = 1, nodes: int = 4) -> st
         version: 1
         cluster: {{name: lab}}
         gpuTypes:
-          h100:
+          lab-h100:
             product: {PRODUCT}
             nodes: {nodes}
             gpusPerNode: 10
@@ -69,7 +69,10 @@ def config_text(mig_nodes: int = 1, shared_nodes: int = 1, nodes: int = 4) -> st
     if groups:
         text += "    sharing:\n" + textwrap.indent(groups, "  ")
     whole = min(1, nodes - mig_nodes - shared_nodes)
-    text += f"teams:\n  team-a:\n    namespaces: [team-a]\n    gpus: {{h100: {{quota: {whole}}}}}\n"
+    # Its own GPU type, team, namespace and priority classes: the session cluster holds another config's (`plan`
+    # would refuse to take them over).
+    text += "priorities: {lab-standard: 1000}\n"
+    text += f"teams:\n  lab-a:\n    namespaces: [lab-a]\n    gpus: {{lab-h100: {{quota: {whole}}}}}\n"
     if slices:
         text += "    slices:\n" + slices
     return text
@@ -89,7 +92,7 @@ def node(name: str, busy: bool = False, **labels: str) -> SharingNode:
 
 
 def gpu_type(config: Config) -> Any:
-    return config.gpu_types["h100"]
+    return config.gpu_types["lab-h100"]
 
 
 # --- the choice -------------------------------------------------------------------------------------------------
@@ -118,7 +121,7 @@ def test_a_shrinking_group_keeps_its_idle_nodes_and_a_growing_one_takes_free_idl
 
 def test_a_group_gets_what_the_cluster_has_and_the_plan_says_so() -> None:
     plan = plan_sharing(config_of(2, 1), [node("n1"), node("n2")])
-    assert plan.short == ["h100-shared (h100): 0 of 1 nodes"]
+    assert plan.short == ["h100-shared (lab-h100): 0 of 1 nodes"]
 
 
 # --- the labels -------------------------------------------------------------------------------------------------
@@ -232,7 +235,7 @@ def test_gpu_work_is_every_unfinished_bound_pod_holding_gpus_or_slices_with_its_
     def pod(name: str, resources: dict[str, str], phase: str = "Running", node: str | None = "n1") -> dict[str, Any]:
         container = {"name": "c", "resources": {"limits": resources}}
         return {
-            "metadata": {"namespace": "team-a" if name != "sys" else "kube-system", "name": name},
+            "metadata": {"namespace": "lab-a" if name != "sys" else "kube-system", "name": name},
             "spec": {"nodeName": node, "containers": [container]},
             "status": {"phase": phase},
         }
@@ -250,9 +253,9 @@ def test_gpu_work_is_every_unfinished_bound_pod_holding_gpus_or_slices_with_its_
     assert work == {
         "n1": [
             GpuWork("kube-system", "sys", None),
-            GpuWork("team-a", "mig", "team-a"),
-            GpuWork("team-a", "shared", "team-a"),
-            GpuWork("team-a", "whole", "team-a"),
+            GpuWork("lab-a", "mig", "lab-a"),
+            GpuWork("lab-a", "shared", "lab-a"),
+            GpuWork("lab-a", "whole", "lab-a"),
         ]
     }
 
@@ -357,7 +360,7 @@ def test_a_layout_change_under_gpu_work_is_refused_then_drained_and_uncordoned_o
     with pytest.raises(ChangeRefused) as refused:
         apply_sharing(kube, config_of(0, 1), drain=False)
     assert refused.value.exit_code == ExitCode.CHECK_FAILED
-    assert f"node {mig_node} (h100): layout change h100-mig -> whole GPUs" in (refused.value.detail or "")
+    assert f"node {mig_node} (lab-h100): layout change h100-mig -> whole GPUs" in (refused.value.detail or "")
     assert f"{BUSY_NAMESPACE}/sharing-busy (no team)" in (refused.value.detail or "")
     assert "--drain-for-sharing" in (refused.value.hint or "")
     assert labels_of(sim, mig_node)[MIG_CONFIG_LABEL] == "h100-mig" and not cordoned(sim, mig_node)
@@ -433,7 +436,7 @@ def test_plan_names_the_nodes_that_change_layout_and_the_work_on_them(
     code = main(["plan", str(config), "--sim", sim.cluster.name])
     out = capsys.readouterr().out
     assert (
-        f"node {nodes[0]} (h100): layout change whole GPUs -> h100-shared; GPU work: {BUSY_NAMESPACE}/sharing-busy"
+        f"node {nodes[0]} (lab-h100): layout change whole GPUs -> h100-shared; GPU work: {BUSY_NAMESPACE}/sharing-busy"
         in out
     )
 
