@@ -27,7 +27,7 @@ from support import V1BETA2
 from konduktor.cli.main import main
 from konduktor.config.load import parse_config
 from konduktor.errors import KonduktorError
-from konduktor.gpu.sharing import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL
+from konduktor.gpu.sharing import DEVICE_PLUGIN_CONFIG_LABEL, MIG_CONFIG_LABEL, MIG_CONFIG_STATE_LABEL, is_gpu_resource
 from konduktor.kube.client import Identity, Kube
 from konduktor.kube.conditions import condition, is_true
 from konduktor.queueing.capacity import from_json, to_json
@@ -41,7 +41,6 @@ from konduktor.sim.sharing import (
     SHARING_NODES_LABEL,
     Groups,
     groups_annotation,
-    is_gpu_resource,
     pool_groups,
 )
 from konduktor.sim.workloads import gpu_job, job_state, running_on, was_evicted, workload_of

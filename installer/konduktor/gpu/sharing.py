@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
+from konduktor.vocabulary import GPU_RESOURCE
+
 # Time-slicing and MPS replicas, renamed so that a shared GPU is never counted as a whole one (`nvidia.com/gpu`
 # stays 0 on a shared node, and quotas on whole GPUs remain honest).
 SHARED_RESOURCE = "nvidia.com/gpu.shared"
@@ -94,6 +96,11 @@ def mig_resource(profile: str) -> str:
 def is_slice(resource: str) -> bool:
     """A slice of a GPU as a node advertises it and a pod asks for it: a MIG instance or a shared GPU."""
     return resource == SHARED_RESOURCE or resource.startswith(MIG_RESOURCE_PREFIX)
+
+
+def is_gpu_resource(resource: str) -> bool:
+    """A resource the device plugin advertises: whole GPUs, MIG instances, shared GPUs."""
+    return resource == GPU_RESOURCE or is_slice(resource)
 
 
 def resource_key(resource: str) -> str:

@@ -33,12 +33,11 @@ from konduktor.gpu.sharing import (
     MIG_CONFIG_LABEL,
     MIG_CONFIG_STATE_LABEL,
     MIG_DISABLED_LAYOUT,
-    MIG_RESOURCE_PREFIX,
-    SHARED_RESOURCE,
+    is_gpu_resource,
 )
 from konduktor.helm.values import MIG_CONFIG_MAP, mig_parted_config
 from konduktor.kube.client import ApiError, Kube
-from konduktor.vocabulary import GPU_RESOURCE, SYSTEM_NAMESPACE
+from konduktor.vocabulary import SYSTEM_NAMESPACE
 from konduktor.waiting import poll_until
 
 # The group `up` put a node in (a label: `kubectl get nodes -L konduktor.ai/sharing-group`).
@@ -92,8 +91,7 @@ def holds_gpus(pod: Mapping[str, Any]) -> bool:
         resources = container.get("resources") or {}
         for kind in ("requests", "limits"):
             for resource, value in (resources.get(kind) or {}).items():
-                gpu = resource in (GPU_RESOURCE, SHARED_RESOURCE) or resource.startswith(MIG_RESOURCE_PREFIX)
-                if gpu and str(value).strip() not in ("0", ""):
+                if is_gpu_resource(resource) and str(value).strip() not in ("0", ""):
                     return True
     return False
 

@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Any
 
 from konduktor.config.quantity import parse_quantity
-from konduktor.gpu.sharing import MIG_RESOURCE_PREFIX, SHARED_RESOURCE
+from konduktor.gpu.sharing import is_gpu_resource
 from konduktor.vocabulary import GPU_RESOURCE, TEAM_LABEL
 
 
@@ -109,11 +109,6 @@ def _lent(rows: list[dict[str, Any]]) -> list[Fraction]:
     return shares
 
 
-def _gpu_resource(name: str) -> bool:
-    """Whole GPUs, MIG instances or shared GPUs (docs/design/gpu-sharing.md)."""
-    return name in (GPU_RESOURCE, SHARED_RESOURCE) or name.startswith(MIG_RESOURCE_PREFIX)
-
-
 def _filler(usage: TeamUsage) -> bool:
     """A resource a flavor lists only because every flavor of the resource group must (0, no limits, unused): a
     whole GPU on a sharing group's flavor, a slice on a GPU type's or another group's."""
@@ -131,7 +126,7 @@ def gpu_usage(cluster_queues: list[dict[str, Any]]) -> list[TeamUsage]:
             for queue in cluster_queues
             for group in queue.get("spec", {}).get("resourceGroups", [])
             for resource in group.get("coveredResources", [])
-            if _gpu_resource(resource) and resource != GPU_RESOURCE
+            if is_gpu_resource(resource) and resource != GPU_RESOURCE
         }
     )
     whole = team_usage(cluster_queues)

@@ -32,6 +32,7 @@ from konduktor.gpu.sharing import (
     MIG_DISABLED_LAYOUT,
     MIG_RESOURCE_PREFIX,
     SHARED_RESOURCE,
+    is_gpu_resource,
     mig_resource,
 )
 from konduktor.vocabulary import GPU_COUNT_LABEL, GPU_RESOURCE
@@ -109,11 +110,6 @@ def node_sharing(labels: Mapping[str, str], annotations: Mapping[str, str]) -> S
 def advertised(sharing: Sharing, gpus: int) -> dict[str, str]:
     """The device plugin's resources for `gpus` GPUs shared so (quantities as the API writes them)."""
     return {resource: str(count * gpus) for resource, count in sorted(sharing.per_gpu.items())}
-
-
-def is_gpu_resource(resource: str) -> bool:
-    """A resource the device plugin advertises: whole GPUs, MIG instances, shared GPUs."""
-    return resource in (GPU_RESOURCE, SHARED_RESOURCE) or resource.startswith(MIG_RESOURCE_PREFIX)
 
 
 def physical_gpus(node: Mapping[str, Any]) -> int:
