@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from konduktor.errors import UsageError
+from konduktor.gpu.sharing import MIG_RESOURCE_PREFIX
 from konduktor.kube.client import Kube
 from konduktor.kube.timestamps import parse_time
 from konduktor.sim.gpus import FAULTS_ANNOTATION, FakeNode, Fault, FaultSpecError, parse_faults
@@ -194,7 +195,7 @@ def check_mig_instance(node: Mapping[str, Any], kind_name: str, mig_instance: in
         raise UsageError(f"--mig-instance: {kind_name} writes no kernel line to attribute", hint=f"Xid kinds: {xids}")
     metadata = node.get("metadata", {})
     sharing = node_sharing(metadata.get("labels") or {}, metadata.get("annotations") or {})
-    instances = sum(count for resource, count in sharing.per_gpu.items() if resource.startswith("nvidia.com/mig-"))
+    instances = sum(count for resource, count in sharing.per_gpu.items() if resource.startswith(MIG_RESOURCE_PREFIX))
     if sharing.way != "mig":
         raise UsageError(
             f"--mig-instance: node {name!r} has no MIG layout",
