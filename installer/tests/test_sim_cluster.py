@@ -182,6 +182,13 @@ def up_down_twice(cli: Callable[..., subprocess.CompletedProcess[str]], cluster:
         if round_ == 0:  # `up` twice is safe
             again = cli("sim", "up", "--name", name, "--nodes", "2x8:A100")
             assert again.returncode == 0, again.stderr
+            # Stopped with its data and started again: the new kwok plays the nodes at once (it would leave the
+            # stopped kwok's node Leases alone until they expire, 10 minutes later, and with them every pod).
+            stopped = cli("sim", "down", "--name", name, "--keep")
+            assert stopped.returncode == 0, stopped.stderr
+            restarted = cli("sim", "up", "--name", name, "--nodes", "2x8:A100")
+            assert restarted.returncode == 0, restarted.stderr
+            assert_pods_are_played(cluster, spec)
         status = cli("sim", "status", "--name", name, "-o", "json")
         assert status.returncode == 0, status.stderr
         assert '"gpus": 16' in status.stdout
@@ -256,6 +263,27 @@ def test_new_nodes_get_the_capacity_and_labels_they_are_created_with(sim: Sim) -
         wait_until(
             "the extra nodes to go", lambda: not kube.list("v1", "Node", label_selector="konduktor.ai/gpu-type=l40s")
         )
+
+
+def assert_pods_are_played(cluster: SimCluster, spec: SimSpec) -> None:
+    """A pod bound to a GPU node runs, and once deleted is gone: kwok plays that node."""
+    node = node_manifests(spec.pools, spec.levels)[0]["metadata"]["name"]
+    containers = [{"name": "main", "image": "busybox"}]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "played", "namespace": "default"},
+        "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}], "containers": containers},
+    }
+    with Kube(cluster.kubeconfig) as kube:
+        kube.create(pod)
+
+        def phase() -> str | None:
+            return (kube.get("v1", "Pod", "played", "default") or {}).get("status", {}).get("phase")
+
+        wait_until(f"the pod to run on {node}", lambda: phase() == "Running", timeout=120)
+        kube.delete("v1", "Pod", "played", "default")
+        wait_until("the deleted pod to be gone", lambda: kube.get("v1", "Pod", "played", "default") is None, 120)
 
 
 def test_kwok_holds_each_nodes_lease_for_the_sims_duration_and_keeps_it_renewed(sim: Sim) -> None:

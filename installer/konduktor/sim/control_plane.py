@@ -14,7 +14,7 @@ from ruamel.yaml import YAML
 from konduktor.errors import KonduktorError
 from konduktor.kube.client import Kube
 from konduktor.sim import kueue
-from konduktor.sim.processes import alive, distinct_free_ports, tail
+from konduktor.sim.processes import alive, distinct_free_ports, stop_process, tail
 from konduktor.sim.spec import SimSpec
 from konduktor.tools.gobuild import Progress, module_dir
 from konduktor.tools.toolbox import Toolbox
@@ -50,6 +50,7 @@ KWOK_PARALLELISM = {"nodePlayStageParallelism": 16, "nodeLeaseParallelism": 32, 
 # (renewed every 150 s) is 67 writes a second at 10,000 nodes; the controller manager waits 20 minutes for a
 # renewal before it calls a node Unknown. A fake node never dies unless kwok does: the sim loses nothing by it.
 NODE_LEASE_SECONDS = 600
+NODE_LEASE_NAMESPACE = "kube-node-lease"
 NODE_MONITOR_GRACE_MS = 1_200_000
 NODE_MONITOR_PERIOD_MS = 25_000  # kwokctl's 5 s x 5, as before: one pass over every node
 
@@ -208,6 +209,8 @@ class ControlPlane:
             # no Ready nodes without kwok). A new cluster gets new ports, so that race is worth a retry.
             raced = fresh and self.port_taken()
             if result.returncode == 0 and self.api_ready() and not raced:
+                if not fresh:
+                    self.hand_node_leases_to_kwok()
                 return
             if raced and attempt < 2:
                 self.progress("control plane: a port was taken meanwhile; starting again on new ports")
@@ -231,6 +234,28 @@ class ControlPlane:
         return self.kwokctl(
             "create", "cluster", "--config", config, "--kubeconfig", str(self.kubeconfig), "--wait", "2m"
         )
+
+    def hand_node_leases_to_kwok(self) -> None:
+        """Give the nodes' Leases to the kwok just started. Each kwok process holds them under an identity of its own
+        (host name and a new UUID), and leaves another's alone until it expires: 600 s here (NODE_LEASE_SECONDS), so
+        for up to 10 minutes after a restart nothing would play the nodes' pods (none started, none deleted). The
+        sim runs one kwok, so the Leases a cluster started again finds are a stopped process's: kwok is stopped,
+        they are deleted, and kwokctl starts kwok alone again (it starts only the components not running)."""
+        self.progress("control plane: handing the nodes' leases to the new kwok")
+        pidfile = self.cluster_dir / "pids" / "kwok-controller.pid"
+        with contextlib.suppress(OSError, ValueError):
+            stop_process(int(pidfile.read_text()))
+        # kwokctl takes a component whose pid answers a signal as running, and a stopped kwok may linger as a zombie
+        # of a parent that has not reaped it yet: without its pid file it is started again.
+        pidfile.unlink(missing_ok=True)
+        with Kube(self.kubeconfig) as kube:
+            kube.request("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases")
+        result = self.kwokctl("start", "cluster", "--wait", "2m")
+        if result.returncode != 0:
+            raise KonduktorError(
+                f"kwok of sim cluster {self.name!r} did not start again (kwokctl exited {result.returncode})",
+                detail=(result.stderr or result.stdout)[-2000:] + "\n" + self.component_logs(),
+            )
 
     def stop(self, keep: bool) -> None:
         """kwokctl stops the components (`keep`) or deletes the cluster; it does not wait for them to exit."""
