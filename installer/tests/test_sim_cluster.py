@@ -22,6 +22,7 @@ from konduktor.kube.client import Kube
 from konduktor.kube.conditions import condition
 from konduktor.sim.cluster import SimCluster, SimSpec, alive
 from konduktor.sim.control_plane import NODE_LEASE_SECONDS, NODE_MONITOR_GRACE_MS
+from konduktor.sim.node_fleet import LIFECYCLE_TAINTS
 from konduktor.sim.nodes import node_manifests, parse_nodes_spec, system_node
 from konduktor.sim.workloads import gpu_job, is_true, job_state, workload_of
 from konduktor.waiting import wait_until
@@ -300,6 +301,17 @@ def test_kwok_holds_each_nodes_lease_for_the_sims_duration_and_keeps_it_renewed(
     manager = next(c for c in commands if Path(c[0]).name == "kube-controller-manager")
     assert f"--node-monitor-grace-period={NODE_MONITOR_GRACE_MS // 60_000}m0s" in manager
     assert f"--node-startup-grace-period={NODE_MONITOR_GRACE_MS // 1000}s" in manager
+
+
+def test_a_new_node_is_not_tainted_not_ready_at_its_creation(sim: Sim) -> None:
+    """The API server does not taint a new Node not-ready (its TaintNodesByCondition admission is off), so no node
+    of a large start waits for the node lifecycle controller to lift that taint."""
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "fresh-node", "labels": {"type": "kwok"}}}
+    created = sim.kube.create(node)
+    try:
+        assert not [t for t in created.get("spec", {}).get("taints") or [] if t["key"] in LIFECYCLE_TAINTS]
+    finally:
+        sim.kube.delete("v1", "Node", "fresh-node")
 
 
 def test_a_host_network_pod_becomes_ready_on_a_gpu_node(sim: Sim) -> None:

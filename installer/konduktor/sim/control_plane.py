@@ -154,8 +154,18 @@ class ControlPlane:
                 "kind": "KwokctlConfiguration",
                 "options": options,
                 "componentsPatches": [
-                    # Without a default route kube-apiserver cannot pick an address to advertise.
-                    {"name": "kube-apiserver", "extraArgs": [{"key": "advertise-address", "value": "127.0.0.1"}]},
+                    {
+                        "name": "kube-apiserver",
+                        "extraArgs": [
+                            # Without a default route kube-apiserver cannot pick an address to advertise.
+                            {"key": "advertise-address", "value": "127.0.0.1"},
+                            # A new Node is not tainted not-ready at its creation: the node lifecycle controller lifts
+                            # that taint with one PATCH a node from 8 workers (no flag sets more), 2.5-7 nodes a
+                            # second on a busy machine, the slowest step of a large start. A pod bound to a node kwok
+                            # has not reached yet waits for kwok, as it would for a slow kubelet.
+                            {"key": "disable-admission-plugins", "value": "TaintNodesByCondition"},
+                        ],
+                    },
                     # Each controller calls the API as its own service account, as kubeadm and managed clusters
                     # run it: the admission policies tell the Job controller's pods from a person's by that name
                     # (system:serviceaccount:kube-system:job-controller), not by the admin's one identity.
