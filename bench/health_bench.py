@@ -44,9 +44,9 @@ from ruamel.yaml import YAML
 
 from konduktor.health.decide import TAINT_VALUE
 from konduktor.health.loop import HealthController
-from konduktor.health.nodes import NodeEvent
 from konduktor.health.settings import BreakerSettings, GpuTypeSettings, HealthSettings, LokiSettings
 from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.watch import WatchEvent
 from konduktor.sim.cluster import SimCluster, SimSpec, free_port, tail
 from konduktor.sim.nodes import PRODUCTS, node_manifests, node_name, parse_nodes_spec
 from konduktor.vocabulary import HEALTH_TAINT_KEY
@@ -425,14 +425,14 @@ def idle_passes(count: int, passes: int = 200) -> tuple[float, float]:
     kubeconfig.write_text(UNREACHABLE_KUBECONFIG)
     with Kube(kubeconfig) as kube:
         controller = HealthController(kube, settings, identity="bench", lease_namespace=NAMESPACE)
-        controller.nodes.apply(NodeEvent("SYNC", tuple(nodes)))
+        controller.nodes.apply(WatchEvent("Node", "SYNC", tuple(nodes)))
         controller.pass_once(poll=False)
         judged, started = controller.judgements.total(), time.process_time()
         for beat in range(passes):
             node = nodes[beat % count]
             node["metadata"]["resourceVersion"] = str(count + beat + 1)
             node["status"]["conditions"][0]["lastHeartbeatTime"] = str(beat)
-            controller.nodes.apply(NodeEvent("MODIFIED", (node,)))
+            controller.nodes.apply(WatchEvent("Node", "MODIFIED", (node,)))
             controller.pass_once(poll=False)
         cpu = time.process_time() - started
         return 1000 * cpu / passes, (controller.judgements.total() - judged) / passes

@@ -52,7 +52,7 @@ from konduktor.health.breaker import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATIO
 from konduktor.health.decide import CONDITION_TYPE, Taint, UpdateNode
 from konduktor.health.leader import LEASE_API, LEASE_NAME
 from konduktor.health.loop import CURSOR_ANNOTATION, HealthController
-from konduktor.health.nodes import NodeEvent, list_nodes
+from konduktor.health.nodes import list_nodes
 from konduktor.health.requalification_runs import REQUALIFICATION_LABEL
 from konduktor.health.server import HealthServer
 from konduktor.health.settings import (
@@ -62,6 +62,7 @@ from konduktor.health.settings import (
     PrometheusSettings,
 )
 from konduktor.kube.client import Kube
+from konduktor.kube.watch import WatchEvent
 from konduktor.sim.cluster import free_port
 from konduktor.sim.gpus import FAULTS_ANNOTATION
 from konduktor.vocabulary import (
@@ -562,7 +563,7 @@ def test_a_write_computed_from_a_stale_node_is_redone_and_keeps_the_other_writer
     victim = "gpu-h100-0003"
     health = controller(kube, settings())
     nodes, _ = list_nodes(kube)
-    health.nodes.apply(NodeEvent("SYNC", tuple(nodes)))  # the controller's view, about to go stale
+    health.nodes.apply(WatchEvent("Node", "SYNC", tuple(nodes)))  # the controller's view, about to go stale
     patch_node(
         kube,
         victim,

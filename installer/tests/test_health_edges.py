@@ -18,13 +18,14 @@ from konduktor.health.logs import JsonFormatter
 from konduktor.health.loki import LokiCursor, cursor_after, entries, line_key, unseen
 from konduktor.health.node_reading import expected_gpus, is_gpu_node, node_state
 from konduktor.health.node_writes import node_patch
-from konduktor.health.nodes import NodeCache, NodeEvent
+from konduktor.health.nodes import NodeCache
 from konduktor.health.prometheus import DcgmSeries, Novelty, shape, signal
 from konduktor.health.requalification import run_id_for
 from konduktor.health.requalification_runs import Run, acted_on, run_of
 from konduktor.health.settings import GpuTypeSettings, HealthSettings, load_settings
 from konduktor.health.signals import DcgmSignal
 from konduktor.health.telemetry import HealthMetrics
+from konduktor.kube.watch import WatchEvent
 from konduktor.observability.metrics import HEALTH_CONTROLLER_METRICS
 from konduktor.vocabulary import HEALTH_TAINT_KEY, QUARANTINED_AT, REQUALIFIED_AT
 
@@ -97,28 +98,28 @@ def test_node_state_reads_taints_condition_and_gpus() -> None:
 
 def test_the_cache_keeps_its_own_newer_write_over_an_older_watch_event() -> None:
     cache = NodeCache()
-    cache.apply(NodeEvent("SYNC", (a_node(version="100"),)))
+    cache.apply(WatchEvent("Node", "SYNC", (a_node(version="100"),)))
     cache.store(a_node(taints=[OURS], version="105"))  # the response to our own write
-    cache.apply(NodeEvent("MODIFIED", (a_node(version="103"),)))  # in flight before the write
+    cache.apply(WatchEvent("Node", "MODIFIED", (a_node(version="103"),)))  # in flight before the write
     assert cache.get("gpu-1") is not None and cache.get("gpu-1")["spec"]["taints"] == [OURS]  # type: ignore[index]
-    cache.apply(NodeEvent("DELETED", (a_node(version="106"),)))
+    cache.apply(WatchEvent("Node", "DELETED", (a_node(version="106"),)))
     assert cache.get("gpu-1") is None
 
 
 def test_the_cache_notes_which_nodes_changed_for_the_next_pass() -> None:
     cache = NodeCache()
-    cache.apply(NodeEvent("SYNC", (a_node("a", version="10"), a_node("b", version="11"))))
+    cache.apply(WatchEvent("Node", "SYNC", (a_node("a", version="10"), a_node("b", version="11"))))
     assert cache.take_changed() == ({"a", "b"}, True)
     assert cache.take_changed() == (set(), False)
-    cache.apply(NodeEvent("MODIFIED", (a_node("a", version="12", allocatable="7"),)))
-    cache.apply(NodeEvent("MODIFIED", (a_node("b", version="9"),)))  # older than the cache's: not applied
+    cache.apply(WatchEvent("Node", "MODIFIED", (a_node("a", version="12", allocatable="7"),)))
+    cache.apply(WatchEvent("Node", "MODIFIED", (a_node("b", version="9"),)))  # older than the cache's: not applied
     assert cache.take_changed() == ({"a"}, False)
     cache.store(a_node("b", taints=[OURS], version="13"))  # the response to our own write
-    cache.apply(NodeEvent("DELETED", (a_node("a", version="14"),)))
-    cache.apply(NodeEvent("DELETED", (a_node("c", version="15"),)))  # never known
+    cache.apply(WatchEvent("Node", "DELETED", (a_node("a", version="14"),)))
+    cache.apply(WatchEvent("Node", "DELETED", (a_node("c", version="15"),)))  # never known
     assert cache.take_changed() == ({"a", "b"}, False)
     # A new list replaces the cache: a node gone since counts as changed too.
-    cache.apply(NodeEvent("SYNC", (a_node("d", version="16"),)))
+    cache.apply(WatchEvent("Node", "SYNC", (a_node("d", version="16"),)))
     assert cache.take_changed() == ({"b", "d"}, True)
 
 

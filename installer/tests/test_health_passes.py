@@ -22,8 +22,9 @@ from health_cluster import (  # noqa: F401 (fixtures: `kube`, the controller's n
 from sim_fixture import health_taints, node
 
 from konduktor.health.loop import HealthController
-from konduktor.health.nodes import NodeEvent, list_nodes
+from konduktor.health.nodes import list_nodes
 from konduktor.kube.client import Kube
+from konduktor.kube.watch import WatchEvent
 from konduktor.waiting import wait_until
 
 pytestmark = pytest.mark.sim
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.sim
 def listed(health: HealthController, kube: Kube) -> None:
     """What the Node watch delivers after a list."""
     nodes, _ = list_nodes(kube)
-    health.nodes.apply(NodeEvent("SYNC", tuple(nodes)))
+    health.nodes.apply(WatchEvent("Node", "SYNC", tuple(nodes)))
 
 
 def judged(health: HealthController) -> list[int]:
@@ -51,11 +52,11 @@ def test_a_pass_judges_the_node_that_changed_and_not_the_others(kube: Kube) -> N
     beat["metadata"]["resourceVersion"] = str(int(beat["metadata"]["resourceVersion"]) + 1)
     for condition in beat["status"]["conditions"]:
         condition["lastHeartbeatTime"] = "2030-01-01T00:00:00Z"
-    health.nodes.apply(NodeEvent("MODIFIED", (beat,)))
+    health.nodes.apply(WatchEvent("Node", "MODIFIED", (beat,)))
     # A lost GPU on another node.
     victim = NODES[1]
     set_allocatable(kube, victim, 9)
-    health.nodes.apply(NodeEvent("MODIFIED", (node(kube, victim),)))
+    health.nodes.apply(WatchEvent("Node", "MODIFIED", (node(kube, victim),)))
     health.pass_once(poll=False)
     assert judged(health) == [1, 2, 1, 1]
     assert health_taints(node(kube, victim))
@@ -65,7 +66,7 @@ def test_a_pass_judges_the_node_that_changed_and_not_the_others(kube: Kube) -> N
     health.pass_once(poll=False)
     assert judged(health) == [1, 4, 1, 1]
     set_allocatable(kube, victim, 10)
-    health.nodes.apply(NodeEvent("MODIFIED", (node(kube, victim),)))
+    health.nodes.apply(WatchEvent("Node", "MODIFIED", (node(kube, victim),)))
     health.pass_once(poll=False)  # judged once more: the GPU is back
     health.pass_once(poll=False)
     assert judged(health) == [1, 5, 1, 1]

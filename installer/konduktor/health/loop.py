@@ -54,12 +54,7 @@ from konduktor.health.leader import LeaderLease
 from konduktor.health.logs import log
 from konduktor.health.loki import LokiCursor, LokiSource
 from konduktor.health.node_states import NodeStates, Signal
-from konduktor.health.nodes import (
-    NodeCache,
-    NodeEvent,
-    NodeWatch,
-    list_nodes,
-)
+from konduktor.health.nodes import NodeCache, list_nodes, node_watch
 from konduktor.health.prometheus import PrometheusSource
 from konduktor.health.refused import decide_give_back
 from konduktor.health.refused_writes import give_back, refused_creates
@@ -70,6 +65,7 @@ from konduktor.health.telemetry import HealthMetrics
 from konduktor.health.workloads import requeuing, workloads_on
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.timestamps import format_time, parse_time
+from konduktor.kube.watch import WatchEvent
 from konduktor.observability.answers import SourceError
 from konduktor.vocabulary import KUEUE_API, QUARANTINE_REASON, REQUALIFIED_AT
 
@@ -184,7 +180,8 @@ class HealthController:
         self.metrics = metrics or HealthMetrics()
         self.metrics.dry_run.set(1 if settings.dry_run else 0)
         self.nodes = NodeCache()
-        self.watch = NodeWatch(kube, self.metrics)
+        self.node_events: queue.Queue[WatchEvent] = queue.Queue()
+        self.watch = node_watch(kube, self.metrics, self.node_events)
         self.sources = PolledSources(settings, self.metrics)
         logs = step_logs or PodLogs(kube, self.metrics)
         self.requalifier = Requalifier(kube, settings.requalification, self.metrics, logs)
@@ -221,7 +218,7 @@ class HealthController:
     def reconcile_once(self) -> Plan:
         """List the nodes, take the lead, read every source once, act, and hand the Lease back."""
         nodes, _ = list_nodes(self.kube)
-        self.nodes.apply(NodeEvent("SYNC", tuple(nodes)))
+        self.nodes.apply(WatchEvent("Node", "SYNC", tuple(nodes)))
         deadline = time.monotonic() + 2 * self.settings.lease_seconds
         while not self._lead():
             if time.monotonic() > deadline:
@@ -307,13 +304,13 @@ class HealthController:
 
     def _take_node_events(self, timeout: float) -> None:
         try:
-            event = self.watch.events.get(timeout=timeout)
+            event = self.node_events.get(timeout=timeout)
         except queue.Empty:
             return
         while True:
             self.nodes.apply(event)
             try:
-                event = self.watch.events.get_nowait()
+                event = self.node_events.get_nowait()
             except queue.Empty:
                 return
 

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
-import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator
 
 from konduktor.health.logs import log
 from konduktor.health.node_reading import KUBELET_CONDITIONS, Node
 from konduktor.health.telemetry import HealthMetrics
 from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.watch import ListWatch, WatchEvent, list_pages
 
 
 def newer(candidate: Node, current: Node | None) -> bool:
@@ -30,14 +27,6 @@ def newer(candidate: Node, current: Node | None) -> bool:
     return not (new.isdigit() and old.isdigit()) or int(new) >= int(old)
 
 
-@dataclass(frozen=True)
-class NodeEvent:
-    """A change seen by the watch: SYNC carries the whole list (after a start or a 410 Gone)."""
-
-    type: str
-    nodes: tuple[Node, ...]
-
-
 class NodeCache:
     """Every Node by name, as the controller last saw it (watch events and its own writes' responses), and which
     of them changed since the controller last asked (`take_changed`): a pass judges those, not the whole fleet."""
@@ -50,15 +39,16 @@ class NodeCache:
         self._changed: set[str] = set()
         self._relisted = False
 
-    def apply(self, event: NodeEvent) -> None:
+    def apply(self, event: WatchEvent) -> None:
+        """A watch event (kube/watch.py): SYNC replaces every node, the others change one."""
         if event.type == "SYNC":
             self._changed |= self.nodes.keys()
-            self.nodes = {n["metadata"]["name"]: slim(n) for n in event.nodes}
+            self.nodes = {n["metadata"]["name"]: slim(n) for n in event.objects}
             self._changed |= self.nodes.keys()
             self._relisted = True
             self.synced = True
             return
-        for node in event.nodes:
+        for node in event.objects:
             name = node["metadata"]["name"]
             if event.type == "DELETED":
                 if self.nodes.pop(name, None) is not None:
@@ -102,81 +92,20 @@ def slim(node: Node) -> Node:
     return kept
 
 
-def list_nodes(kube: Kube, page: int = 500) -> tuple[list[Node], str]:
-    """All Nodes (slimmed) and the list's resourceVersion, from which a watch continues without a gap.
-
-    In pages, as client-go's reflector lists: one answer with every whole Node of a large cluster, decoded at once,
-    would set the controller's peak memory. The pages come from one snapshot of the list's resourceVersion."""
-    nodes: list[Node] = []
-    query = {"limit": str(page)}
-    while True:
-        listing: Mapping[str, Any] = kube.request("GET", "/api/v1/nodes", query=query)
-        nodes += [slim(node) for node in listing.get("items", [])]
-        meta = listing.get("metadata", {})
-        if not meta.get("continue"):
-            return nodes, str(meta.get("resourceVersion", ""))
-        query = {"limit": str(page), "continue": meta["continue"]}
+def list_nodes(kube: Kube) -> tuple[list[Node], str]:
+    """All Nodes (slimmed) and the list's resourceVersion, from which a watch continues without a gap."""
+    return list_pages(kube, "v1", "Node", slim=slim)
 
 
-class NodeWatch:
-    """A thread that lists the Nodes, then watches them from the list's resourceVersion, and puts what it sees on
-    `events`. A watch the server ends or the network drops resumes from the last version seen; one whose version
-    has expired (410 Gone) starts over with a list, so no change is lost either way. `relist()` asks for a list
-    now: the controller's safety net against a change the watch never delivered."""
+def node_watch(kube: Kube, metrics: HealthMetrics, events: queue.Queue[WatchEvent]) -> ListWatch:
+    """The Nodes listed, then watched from the list's resourceVersion, onto `events` (kube/watch.py): a dropped
+    watch resumes from the last version seen, an expired one (410 Gone) starts over with a list."""
 
-    def __init__(self, kube: Kube, metrics: HealthMetrics, timeout_seconds: int = 300) -> None:
-        self.kube = kube
-        self.metrics = metrics
-        self.timeout_seconds = timeout_seconds
-        self.events: queue.Queue[NodeEvent] = queue.Queue()
-        self._stopping = threading.Event()
-        self._relist = threading.Event()
-        self._stream: Any = None
-        self.lists = 0  # lists made (the first, 410 Gone, relist())
-        self._thread = threading.Thread(target=self._run, name="node-watch", daemon=True)
+    def failed(_source: str, problem: ApiError) -> None:
+        metrics.api_error("watch", "nodes", problem)
+        if problem.status == 410:
+            log(logging.INFO, "node watch expired; listing the nodes again")
+        else:
+            log(logging.WARNING, "node watch failed; retrying", error=problem.message)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def relist(self) -> None:
-        """List the Nodes again (a SYNC event follows), then watch on from that list."""
-        self._relist.set()
-        if self._stream is not None:
-            self._stream.close()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._stream is not None:
-            self._stream.close()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        version: str | None = None
-        backoff = 0.5
-        while not self._stopping.is_set():
-            try:
-                if version is None or self._relist.is_set():
-                    self._relist.clear()
-                    nodes, version = list_nodes(self.kube)
-                    self.events.put(NodeEvent("SYNC", tuple(nodes)))
-                    self.lists += 1
-                self._stream = self.kube.watch("v1", "Node", version, timeout_seconds=self.timeout_seconds)
-                if self._relist.is_set():  # asked while this watch was being opened
-                    self._stream.close()
-                for event in self._stream:
-                    node = event["object"]
-                    version = node["metadata"]["resourceVersion"]
-                    if event["type"] != "BOOKMARK":
-                        self.events.put(NodeEvent(event["type"], (node,)))
-                backoff = 0.5
-            except ApiError as problem:
-                if self._stopping.is_set():
-                    return
-                self.metrics.api_error("watch", "nodes", problem)
-                if problem.status == 410:
-                    log(logging.INFO, "node watch expired; listing the nodes again")
-                    version = None
-                    continue
-                log(logging.WARNING, "node watch failed; retrying", error=problem.message, retry_in=backoff)
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 30)
+    return ListWatch(kube, "v1", "Node", events, slim=slim, on_error=failed)

@@ -65,7 +65,8 @@ class ListWatch:
     `events` (shared by several ListWatches, so one consumer sees every kind in order of arrival).
 
     `healthy` says that the cache a consumer keeps from the events is current: the list arrived and the watch runs.
-    A failure is reported to `on_error` and retried with a back-off (0.5 s doubling to 30 s)."""
+    A failure is reported to `on_error` and retried with a back-off (0.5 s doubling to 30 s). `relist()` asks for a
+    list now: a consumer's safety net against a change the watch never delivered."""
 
     def __init__(
         self,
@@ -93,9 +94,10 @@ class ListWatch:
         self.on_error = on_error
         self.synced = False
         self.failing = False
-        self.lists = 0  # lists made (one at the start, one after each 410 Gone)
+        self.lists = 0  # lists made (one at the start, one after each 410 Gone or relist())
         self.watches = 0  # watch requests opened (one more each time the server ends one)
         self._stopping = threading.Event()
+        self._relist = threading.Event()
         self._stream: Any = None
         self._thread = threading.Thread(target=self._run, name=f"watch-{self.source}", daemon=True)
 
@@ -105,6 +107,12 @@ class ListWatch:
 
     def start(self) -> None:
         self._thread.start()
+
+    def relist(self) -> None:
+        """List again (a SYNC event follows), then watch on from that list."""
+        self._relist.set()
+        if self._stream is not None:
+            self._stream.close()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -120,7 +128,8 @@ class ListWatch:
         backoff = 0.5
         while not self._stopping.is_set():
             try:
-                if version is None:
+                if version is None or self._relist.is_set():
+                    self._relist.clear()
                     items, version = list_pages(
                         self.kube,
                         self.api_version,
@@ -140,6 +149,8 @@ class ListWatch:
                     label_selector=self.label_selector,
                     field_selector=self.field_selector,
                 )
+                if self._relist.is_set():  # asked while this watch was being opened
+                    self._stream.close()
                 self.failing = False
                 self.watches += 1
                 for event in self._stream:
