@@ -95,7 +95,12 @@ def test_a_running_node_as_the_api_server_and_kwok_left_it_is_as_specified_and_a
     live["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
     live["metadata"]["labels"]["team"] = "x"
     live["spec"]["taints"] = [{"key": "konduktor.ai/gpu-health", "effect": "NoSchedule"}]
+    # kube-controller-manager's TTL controller raises this with the cluster's size (300 at 10,000 nodes).
+    live["metadata"]["annotations"]["node.alpha.kubernetes.io/ttl"] = "300"
     assert as_specified(live, wanted)
+    system = copy.deepcopy(system_node())
+    system["metadata"]["annotations"]["node.alpha.kubernetes.io/ttl"] = "300"
+    assert as_specified(system, system_node())
     assert not as_specified(None, wanted)
     lost_gpu = copy.deepcopy(live)
     lost_gpu["status"]["allocatable"]["nvidia.com/gpu"] = "7"

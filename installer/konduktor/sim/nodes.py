@@ -131,7 +131,7 @@ def system_node() -> dict[str, Any]:
                 "type": "kwok",
                 "konduktor.ai/node-pool": "system",
             },
-            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
         },
         "spec": {},
         "status": node_status(resources, 0),
@@ -158,7 +158,9 @@ def node_manifests(pools: list[NodePool], levels: tuple[str, ...] = DEFAULT_TOPO
                 **topology_values(levels, position),
                 **pool.labels,
             }
-            annotations = {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}
+            # Not node.alpha.kubernetes.io/ttl: kube-controller-manager's TTL controller owns it and raises it with the
+            # cluster's size (15 s past 90 nodes, 300 s past 1,800), so a value here made `up` rewrite every node.
+            annotations = {"kwok.x-k8s.io/node": "fake"}
             if pool.sharing:
                 labels[SHARING_NODES_LABEL] = "true"
                 annotations[SHARING_ANNOTATION] = groups_annotation(pool.sharing)
