@@ -25,17 +25,13 @@ from sim_fixture import installer_events, release_nodes
 from konduktor.burnin.manifests import RUN_LABEL, node_job_name, scripts_configmap_name, taint_tolerations
 from konduktor.burnin.plan import (
     JOB_CHECK,
-    JobPhase,
-    JobState,
     NodeRun,
     Target,
     complete_verdict,
     exit_code,
-    job_state,
     no_gpu_verdict,
     pod_problem,
     select_targets,
-    unschedulable_for,
 )
 from konduktor.burnin.record import record_of
 from konduktor.burnin.results import BurnInReport, CheckResult, NodeVerdict, Verdict
@@ -50,6 +46,7 @@ from konduktor.health.decide import CONDITION_TYPE, RecordEvent, SetCondition, T
 from konduktor.health.node_writes import node_patch
 from konduktor.health.quarantine import quarantine_failed, quarantine_plan
 from konduktor.kube.client import Kube
+from konduktor.kube.job_state import JobPhase, JobState, job_state, unschedulable_for
 from konduktor.ops.burnin import report_name
 from konduktor.sim.gpus import FAULTS_ANNOTATION, LOGS_ANNOTATION
 from konduktor.vocabulary import (

@@ -22,7 +22,6 @@ import testinfra
 from conftest import EXAMPLE, Sim
 from ruamel.yaml import YAML
 
-from konduktor.burnin.plan import JobPhase, JobState
 from konduktor.cli.main import main
 from konduktor.config.findings import ConfigError
 from konduktor.config.load import LoadedConfig, load_config, parse_config
@@ -30,6 +29,7 @@ from konduktor.config.model import NodeCheckPods, ssh_host_problem
 from konduktor.errors import UsageError
 from konduktor.kube.access import Permission
 from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.job_state import JobPhase, JobState
 from konduktor.ops.preflight import expectations_for, host_checks, pinned_versions, ssh_inventory
 from konduktor.ops.preflight_pods import node_result, pod_checks
 from konduktor.preflight.cluster import (

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from typing import Any
 
 from konduktor.burnin.isolation import IsolationPlan
@@ -23,7 +22,7 @@ from konduktor.config.findings import did_you_mean
 from konduktor.config.model import Config, selects
 from konduktor.errors import ExitCode, UsageError
 from konduktor.gpu import node as gpu_node
-from konduktor.kube.timestamps import parse_time
+from konduktor.kube.job_state import JobPhase, JobState
 from konduktor.vocabulary import GPU_COUNT_LABEL, GPU_RESOURCE, HOSTNAME_LABEL, PRODUCT_LABEL
 
 JOB_CHECK = "burnin_job"  # the check that carries what the Job and its pod said (as in requalification)
@@ -136,68 +135,6 @@ def target_job(
 
 # --------------------------------------------------------------------------------------------
 # What the Job and its pod say.
-
-
-class JobPhase(StrEnum):
-    RUNNING = "running"
-    COMPLETE = "complete"
-    FAILED = "failed"
-    GONE = "gone"  # deleted (by someone, or by its TTL) before the run read it
-    UNSCHEDULABLE = "unschedulable"  # its pod could not be placed for the bound the run waits; `reason` says why
-
-
-@dataclass(frozen=True)
-class JobState:
-    phase: JobPhase
-    reason: str | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self.phase is not JobPhase.RUNNING
-
-
-def _final_condition(job: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The Job's Complete or Failed condition once it holds (a finished Job has exactly one of them)."""
-    for condition in job.get("status", {}).get("conditions") or ():
-        if condition.get("status") == "True" and condition.get("type") in ("Complete", "Failed"):
-            found: Mapping[str, Any] = condition
-            return found
-    return None
-
-
-def job_state(job: Mapping[str, Any] | None) -> JobState:
-    if job is None:
-        return JobState(JobPhase.GONE)
-    condition = _final_condition(job)
-    if condition is None:
-        return JobState(JobPhase.RUNNING)
-    if condition.get("type") == "Complete":
-        return JobState(JobPhase.COMPLETE)
-    reason = f"{condition.get('reason', 'Failed')}: {condition.get('message', '')}".rstrip(": ")
-    return JobState(JobPhase.FAILED, reason)
-
-
-def job_finished_at(job: Mapping[str, Any]) -> float | None:
-    """When the Job completed (its completionTime) or failed; None while it runs."""
-    condition = _final_condition(job)
-    if condition is None:
-        return None
-    since = parse_time(condition.get("lastTransitionTime"))
-    if condition.get("type") == "Complete":
-        return parse_time(job["status"].get("completionTime")) or since
-    return since
-
-
-def unschedulable_for(pod: Mapping[str, Any] | None, now: float) -> tuple[float, str] | None:
-    """(seconds since the scheduler first failed to place the pod, its message) while it cannot place it."""
-    for condition in (pod or {}).get("status", {}).get("conditions") or ():
-        if condition.get("type") != "PodScheduled" or condition.get("status") != "False":
-            continue
-        if condition.get("reason") != "Unschedulable":
-            return None
-        since = parse_time(condition.get("lastTransitionTime"))
-        return (max(0.0, now - since) if since is not None else 0.0), condition.get("message") or "Unschedulable"
-    return None
 
 
 # Waiting reasons that mean the step will not start by itself.

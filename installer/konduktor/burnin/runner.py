@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from konduktor.burnin.isolation import NodePair, PairOutcome, plan_pair_tests
-from konduktor.burnin.jobs import owned_by, pods_by_job, read_log, wait_for_jobs
 from konduktor.burnin.manifests import (
     NODE_LABEL,
     RUN_LABEL,
@@ -28,12 +27,9 @@ from konduktor.burnin.manifests import (
     taint_tolerations,
 )
 from konduktor.burnin.plan import (
-    JobPhase,
-    JobState,
     NodeRun,
     Target,
     complete_verdict,
-    job_state,
     no_gpu_verdict,
     pair_groups,
     pod_problem,
@@ -47,6 +43,8 @@ from konduktor.burnin.verdict import NodeEvidence, judge_pair, judge_run, pair_o
 from konduktor.config.model import UNSCHEDULABLE_SECONDS
 from konduktor.errors import PartialApply
 from konduktor.kube.client import Kube
+from konduktor.kube.job_state import JobPhase, JobState, job_state
+from konduktor.kube.jobs import owned_by, pods_by_job, read_log, wait_for_jobs
 from konduktor.vocabulary import BURNIN_NAMESPACE, BURNIN_SERVICE_ACCOUNT, BURNIN_TIER_ANNOTATION, GPU_RESOURCE
 from konduktor.waiting import wait_until
 

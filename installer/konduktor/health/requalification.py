@@ -4,7 +4,7 @@ The Job's exit status says little: every burn-in step exits 0 and prints its too
 (`konduktor.burnin.manifests.wrap_step`). The verdict is therefore judged from the steps' logs with the burn-in's
 own `judge_node`, for the tier the Job ran; a Job that failed (deadline, eviction) or left no logs is ERROR,
 which keeps the node out. The Job, its newest pod and the pod's logs are read with the burn-in's own functions
-(`konduktor.burnin.plan`, `konduktor.burnin.jobs`), as `konduktor-install burnin` reads its Jobs.
+(`konduktor.burnin.plan`, `konduktor.kube.jobs`), as `konduktor-install burnin` reads its Jobs.
 
 Which finished Jobs were already judged is read from the node itself: the decision stamps
 `requalified-at` (or a new `quarantined-at`) when it acts on a result, so a Job that ended before that stamp
@@ -20,7 +20,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
-from konduktor.burnin.jobs import newest_pod, owned_by, pod_log
 from konduktor.burnin.manifests import make_run_id, node_job, scripts_configmap
 from konduktor.burnin.plan import JOB_CHECK
 from konduktor.burnin.results import CheckResult, NodeVerdict, Verdict, worst
@@ -33,6 +32,7 @@ from konduktor.health.requalification_runs import REQUALIFICATION_LABEL, Run, ac
 from konduktor.health.settings import RequalificationSettings
 from konduktor.health.telemetry import HealthMetrics
 from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.jobs import newest_pod, owned_by, pod_log
 from konduktor.vocabulary import HOSTNAME_LABEL, PRODUCT_LABEL
 
 

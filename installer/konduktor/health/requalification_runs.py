@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from konduktor.burnin.manifests import NODE_ANNOTATION
-from konduktor.burnin.plan import JobPhase, job_finished_at, job_state
 from konduktor.health.decide import NodeState
+from konduktor.kube.job_state import JobPhase, job_finished_at, job_state
 from konduktor.kube.timestamps import parse_time
 from konduktor.vocabulary import BURNIN_TIER_ANNOTATION, QUARANTINED_AT, REQUALIFIED_AT
 

@@ -13,12 +13,13 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from konduktor.burnin.jobs import pods_by_job, read_log, wait_for_jobs
 from konduktor.burnin.manifests import make_run_id
-from konduktor.burnin.plan import JobPhase, JobState, job_state, pod_problem
+from konduktor.burnin.plan import pod_problem
 from konduktor.config.model import Config, NodeCheckPods
 from konduktor.kube.access import Permission, may
 from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.job_state import JobPhase, JobState, job_state
+from konduktor.kube.jobs import pods_by_job, read_log, wait_for_jobs
 from konduktor.preflight.cluster import ClusterFacts
 from konduktor.preflight.inventory import expectations_of, gpu_nodes, no_hosts
 from konduktor.preflight.pods import (

@@ -1,5 +1,5 @@
-"""Jobs that test nodes (burn-in, requalification, preflight pods): waiting for them, their pods, their logs
-through the API, and the objects that go with them."""
+"""Jobs through the API: waiting for them to finish (or to be found unschedulable), their pods, their logs, and
+the objects they own. Burn-in, preflight pods and the health controller's requalification run their Jobs with it."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from konduktor.burnin.plan import JobPhase, JobState, job_state, unschedulable_for
 from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.job_state import JobPhase, JobState, job_state, unschedulable_for
 from konduktor.vocabulary import JOB_NAME_LABEL
 from konduktor.waiting import poll_until
 
