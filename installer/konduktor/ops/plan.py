@@ -59,14 +59,15 @@ def plan_up(
     """Reads only. A values file the charts' schemas refuse is bad input, found before the cluster is read. `share`
     is the cluster's part of a fleet, as `up` gets it."""
     settings = None if share is None else share.kueue_settings
-    if files:
-        checked, checked_values = chart_for(target.simulated, config, extra, settings)
-        check_values(checked, RELEASE, NAMESPACE, checked_values, files, target.toolbox())
+    # The chart and its values, chosen once: at once when values files are given, else once the cluster was read.
+    chosen = chart_for(target.simulated, config, extra, settings) if files else None
+    if chosen is not None:
+        check_values(chosen[0], RELEASE, NAMESPACE, chosen[1], files, target.toolbox())
     quotas: list[Change] = []
     sharing = None
     if target.sim is not None and target.kubeconfig is not None and not target.kubeconfig.exists():
         say(f"plan: the simulated cluster {target.sim!r} is not running; up creates it")
-        chart, chart_values = chart_for(target.simulated, config, extra, settings)
+        chart, chart_values = chosen or chart_for(target.simulated, config, extra, settings)
         rendered = render_new(chart, RELEASE, NAMESPACE, chart_values, target.toolbox())
     else:
         # A kubeconfig that does not load is bad input (2); then the cluster is read (unreachable: 5) before the
@@ -75,7 +76,7 @@ def plan_up(
             planned = plan_quotas(kube, config, takeover, None if share is None else share.quotas)
             quotas = [c for c in planned if c.action != "unchanged"]
             sharing = read_sharing(kube, config)
-            chart, chart_values = chart_for(target.simulated, config, extra, settings)
+            chart, chart_values = chosen or chart_for(target.simulated, config, extra, settings)
             rendered = render_upgrade(
                 target.kubeconfig,
                 chart,

@@ -259,7 +259,8 @@ class ControlPlane:
         # of a parent that has not reaped it yet: without its pid file it is started again.
         pidfile.unlink(missing_ok=True)
         with Kube(self.kubeconfig) as kube:
-            kube.request("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases")
+            leases = kube.resource("coordination.k8s.io/v1", "Lease").path(NODE_LEASE_NAMESPACE)
+            kube.request("DELETE", leases)  # every Lease of the namespace, in one request
         result = self.kwokctl("start", "cluster", "--wait", "2m")
         if result.returncode != 0:
             raise KonduktorError(
