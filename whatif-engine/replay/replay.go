@@ -12,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	clientgoapply "k8s.io/client-go/applyconfigurations"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -109,7 +110,7 @@ func Run(ctx context.Context, cfg *configapi.Configuration, in *Input, progress 
 	expectations := preemptexpectations.New()
 	queueOptions = append(queueOptions, qcache.WithPreemptionExpectations(expectations))
 	queues := qcache.NewManager(cl, cache, requeuer, queueOptions...)
-	recorder := &utiltesting.EventRecorder{}
+	recorder := droppedEvents{}
 	workloads := core.NewWorkloadReconciler(cl, queues, cache, recorder,
 		core.WithPreemptionExpectations(expectations),
 		core.WithResourceFormatter(formatter),
@@ -387,6 +388,13 @@ func readState(wl *kueue.Workload) state {
 	}
 	return s
 }
+
+// droppedEvents is Kueue's event recorder here: a replay reads Workloads, never Events, and Kueue records one for
+// every failed admission attempt (pkg/scheduler/scheduler.go, requeueAndUpdate); a recorder that kept them would
+// hold millions over a long trace.
+type droppedEvents struct{}
+
+func (droppedEvents) Eventf(runtime.Object, runtime.Object, string, string, string, string, ...any) {}
 
 // inline runs a function where it is called: the scheduler's admissions, in this replay.
 type inline struct{}
