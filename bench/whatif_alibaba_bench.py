@@ -6,9 +6,10 @@ GPU three 1g.10gb and one 4g.40gb; the teams' whole-GPU quotas 15, slice quotas 
 asking for part of a GPU take a slice there and a whole GPU in the first; per team the waits, and the GPU-hours held,
 a slice counted as its part of a GPU.
 
-Give the real file with --pods; without it (this machine reaches no host that serves it) a pod list of the same
-size and shape is made: Poisson arrivals over 149 days, 44% of the tasks asking for part of a GPU (one GPU until
-GPU sharing is configured), the rest 1, 2, 4 or 8 GPUs, log-normal durations.
+Give the real file with --pods (csv/openb_pod_list_default.csv of https://github.com/alibaba/clusterdata, directory
+cluster-trace-gpu-v2023; the repository keeps no copy); without it a pod list of the same size and shape is made:
+Poisson arrivals over 149 days, 44% of the tasks asking for part of a GPU (one GPU until GPU sharing is
+configured), the rest 1, 2, 4 or 8 GPUs, log-normal durations.
 
     .venv/bin/python bench/whatif_alibaba_bench.py [--pods openb_pod_list_default.csv] [--tasks 6203] [--days 149]
         [--sliced]
