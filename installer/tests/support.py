@@ -8,9 +8,12 @@ Fixtures shared by several modules live in conftest.py (the session's) or in the
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -91,16 +94,25 @@ def stripped_umbrella(destination: Path) -> Path:
     return chart
 
 
-def render_umbrella(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    chart = stripped_umbrella(tmp_path / "charts")
-    built = helm("dependency", "build", str(chart), env=isolated_helm_env(tmp_path / "helm"))
+@functools.cache
+def built_umbrella() -> Path:
+    """The stripped umbrella with its dependency built, once a test process: the charts do not change during a run,
+    and each test that renders them needs only `helm template`."""
+    root = Path(tempfile.mkdtemp(prefix="konduktor-umbrella-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    chart = stripped_umbrella(root / "charts")
+    built = helm("dependency", "build", str(chart), env=isolated_helm_env(root / "helm"))
     assert built.returncode == 0, built.stderr
-    return helm("template", "konduktor", str(chart), "--namespace", NAMESPACE, *args)
+    return chart
 
 
-def rendered_health_settings(tmp_path: Path, values_file: Path | None = None) -> dict[str, Any]:
+def render_umbrella(*args: str) -> subprocess.CompletedProcess[str]:
+    return helm("template", "konduktor", str(built_umbrella()), "--namespace", NAMESPACE, *args)
+
+
+def rendered_health_settings(values_file: Path | None = None) -> dict[str, Any]:
     """The health controller's settings as konduktor-core renders them inside the umbrella."""
-    result = render_umbrella(tmp_path, *(["--values", str(values_file)] if values_file else []))
+    result = render_umbrella(*(["--values", str(values_file)] if values_file else []))
     assert result.returncode == 0, result.stderr
     objects = load_documents(result.stdout)
     [config] = [o for o in objects if o["kind"] == "ConfigMap" and "health.yaml" in o.get("data", {})]

@@ -80,7 +80,7 @@ def test_the_umbrella_carries_the_section_into_the_settings_file_the_controller_
     load_settings: what the controller reads is what the config said."""
     values_file = tmp_path / "values.yaml"
     YAML().dump(umbrella_values(config_with(EVERY_FIELD), values()), values_file)
-    result = render_umbrella(tmp_path, "--values", str(values_file))
+    result = render_umbrella("--values", str(values_file))
     assert result.returncode == 0, result.stderr
     settings = loaded_settings(result.stdout, tmp_path)
     assert read(settings) == EXPECTED

@@ -4,7 +4,6 @@ from a Secret and its dashboard sidecar kept to the platform's namespaces."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +16,8 @@ from konduktor.kube.documents import load_documents
 TENANT_HEADER = "X-Scope-OrgID"
 
 
-def rendered(tmp_path: Path, *args: str) -> list[dict[str, Any]]:
-    result = render_umbrella(tmp_path, *args)
+def rendered(*args: str) -> list[dict[str, Any]]:
+    result = render_umbrella(*args)
     assert result.returncode == 0, result.stderr
     return load_documents(result.stdout)
 
@@ -28,7 +27,7 @@ def policy(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
     return found
 
 
-def test_loki_is_multi_tenant_and_every_client_names_the_platforms_tenant(tmp_path: Path) -> None:
+def test_loki_is_multi_tenant_and_every_client_names_the_platforms_tenant() -> None:
     settings = values()
     tenant = settings["monitoring"]["lokiTenant"]
     assert settings["loki"]["loki"]["auth_enabled"] is True
@@ -37,28 +36,28 @@ def test_loki_is_multi_tenant_and_every_client_names_the_platforms_tenant(tmp_pa
     [source] = [s for s in settings["kube-prometheus-stack"]["grafana"]["additionalDataSources"] if s["type"] == "loki"]
     assert source["jsonData"]["httpHeaderName1"] == TENANT_HEADER
     assert source["secureJsonData"]["httpHeaderValue1"] == tenant
-    controller = HealthSettings.model_validate(rendered_health_settings(tmp_path))
+    controller = HealthSettings.model_validate(rendered_health_settings())
     assert controller.loki is not None and controller.loki.tenant == tenant
 
 
-def test_grafana_admin_comes_from_a_secret_and_dashboards_only_from_platform_namespaces(tmp_path: Path) -> None:
+def test_grafana_admin_comes_from_a_secret_and_dashboards_only_from_platform_namespaces() -> None:
     settings = values()
     grafana = settings["kube-prometheus-stack"]["grafana"]
     assert grafana["admin"]["existingSecret"] == settings["grafanaAdmin"]["secretName"]
     assert "adminPassword" not in grafana
     # No namespaces named: the sidecar reads only Grafana's own, the release namespace with konduktor-core's dashboards.
     assert grafana["sidecar"]["dashboards"]["searchNamespace"] is None
-    [secret] = [o for o in rendered(tmp_path) if o["kind"] == "Secret"]
+    [secret] = [o for o in rendered() if o["kind"] == "Secret"]
     assert secret["metadata"]["name"] == settings["grafanaAdmin"]["secretName"]
     assert secret["metadata"]["namespace"] == NAMESPACE
     assert {grafana["admin"]["userKey"], grafana["admin"]["passwordKey"]} == set(secret["data"])
     assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-    off = rendered(tmp_path / "off", "--set", "grafanaAdmin.createSecret=false")
+    off = rendered("--set", "grafanaAdmin.createSecret=false")
     assert not [o for o in off if o["kind"] == "Secret"]
 
 
-def test_only_the_collector_grafana_and_the_controller_reach_loki(tmp_path: Path) -> None:
-    objects = rendered(tmp_path)
+def test_only_the_collector_grafana_and_the_controller_reach_loki() -> None:
+    objects = rendered()
     loki = policy(objects, "loki-clients")
     assert loki["metadata"]["namespace"] == NAMESPACE
     assert loki["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "loki"}}
@@ -77,8 +76,8 @@ def test_only_the_collector_grafana_and_the_controller_reach_loki(tmp_path: Path
     assert deployment["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "health-controller"
 
 
-def test_only_prometheus_reaches_the_controllers_metrics(tmp_path: Path) -> None:
-    objects = rendered(tmp_path)
+def test_only_prometheus_reaches_the_controllers_metrics() -> None:
+    objects = rendered()
     metrics = policy(objects, "konduktor-health-metrics")
     assert metrics["metadata"]["namespace"] == NAMESPACE
     [deployment] = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-health")]
@@ -90,15 +89,13 @@ def test_only_prometheus_reaches_the_controllers_metrics(tmp_path: Path) -> None
     assert rule["from"] == [
         {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}},
     ]
-    assert not [
-        o for o in rendered(tmp_path / "off", "--set", "networkPolicies.enabled=false") if o["kind"] == "NetworkPolicy"
-    ]
+    assert not [o for o in rendered("--set", "networkPolicies.enabled=false") if o["kind"] == "NetworkPolicy"]
 
 
 @pytest.mark.sim
-def test_the_policies_and_the_secret_are_accepted_by_the_apiserver(sim: Sim, tmp_path: Path) -> None:
+def test_the_policies_and_the_secret_are_accepted_by_the_apiserver(sim: Sim) -> None:
     """Server-side dry run with strict field validation."""
-    objects = [o for o in rendered(tmp_path) if o["kind"] in ("NetworkPolicy", "Secret")]
+    objects = [o for o in rendered() if o["kind"] in ("NetworkPolicy", "Secret")]
     sim.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     for obj in objects:
         sim.kube.apply(obj, dry_run=True)

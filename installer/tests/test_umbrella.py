@@ -9,12 +9,16 @@ allows; see charts/konduktor/README.md).
 
 from __future__ import annotations
 
+import copy
+import functools
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -343,20 +347,27 @@ def test_kueue_refuses_an_unknown_configuration_field(tmp_path: Path) -> None:
     assert "strict decoding error" in output
 
 
-def render_kueue_chart(tmp_path: Path, **overrides: Any) -> list[dict[str, Any]]:
-    """The pinned Kueue chart (from the Kueue module) with the umbrella's Kueue values, as the umbrella renders it."""
-    values_file = tmp_path / "kueue-values.yaml"
-    YAML().dump({**values()["kueue"], **overrides}, values_file)
-    chart = module_dir(Toolbox().tools["kueue"]) / "charts" / "kueue"
-    result = helm("template", "konduktor", str(chart), "--namespace", NAMESPACE, "--values", str(values_file))
+def render_kueue_chart(**overrides: Any) -> list[dict[str, Any]]:
+    """The pinned Kueue chart (from the Kueue module) with the umbrella's Kueue values, as the umbrella renders it;
+    each set of overrides rendered once a test process (a copy each time)."""
+    return copy.deepcopy(_rendered_kueue_chart(json.dumps(overrides, sort_keys=True)))
+
+
+@functools.cache
+def _rendered_kueue_chart(overrides: str) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix="konduktor-kueue-chart-") as scratch:
+        values_file = Path(scratch) / "kueue-values.yaml"
+        YAML().dump({**values()["kueue"], **json.loads(overrides)}, values_file)
+        chart = module_dir(Toolbox().tools["kueue"]) / "charts" / "kueue"
+        result = helm("template", "konduktor", str(chart), "--namespace", NAMESPACE, "--values", str(values_file))
     assert result.returncode == 0, result.stderr
     return load_documents(result.stdout)
 
 
-def test_kueue_webhooks_only_intercept_team_namespaces(tmp_path: Path) -> None:
+def test_kueue_webhooks_only_intercept_team_namespaces() -> None:
     """Kueue's job and pod webhooks fail closed; with the selector, a Job or pod outside the team namespaces (a
     Helm hook in konduktor-system or monitoring) never waits for Kueue."""
-    objects = render_kueue_chart(tmp_path)
+    objects = render_kueue_chart()
     hooks = [
         hook
         for o in objects
@@ -371,10 +382,10 @@ def test_kueue_webhooks_only_intercept_team_namespaces(tmp_path: Path) -> None:
     assert any(o["kind"] == "ServiceMonitor" for o in objects)
 
 
-def test_kueue_serves_the_visibility_api_and_team_members_may_read_their_own_queues(tmp_path: Path) -> None:
+def test_kueue_serves_the_visibility_api_and_team_members_may_read_their_own_queues() -> None:
     """`konduktor queue` and `why` read a LocalQueue's pending workloads from Kueue's visibility API: the umbrella
     turns it on, and the ClusterRole the quotas render binds to each team's groups aggregates read access to it."""
-    objects = render_kueue_chart(tmp_path)
+    objects = render_kueue_chart()
     [manager] = [
         o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("controller-manager")
     ]
@@ -404,19 +415,17 @@ def test_kueue_serves_the_visibility_api_and_team_members_may_read_their_own_que
     assert not any("clusterqueues/pendingworkloads" in rule["resources"] for role in readers for rule in role["rules"])
 
 
-def test_kueueviz_is_an_opt_in(tmp_path: Path) -> None:
+def test_kueueviz_is_an_opt_in() -> None:
     assert values()["kueue"]["enableKueueViz"] is False
-    assert not [o for o in render_kueue_chart(tmp_path) if "kueueviz" in o["metadata"]["name"]]
-    opted_in = {
-        o["kind"] for o in render_kueue_chart(tmp_path, enableKueueViz=True) if "kueueviz" in o["metadata"]["name"]
-    }
+    assert not [o for o in render_kueue_chart() if "kueueviz" in o["metadata"]["name"]]
+    opted_in = {o["kind"] for o in render_kueue_chart(enableKueueViz=True) if "kueueviz" in o["metadata"]["name"]}
     assert {"Deployment", "Service"} <= opted_in
 
 
 @pytest.mark.parametrize("values_file", [None, *OVERLAY_VALUES], ids=lambda p: p.parent.name if p else "default")
-def test_umbrella_templates_render_under_its_schema(tmp_path: Path, values_file: Path | None) -> None:
+def test_umbrella_templates_render_under_its_schema(values_file: Path | None) -> None:
     """Helm enforces the umbrella's values.schema.json on values.yaml and on each environment's values."""
-    result = render_umbrella(tmp_path, *(["--values", str(values_file)] if values_file else []))
+    result = render_umbrella(*(["--values", str(values_file)] if values_file else []))
     assert result.returncode == 0, result.stderr
     objects = load_documents(result.stdout)
     # The subcharts' pre-install hooks run before any template, so the only namespace they can use is the release
@@ -429,19 +438,19 @@ def test_umbrella_templates_render_under_its_schema(tmp_path: Path, values_file:
     assert any(o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-health") for o in objects)
 
 
-def test_schema_refuses_a_misspelt_component(tmp_path: Path) -> None:
-    result = render_umbrella(tmp_path, "--set", "gpu-operater.enabled=false")
+def test_schema_refuses_a_misspelt_component() -> None:
+    result = render_umbrella("--set", "gpu-operater.enabled=false")
     assert result.returncode != 0
     assert "gpu-operater" in result.stderr
 
 
-def test_prometheus_may_read_kueue_metrics(tmp_path: Path) -> None:
+def test_prometheus_may_read_kueue_metrics() -> None:
     """Kueue's metrics need authorization: the umbrella binds the reader role Kueue's chart defines to the
     ServiceAccount kube-prometheus-stack gives Prometheus."""
-    result = render_umbrella(tmp_path)
+    result = render_umbrella()
     assert result.returncode == 0, result.stderr
     [binding] = [o for o in load_documents(result.stdout) if o["metadata"]["name"].endswith("kueue-metrics-reader")]
-    reader_roles = {o["metadata"]["name"] for o in render_kueue_chart(tmp_path) if o["kind"] == "ClusterRole"}
+    reader_roles = {o["metadata"]["name"] for o in render_kueue_chart() if o["kind"] == "ClusterRole"}
     assert binding["roleRef"]["name"] in reader_roles
     stack = values()["kube-prometheus-stack"]
     assert binding["subjects"] == [
@@ -459,18 +468,16 @@ def test_prometheus_selects_every_monitor_and_rule() -> None:
         assert spec[f"{kind}SelectorNilUsesHelmValues"] is False, kind
 
 
-def test_the_umbrella_turns_on_the_core_charts_monitor_and_alert_rules(tmp_path: Path) -> None:
+def test_the_umbrella_turns_on_the_core_charts_monitor_and_alert_rules() -> None:
     """konduktor-core leaves the Prometheus operator's kinds off; the umbrella, which brings it, turns them on."""
-    result = render_umbrella(tmp_path)
+    result = render_umbrella()
     assert result.returncode == 0, result.stderr
     monitoring = [o for o in load_documents(result.stdout) if o["apiVersion"] == "monitoring.coreos.com/v1"]
     assert sorted(o["kind"] for o in monitoring) == ["PrometheusRule", "ServiceMonitor"]
 
 
 @pytest.mark.parametrize("values_file", [None, *OVERLAY_VALUES], ids=lambda p: p.parent.name if p else "default")
-def test_monitoring_stack_and_its_clients_are_in_the_release_namespace(
-    tmp_path: Path, values_file: Path | None
-) -> None:
+def test_monitoring_stack_and_its_clients_are_in_the_release_namespace(values_file: Path | None) -> None:
     """No chart is moved out of the release namespace (a namespaceOverride would send its pre-install hooks to a
     namespace that does not exist yet), so the clients reach each service by its short name."""
 
@@ -482,7 +489,7 @@ def test_monitoring_stack_and_its_clients_are_in_the_release_namespace(
 
     settings = merge_values(values(), yaml_file(values_file)) if values_file else values()
     assert overrides(settings) == []
-    controller = rendered_health_settings(tmp_path, values_file)
+    controller = rendered_health_settings(values_file)
     stack = settings["kube-prometheus-stack"]
     loki = f"http://{settings['loki']['fullnameOverride']}:3100"
     assert controller["loki"]["url"] == loki
@@ -494,10 +501,10 @@ def test_monitoring_stack_and_its_clients_are_in_the_release_namespace(
     assert controller["prometheus"]["url"] == "http://prometheus-operated:9090"
 
 
-def test_health_controller_reads_the_kernel_logs_the_collector_ships(tmp_path: Path) -> None:
+def test_health_controller_reads_the_kernel_logs_the_collector_ships() -> None:
     """The collector labels kernel lines; Loki indexes those labels; the controller's query selects by them."""
     settings = values()
-    controller = HealthSettings.model_validate(rendered_health_settings(tmp_path))
+    controller = HealthSettings.model_validate(rendered_health_settings())
     assert controller.loki is not None
     collector = settings["opentelemetry-collector"]["alternateConfig"]
     kernel_pipeline = collector["service"]["pipelines"]["logs/kernel"]
