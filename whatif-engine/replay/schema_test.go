@@ -88,8 +88,9 @@ func withoutManagedFields(manager managedfieldstest.TestFieldManager) runtime.Ob
 }
 
 // fieldsByManager: the managed fields without their times, by manager and operation. An entry's time is the wall
-// clock's second at its write, and the entries are kept in time order: two managers written on either side of a
-// second's turn would otherwise differ in order and time alone.
+// clock's second of its write, and apimachinery orders the entries by operation, then that second, then manager
+// (managedfields/internal sortEncodedManagedFields): two writes either side of a second's turn would otherwise
+// differ in order and time alone.
 func fieldsByManager(manager managedfieldstest.TestFieldManager) []metav1.ManagedFieldsEntry {
 	entries := []metav1.ManagedFieldsEntry{}
 	for _, entry := range manager.ManagedFields() {
