@@ -409,8 +409,8 @@ def node_event_rate(watch: TaintWatch, seconds: float) -> float:
 
 def measure_rest(controller: Controller, watch: TaintWatch, count: int, figures: Figures) -> None:
     """Until the first pass, and with no faults after it: the full pass's CPU, the RSS, the idle CPU, once the new
-    cluster has settled (a new cluster's controller manager writes to every Node for a while: the TTL annotation,
-    for one, as the fleet grows) and while it is still settling."""
+    cluster has settled (a new 10,000-node cluster keeps writing to its Nodes for a minute or so after they are
+    Ready, near the controller manager's 200 requests/s) and while it is still settling."""
     figures.synced, figures.cpu_full_pass = controller.wait_synced(count)
     figures.rss_synced, _ = controller.memory_mib()
     time.sleep(2)  # the first poll's answers
