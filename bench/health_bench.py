@@ -4,7 +4,7 @@ fault and per duplicate, the controller's memory and its CPU with no faults (idl
 once it sends no more Node changes) and for a full pass.
 
     .venv/bin/python bench/health_bench.py [--nodes 1000,5000,10000] [--samples 60] [--log-samples 40] [--poll 1]
-                                           [--burst 500] [--duplicates 1000] [--via-collector]
+                                           [--burst 500] [--node-concurrency 32] [--duplicates 1000] [--via-collector]
 
 For each node count: a new sim cluster `bench-health` (COUNT x 8 H100) whose kube-apiserver keeps an audit log of
 writes; `konduktor-health run` as a subprocess against it; the pinned Loki, configured as the umbrella deploys
@@ -283,7 +283,7 @@ def lose_gpu(kube: Kube, name: str) -> None:
     kube.patch("v1", "Node", name, {"status": {"allocatable": {"nvidia.com/gpu": str(GPUS - 1)}}}, subresource="status")
 
 
-def health_settings(loki: LokiSettings, poll: float, nodes: int) -> HealthSettings:
+def health_settings(loki: LokiSettings, poll: float, nodes: int, node_concurrency: int) -> HealthSettings:
     return HealthSettings(
         gpu_lost_grace_seconds=0,
         cooldown_seconds=86400,  # no requalification burn-ins during the run
@@ -292,6 +292,7 @@ def health_settings(loki: LokiSettings, poll: float, nodes: int) -> HealthSettin
         gpu_types={"h100": GpuTypeSettings(product=PRODUCTS["H100"], gpus_per_node=GPUS)},
         loki=loki,
         poll_seconds=poll,
+        node_concurrency=node_concurrency,
     )
 
 
@@ -487,7 +488,9 @@ def run(count: int, args: argparse.Namespace) -> Figures:
     kube.api.user_agent = BENCH_AGENT
     kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     loki_server, loki = start_loki()
-    config = write_config(STATE / f"health-{count}.yaml", health_settings(loki.settings(), args.poll, count))
+    config = write_config(
+        STATE / f"health-{count}.yaml", health_settings(loki.settings(), args.poll, count, args.node_concurrency)
+    )
     watch = TaintWatch(kube)
     watch.start()
     bench = Bench(kube, loki, watch, audit, args.poll, random.Random(count))
@@ -603,6 +606,12 @@ def main() -> None:
     parser.add_argument("--log-samples", type=int, default=40, help="Xid 79 log line samples per node count")
     parser.add_argument("--poll", type=float, default=1.0, help="the controller's poll_seconds")
     parser.add_argument("--burst", type=int, default=500, help="simultaneous lost GPUs")
+    parser.add_argument(
+        "--node-concurrency",
+        type=int,
+        default=HealthSettings().node_concurrency,
+        help="the controller's node_concurrency: nodes whose pods are read and writes made at once",
+    )
     parser.add_argument(
         "--via-collector",
         action="store_true",
