@@ -3,8 +3,8 @@
 The Job's exit status says little: every burn-in step exits 0 and prints its tool's exit code as data
 (`konduktor.burnin.manifests.wrap_step`). The verdict is therefore judged from the steps' logs with the burn-in's
 own `judge_node`, for the tier the Job ran; a Job that failed (deadline, eviction) or left no logs is ERROR,
-which keeps the node out. The Job, its newest pod and the pod's logs are read with the burn-in's own functions
-(`konduktor.burnin.plan`, `konduktor.kube.jobs`), as `konduktor-install burnin` reads its Jobs.
+which keeps the node out. The Job, its newest pod and the pod's logs are read with the functions
+`konduktor-install burnin` reads its Jobs with (`konduktor.kube.job_state`, `konduktor.kube.jobs`).
 
 Which finished Jobs were already judged is read from the node itself: the decision stamps
 `requalified-at` (or a new `quarantined-at`) when it acts on a result, so a Job that ended before that stamp
