@@ -384,6 +384,34 @@ def test_a_burst_on_every_node_is_written_at_once_and_the_breaker_still_caps_it(
     assert health.metrics.sample("konduktor_quarantines_total", {"reason": "Xid79"}) == 3
 
 
+def test_a_burst_taints_every_node_before_any_node_gets_its_condition(kube: Kube, loki: LokiApi) -> None:
+    """The pass's writes go in waves: every node's taint, then every node's condition. One node at a time, so that
+    the order is the actuator's and not the threads'; seen in the order of the Node watch's changes."""
+    _, listed_at = list_nodes(kube)
+    stamp = time.time_ns()
+    loki.push([(name, f"[ 9100.00000{i}] {XID_79}", stamp + i * 1000) for i, name in enumerate(NODES)])
+    health = controller(kube, settings(loki=loki.settings(), node_concurrency=1))
+    health.reconcile_once()
+
+    changes: list[tuple[str, str]] = []  # (node, "taint" | "condition") in the order the API server made them
+    stream = kube.watch("v1", "Node", listed_at, timeout_seconds=30)
+    try:
+        for event in stream:
+            if event["type"] != "MODIFIED":
+                continue
+            obj = event["object"]
+            name = obj["metadata"]["name"]
+            if health_taints(obj) and (name, "taint") not in changes:
+                changes.append((name, "taint"))
+            if gpu_condition(obj) is not None and (name, "condition") not in changes:
+                changes.append((name, "condition"))
+            if len(changes) == 2 * len(NODES):
+                break
+    finally:
+        stream.close()
+    assert [what for _, what in changes] == ["taint"] * len(NODES) + ["condition"] * len(NODES), changes
+
+
 def test_a_health_taint_placed_by_someone_else_is_never_removed(kube: Kube) -> None:
     manual = "gpu-h100-0002"
     patch_node(

@@ -6,7 +6,9 @@ survives a concurrent writer is told there); the actuator adds the controller's 
 cache and the cache kept current with what it wrote, the metrics, the log, and the work actions.
 
 Each node's writes are made in the plan's order; different nodes are written at the same time (up to
-`node_concurrency`), so a burst of faults does not queue behind one node's round trips. How many nodes are
+`node_concurrency`), so a burst of faults does not queue behind one node's round trips, and in waves (every node's
+first write, its taint, before any node's second), so the burst's last node is not quarantined behind the other
+nodes' conditions and Events. How many nodes are
 quarantined was decided before any write (the breaker is part of the plan), so concurrency never changes it.
 """
 
@@ -30,7 +32,7 @@ from konduktor.health.decide import (
     UpdateNode,
     WorkAction,
 )
-from konduktor.health.fanout import at_once
+from konduktor.health.fanout import in_waves
 from konduktor.health.logs import log
 from konduktor.health.node_writes import write
 from konduktor.health.nodes import NodeCache
@@ -74,29 +76,26 @@ class Actuator:
         by_node: dict[str, list[Action | WorkAction]] = {}
         for action in actions:
             by_node.setdefault(action.node, []).append(action)
-        done = at_once(lambda item: self._write_node(item[0], item[1], states), list(by_node.items()), self.concurrency)
         outcome = Outcome()
-        for node, finished in zip(by_node, done, strict=True):
-            if finished is None:
-                outcome.failed.add(node)
-            else:
-                outcome.finished[node] = finished
+        outcome.failed = in_waves(
+            lambda node, action: self._write(node, action, states, outcome), by_node, self.concurrency
+        )
+        for node in outcome.failed:
+            outcome.finished.pop(node, None)
         return outcome
 
-    def _write_node(
-        self, node: str, writes: Sequence[Action | WorkAction], states: Mapping[str, NodeState]
-    ) -> float | None:
-        """One node's writes in order; when the last one finished, or None when one failed (the rest skipped:
-        the node's state is not what they assume; the next pass retries)."""
-        for action in writes:
-            try:
-                self._make(action, states)
-            except ApiError as problem:
-                verb, resource = _api_target(action)
-                self.metrics.api_error(verb, resource, problem)
-                log(logging.ERROR, "write failed", node=node, action=type(action).__name__, error=problem.message)
-                return None
-        return self.clock()
+    def _write(self, node: str, action: Action | WorkAction, states: Mapping[str, NodeState], outcome: Outcome) -> bool:
+        """One of a node's writes, made after the ones before it; False when it failed (the node's later writes
+        are skipped: its state is not what they assume; the next pass retries)."""
+        try:
+            self._make(action, states)
+        except ApiError as problem:
+            verb, resource = _api_target(action)
+            self.metrics.api_error(verb, resource, problem)
+            log(logging.ERROR, "write failed", node=node, action=type(action).__name__, error=problem.message)
+            return False
+        outcome.finished[node] = self.clock()
+        return True
 
     def _make(self, action: Action | WorkAction, states: Mapping[str, NodeState]) -> None:
         now = self.clock()
