@@ -9,9 +9,16 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 
 import pytest
+
+# Compiled modules are kept, whatever the environment says (PYTHONDONTWRITEBYTECODE): otherwise each test process
+# compiles the product and rewrites the tests' asserts anew, and so does every command a test starts in a process of
+# its own, about a third of the unit tier's CPU. The compiled files go where Python keeps them (git ignores them).
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 from cluster_count import COUNTS_DIR, ClusterCounter, record, summary
 
 # Set before any test imports code that reads it: clusters started by tests never touch the user's own, and each
