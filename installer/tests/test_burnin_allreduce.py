@@ -30,6 +30,7 @@ def test_expected_sum_is_exact() -> None:
     assert allreduce.expected_sum(16) == 136.0
 
 
+@pytest.mark.slow  # two torch processes
 def test_two_ranks_over_gloo_report_one_clean_result() -> None:
     port = free_port()
     ranks = []

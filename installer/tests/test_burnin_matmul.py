@@ -177,6 +177,7 @@ def test_summary_groups_digests_by_comparison_key() -> None:
     assert (summary["consistent"], summary["ok"], summary["errors"]) == (False, 2, 1)
 
 
+@pytest.mark.slow  # two torch processes
 def test_script_end_to_end_on_two_cpu_workers() -> None:
     done = subprocess.run(
         [

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import time
 
+import pytest
 import requests
 from loki_api import UMBRELLA_VALUES, LokiApi, new_tenant
 
@@ -38,6 +39,7 @@ def query(api: LokiApi, logql: str, start: int, end: int) -> object:
     return answer.json()
 
 
+@pytest.mark.slow  # starts the pinned Loki
 def test_the_controllers_query_finds_kernel_lines_per_node_as_the_collector_labels_them(loki: LokiApi) -> None:
     start = time.time_ns()
     loki.add("gpu-a", f"[ 10.000001] {XID_79}")
@@ -47,6 +49,7 @@ def test_the_controllers_query_finds_kernel_lines_per_node_as_the_collector_labe
     assert [(line.node, line.line) for line, _, _ in found if line is not None] == [("gpu-a", f"[ 10.000001] {XID_79}")]
 
 
+@pytest.mark.slow  # starts the pinned Loki
 def test_another_tenant_sees_none_of_these_lines(loki: LokiApi) -> None:
     start = time.time_ns()
     loki.add("gpu-a", f"[ 11.000001] {XID_79}")

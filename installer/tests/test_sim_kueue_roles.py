@@ -25,6 +25,7 @@ def kueue_module() -> Path:
     return module_dir(Toolbox().tools["kueue"])
 
 
+@pytest.mark.slow  # reads all of the pinned Kueue's manifests twice
 def test_the_fast_reader_reads_every_manifest_of_the_pinned_kueue_as_load_documents_does() -> None:
     files = sorted((kueue_module() / "config").rglob("*.yaml"))
     assert len(files) > 100 and any(path.parent.name == "bases" for path in files)  # the CRDs among them

@@ -172,6 +172,7 @@ def test_manifest_sources_resolve_even_when_they_need_a_newer_go() -> None:
 # --- committed build modules, progress and the cache -------------------------------------------------------------
 
 
+@pytest.mark.slow  # compiles Go
 def test_a_tool_builds_from_its_committed_module_and_a_second_run_reuses_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -309,6 +310,7 @@ def test_an_unfit_tool_on_path_is_passed_over(host_bin: Path) -> None:
     assert any("could not tell its version; using the pinned helm v4.2.4" in n for n in notes), notes
 
 
+@pytest.mark.slow  # compiles Go
 def test_build_progress_counts_the_packages_go_compiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On an empty build cache every package is compiled; the count reaches the total go listed beforehand."""
     monkeypatch.setenv("GOCACHE", str(tmp_path / "gocache"))

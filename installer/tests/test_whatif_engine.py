@@ -8,6 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from konduktor.paths import product_dir
 from konduktor.tools.catalog import load_tools, source_version
 from konduktor.tools.gobuild import go_environment
@@ -22,6 +24,7 @@ def go(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # go vet and go test of the engine
 def test_the_engine_is_gofmt_and_vet_clean_and_its_go_tests_pass() -> None:
     unformatted = subprocess.run(["gofmt", "-l", "."], cwd=MODULE, capture_output=True, text=True, check=True)
     assert unformatted.stdout == ""

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import EXAMPLE
 
 from konduktor.cli.main import main
@@ -53,6 +54,7 @@ def open_in_browser(page: Path, profile: Path) -> str:
     return done.stdout
 
 
+@pytest.mark.slow  # a headless browser
 def test_the_report_draws_use_per_team_and_waits_per_config_in_a_browser(tmp_path: Path) -> None:
     runs = [replayed("now.yaml", second_wait=HOUR), replayed("proposed.yaml", second_wait=0)]
     table = [{"scope": "team-b", "figure": "wait p50", "now.yaml": "0s", "proposed.yaml": "0s"}]
