@@ -15,7 +15,8 @@ Loki and Prometheus (`HEALTH_EDGES`): a pure module imports no edge, so every de
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+import functools
+from collections.abc import Iterator, Set
 from pathlib import Path
 
 import konduktor
@@ -138,11 +139,17 @@ def package_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
+@functools.cache
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of a source file's tree, parsed once per test process (the checks below all walk every file)."""
+    return tuple(ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))))
+
+
 def imported_modules(path: Path) -> Iterator[str]:
     """The `konduktor` modules that a source file imports, relative imports resolved."""
     here = module_name(path).split(".")
     package = here if path.name == "__init__.py" else here[:-1]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+    for node in _nodes(path):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -161,20 +168,21 @@ def imported_modules(path: Path) -> Iterator[str]:
 def imported_libraries(path: Path) -> Iterator[str]:
     """The top-level names of the modules a source file imports absolutely: `from pyhelm3.errors import Error`
     -> `pyhelm3`."""
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+    for node in _nodes(path):
         if isinstance(node, ast.Import):
             yield from (alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
             yield node.module.split(".")[0]
 
 
-def library_edges() -> set[tuple[str, str]]:
+@functools.cache
+def library_edges() -> frozenset[tuple[str, str]]:
     """(importing module, library) for every library of `LIBRARY_EDGES` a module imports."""
     edges: set[tuple[str, str]] = set()
     for path in sorted(PACKAGE_ROOT.rglob("*.py")):
         source = module_name(path)
         edges.update((source, library) for library in imported_libraries(path) if library in LIBRARY_EDGES)
-    return edges
+    return frozenset(edges)
 
 
 def library_allowed(source: str, library: str) -> bool:
@@ -187,12 +195,13 @@ def _submodule_or_self(module: str, name: str) -> str:
     return f"{module}.{name}" if is_module else module
 
 
-def import_edges() -> set[tuple[str, str]]:
+@functools.cache
+def import_edges() -> frozenset[tuple[str, str]]:
     edges: set[tuple[str, str]] = set()
     for path in sorted(PACKAGE_ROOT.rglob("*.py")):
         source = module_name(path)
         edges.update((source, target) for target in imported_modules(path))
-    return edges
+    return frozenset(edges)
 
 
 def is_allowed(source: str, target: str) -> bool:
@@ -307,7 +316,7 @@ def health_edges() -> set[str]:
     return {module_name(path) for path in (PACKAGE_ROOT / "health").glob("*.py") if is_health_edge(path)}
 
 
-def pure_imports_of_edges(edges: set[tuple[str, str]], health_edge_modules: frozenset[str]) -> set[tuple[str, str]]:
+def pure_imports_of_edges(edges: Set[tuple[str, str]], health_edge_modules: frozenset[str]) -> set[tuple[str, str]]:
     """(pure health module, edge) for every health module outside the edges that imports one of them."""
     return {
         (source, target)
