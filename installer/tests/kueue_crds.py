@@ -15,7 +15,7 @@ from typing import Any
 
 import jsonschema
 
-from konduktor.kube.documents import load_documents
+from konduktor.kube.documents import load_generated
 from konduktor.tools.gobuild import module_dir
 from konduktor.tools.toolbox import Toolbox
 
@@ -30,7 +30,7 @@ def schemas() -> dict[tuple[str, str], dict[str, Any]]:
     """(apiVersion, kind) -> the strict openAPIV3Schema of every Kueue CRD version."""
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for path in sorted(crd_dir().glob("*.yaml")):
-        for crd in load_documents(path):
+        for crd in load_generated(path):
             spec = crd["spec"]
             for version in spec["versions"]:
                 api_version = f"{spec['group']}/{version['name']}"

@@ -9,6 +9,7 @@ Fixtures shared by several modules live in conftest.py (the session's) or in the
 from __future__ import annotations
 
 import atexit
+import copy
 import functools
 import os
 import shutil
@@ -22,7 +23,7 @@ from ruamel.yaml import YAML
 
 from konduktor.cli.main import main
 from konduktor.helm.release import CHARTS
-from konduktor.kube.documents import load_documents
+from konduktor.kube.documents import load_generated
 from konduktor.tools.toolbox import Toolbox
 from konduktor.vocabulary import TEAM_LABEL
 
@@ -58,11 +59,16 @@ def render(values: Path | None = None, *extra: str) -> list[dict[str, Any]]:
         args += ["--values", str(values)]
     result = helm(*args)
     assert result.returncode == 0, result.stderr
-    return [doc for doc in YAML(typ="safe").load_all(result.stdout) if doc]
+    return load_generated(result.stdout)
 
 
 def values() -> dict[str, Any]:
-    """The umbrella's values.yaml."""
+    """The umbrella's values.yaml (read once a test process; a copy each time)."""
+    return copy.deepcopy(_umbrella_values())
+
+
+@functools.cache
+def _umbrella_values() -> dict[str, Any]:
     loaded: dict[str, Any] = YAML(typ="safe").load((UMBRELLA / "values.yaml").read_text())
     return loaded
 
@@ -114,7 +120,7 @@ def rendered_health_settings(values_file: Path | None = None) -> dict[str, Any]:
     """The health controller's settings as konduktor-core renders them inside the umbrella."""
     result = render_umbrella(*(["--values", str(values_file)] if values_file else []))
     assert result.returncode == 0, result.stderr
-    objects = load_documents(result.stdout)
+    objects = load_generated(result.stdout)
     [config] = [o for o in objects if o["kind"] == "ConfigMap" and "health.yaml" in o.get("data", {})]
     loaded: dict[str, Any] = YAML(typ="safe").load(config["data"]["health.yaml"])
     return loaded

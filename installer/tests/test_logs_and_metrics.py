@@ -11,7 +11,7 @@ from conftest import Sim
 from support import NAMESPACE, render_umbrella, rendered_health_settings, values
 
 from konduktor.health.settings import HealthSettings
-from konduktor.kube.documents import load_documents
+from konduktor.kube.documents import load_generated
 
 TENANT_HEADER = "X-Scope-OrgID"
 
@@ -19,7 +19,7 @@ TENANT_HEADER = "X-Scope-OrgID"
 def rendered(*args: str) -> list[dict[str, Any]]:
     result = render_umbrella(*args)
     assert result.returncode == 0, result.stderr
-    return load_documents(result.stdout)
+    return load_generated(result.stdout)
 
 
 def policy(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from ruamel.yaml import YAML
 
 from konduktor.config.load import load_config
 from konduktor.helm.release import CHARTS
-from konduktor.kube.documents import load_documents
+from konduktor.kube.documents import load_documents, load_generated
 from konduktor.quotas.render import render
 from konduktor.tools.gobuild import module_dir
 from konduktor.tools.toolbox import Toolbox
@@ -49,7 +49,7 @@ def build(overlay: str) -> list[dict[str, Any]]:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    return load_documents(result.stdout)
+    return load_generated(result.stdout)
 
 
 def named(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
@@ -92,7 +92,7 @@ def test_sim_overlay_is_konduktor_core_with_the_sim_values() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    chart = {identity(o) for o in load_documents(result.stdout)}
+    chart = {identity(o) for o in load_generated(result.stdout)}
     overlay = build("sim")
     assert {identity(o) for o in overlay} == chart | {("Namespace", "", "konduktor-system")}
     settings = next(o for o in overlay if o["kind"] == "ConfigMap" and "health.yaml" in o.get("data", {}))

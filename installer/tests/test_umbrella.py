@@ -40,7 +40,7 @@ from konduktor.config.load import load_config
 from konduktor.health.prometheus import HEALTH_FIELDS
 from konduktor.health.settings import HealthSettings
 from konduktor.helm.values import merge_values, umbrella_values
-from konduktor.kube.documents import load_documents
+from konduktor.kube.documents import load_documents, load_generated
 from konduktor.observability.metrics import DCGM_METRICS, KSM_LABELS_ALLOWLIST, KUBE_STATE_METRICS
 from konduktor.quotas.render import KUEUE_CONFIG_API, kueue_manager_settings, render
 from konduktor.tools.gobuild import module_dir
@@ -347,6 +347,20 @@ def test_kueue_refuses_an_unknown_configuration_field(tmp_path: Path) -> None:
     assert "strict decoding error" in output
 
 
+def test_the_charts_renders_read_the_same_with_libyaml_as_with_load_documents() -> None:
+    """The tests read helm's output with `load_generated` (libyaml, YAML 1.1); it must read it as the YAML 1.2 reader
+    does: the umbrella, konduktor-core with every workload and its monitoring objects on, and the pinned Kueue
+    chart."""
+    umbrella = render_umbrella()
+    every_part = ["fleetEvents.workers={west}", "serviceMonitor.enabled=true", "prometheusRule.enabled=true"]
+    core = helm("template", "konduktor", str(CORE), "--namespace", NAMESPACE, *(f"--set={s}" for s in every_part))
+    kueue_chart = module_dir(Toolbox().tools["kueue"]) / "charts" / "kueue"
+    kueue = helm("template", "konduktor", str(kueue_chart), "--namespace", NAMESPACE)
+    for result in (umbrella, core, kueue):
+        assert result.returncode == 0, result.stderr
+        assert load_generated(result.stdout) == load_documents(result.stdout)
+
+
 def render_kueue_chart(**overrides: Any) -> list[dict[str, Any]]:
     """The pinned Kueue chart (from the Kueue module) with the umbrella's Kueue values, as the umbrella renders it;
     each set of overrides rendered once a test process (a copy each time)."""
@@ -361,7 +375,7 @@ def _rendered_kueue_chart(overrides: str) -> list[dict[str, Any]]:
         chart = module_dir(Toolbox().tools["kueue"]) / "charts" / "kueue"
         result = helm("template", "konduktor", str(chart), "--namespace", NAMESPACE, "--values", str(values_file))
     assert result.returncode == 0, result.stderr
-    return load_documents(result.stdout)
+    return load_generated(result.stdout)
 
 
 def test_kueue_webhooks_only_intercept_team_namespaces() -> None:
@@ -427,7 +441,7 @@ def test_umbrella_templates_render_under_its_schema(values_file: Path | None) ->
     """Helm enforces the umbrella's values.schema.json on values.yaml and on each environment's values."""
     result = render_umbrella(*(["--values", str(values_file)] if values_file else []))
     assert result.returncode == 0, result.stderr
-    objects = load_documents(result.stdout)
+    objects = load_generated(result.stdout)
     # The subcharts' pre-install hooks run before any template, so the only namespace they can use is the release
     # namespace, which helm, `up` and Argo CD create first (test_umbrella_install.py). The one Namespace the chart
     # renders is konduktor-core's burn-in namespace, which no hook uses.
@@ -449,7 +463,7 @@ def test_prometheus_may_read_kueue_metrics() -> None:
     ServiceAccount kube-prometheus-stack gives Prometheus."""
     result = render_umbrella()
     assert result.returncode == 0, result.stderr
-    [binding] = [o for o in load_documents(result.stdout) if o["metadata"]["name"].endswith("kueue-metrics-reader")]
+    [binding] = [o for o in load_generated(result.stdout) if o["metadata"]["name"].endswith("kueue-metrics-reader")]
     reader_roles = {o["metadata"]["name"] for o in render_kueue_chart() if o["kind"] == "ClusterRole"}
     assert binding["roleRef"]["name"] in reader_roles
     stack = values()["kube-prometheus-stack"]
@@ -472,7 +486,7 @@ def test_the_umbrella_turns_on_the_core_charts_monitor_and_alert_rules() -> None
     """konduktor-core leaves the Prometheus operator's kinds off; the umbrella, which brings it, turns them on."""
     result = render_umbrella()
     assert result.returncode == 0, result.stderr
-    monitoring = [o for o in load_documents(result.stdout) if o["apiVersion"] == "monitoring.coreos.com/v1"]
+    monitoring = [o for o in load_generated(result.stdout) if o["apiVersion"] == "monitoring.coreos.com/v1"]
     assert sorted(o["kind"] for o in monitoring) == ["PrometheusRule", "ServiceMonitor"]
 
 

@@ -13,10 +13,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from konduktor.helm.values import merge_sections, umbrella_kueue_configuration
-from konduktor.kube.documents import load_documents
+from konduktor.kube.documents import load_documents, load_generated
 from konduktor.vocabulary import KUEUE_NAMESPACE
 
 NAMESPACE = KUEUE_NAMESPACE
@@ -81,13 +79,6 @@ def token_kubeconfig(admin_kubeconfig: dict[str, Any], token: str, user: str = S
     }
 
 
-# libyaml's parser, for the pinned Kueue module's generated manifests: its CRDs are 1.6 MB of YAML, which the
-# pure-Python parser of `load_documents` takes 2-3 CPU s to read (20 s on 2 busy cores) at every `sim up`, and libyaml
-# a tenth of that. A test checks that both read every file of the module alike; a person's YAML still goes through
-# `load_documents` (YAML 1.2: libyaml refuses `[a:b]` in a flow sequence, for one).
-_GENERATED_MANIFEST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 def read(path: Path) -> list[dict[str, Any]]:
     """The documents of a file of the pinned Kueue module, as a copy of what was read once per process: every `sim
     up` applies its CRDs, its user roles and its webhooks."""
@@ -96,7 +87,7 @@ def read(path: Path) -> list[dict[str, Any]]:
 
 @functools.cache
 def _read_once(path: Path) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.load_all(path.read_text(), Loader=_GENERATED_MANIFEST_LOADER) if doc]
+    return load_generated(path)  # every `sim up` reads Kueue's 1.6 MB of CRDs
 
 
 def crds(module_dir: Path) -> list[dict[str, Any]]:
