@@ -349,16 +349,16 @@ def test_kueue_refuses_an_unknown_configuration_field(tmp_path: Path) -> None:
 
 def test_the_charts_renders_read_the_same_with_libyaml_as_with_load_documents() -> None:
     """The tests read helm's output with `load_generated` (libyaml, YAML 1.1); it must read it as the YAML 1.2 reader
-    does: the umbrella, konduktor-core with every workload and its monitoring objects on, and the pinned Kueue
-    chart."""
+    does: the umbrella, konduktor-core with every workload and its monitoring objects on, and the pinned Kueue chart
+    with the umbrella's values and KueueViz on."""
     umbrella = render_umbrella()
     every_part = ["fleetEvents.workers={west}", "serviceMonitor.enabled=true", "prometheusRule.enabled=true"]
     core = helm("template", "konduktor", str(CORE), "--namespace", NAMESPACE, *(f"--set={s}" for s in every_part))
-    kueue_chart = module_dir(Toolbox().tools["kueue"]) / "charts" / "kueue"
-    kueue = helm("template", "konduktor", str(kueue_chart), "--namespace", NAMESPACE)
-    for result in (umbrella, core, kueue):
+    for result in (umbrella, core):
         assert result.returncode == 0, result.stderr
         assert load_generated(result.stdout) == load_documents(result.stdout)
+    kueue = kueue_chart_output(json.dumps({"enableKueueViz": True}))
+    assert load_generated(kueue) == load_documents(kueue)
 
 
 def render_kueue_chart(**overrides: Any) -> list[dict[str, Any]]:
@@ -369,13 +369,18 @@ def render_kueue_chart(**overrides: Any) -> list[dict[str, Any]]:
 
 @functools.cache
 def _rendered_kueue_chart(overrides: str) -> list[dict[str, Any]]:
+    return load_generated(kueue_chart_output(overrides))
+
+
+def kueue_chart_output(overrides: str) -> str:
+    """helm's output for the pinned Kueue chart with the umbrella's Kueue values and the overrides (JSON)."""
     with tempfile.TemporaryDirectory(prefix="konduktor-kueue-chart-") as scratch:
         values_file = Path(scratch) / "kueue-values.yaml"
         YAML().dump({**values()["kueue"], **json.loads(overrides)}, values_file)
         chart = module_dir(Toolbox().tools["kueue"]) / "charts" / "kueue"
         result = helm("template", "konduktor", str(chart), "--namespace", NAMESPACE, "--values", str(values_file))
     assert result.returncode == 0, result.stderr
-    return load_generated(result.stdout)
+    return result.stdout
 
 
 def test_kueue_webhooks_only_intercept_team_namespaces() -> None:
