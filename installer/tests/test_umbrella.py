@@ -347,6 +347,7 @@ def test_kueue_refuses_an_unknown_configuration_field(tmp_path: Path) -> None:
     assert "strict decoding error" in output
 
 
+@pytest.mark.slow  # reads the renders with the pure-Python parser too
 def test_the_charts_renders_read_the_same_with_libyaml_as_with_load_documents() -> None:
     """The tests read helm's output with `load_generated` (libyaml, YAML 1.1); it must read it as the YAML 1.2 reader
     does: the umbrella, konduktor-core with every workload and its monitoring objects on, and the pinned Kueue chart
