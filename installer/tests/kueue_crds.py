@@ -10,31 +10,24 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 
-from konduktor.kube.documents import load_generated
+from konduktor.sim.kueue import crds
 from konduktor.tools.gobuild import module_dir
 from konduktor.tools.toolbox import Toolbox
-
-
-@functools.cache
-def crd_dir() -> Path:
-    return module_dir(Toolbox().tools["kueue"]) / "config" / "components" / "crd" / "bases"
 
 
 @functools.cache
 def schemas() -> dict[tuple[str, str], dict[str, Any]]:
     """(apiVersion, kind) -> the strict openAPIV3Schema of every Kueue CRD version."""
     found: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in sorted(crd_dir().glob("*.yaml")):
-        for crd in load_generated(path):
-            spec = crd["spec"]
-            for version in spec["versions"]:
-                api_version = f"{spec['group']}/{version['name']}"
-                found[(api_version, spec["names"]["kind"])] = _strict(version["schema"]["openAPIV3Schema"])
+    for crd in crds(module_dir(Toolbox().tools["kueue"])):
+        spec = crd["spec"]
+        for version in spec["versions"]:
+            api_version = f"{spec['group']}/{version['name']}"
+            found[(api_version, spec["names"]["kind"])] = _strict(version["schema"]["openAPIV3Schema"])
     return found
 
 
