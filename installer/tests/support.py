@@ -116,11 +116,16 @@ def render_umbrella(*args: str) -> subprocess.CompletedProcess[str]:
     return helm("template", "konduktor", str(built_umbrella()), "--namespace", NAMESPACE, *args)
 
 
+def umbrella_objects(*args: str) -> list[dict[str, Any]]:
+    """The umbrella's objects as `helm template` renders them with these arguments."""
+    result = render_umbrella(*args)
+    assert result.returncode == 0, result.stderr
+    return load_generated(result.stdout)
+
+
 def rendered_health_settings(values_file: Path | None = None) -> dict[str, Any]:
     """The health controller's settings as konduktor-core renders them inside the umbrella."""
-    result = render_umbrella(*(["--values", str(values_file)] if values_file else []))
-    assert result.returncode == 0, result.stderr
-    objects = load_generated(result.stdout)
+    objects = umbrella_objects(*(["--values", str(values_file)] if values_file else []))
     [config] = [o for o in objects if o["kind"] == "ConfigMap" and "health.yaml" in o.get("data", {})]
     loaded: dict[str, Any] = YAML(typ="safe").load(config["data"]["health.yaml"])
     return loaded

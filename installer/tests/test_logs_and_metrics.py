@@ -8,18 +8,11 @@ from typing import Any
 
 import pytest
 from conftest import Sim
-from support import NAMESPACE, render_umbrella, rendered_health_settings, values
+from support import NAMESPACE, rendered_health_settings, umbrella_objects, values
 
 from konduktor.health.settings import HealthSettings
-from konduktor.kube.documents import load_generated
 
 TENANT_HEADER = "X-Scope-OrgID"
-
-
-def rendered(*args: str) -> list[dict[str, Any]]:
-    result = render_umbrella(*args)
-    assert result.returncode == 0, result.stderr
-    return load_generated(result.stdout)
 
 
 def policy(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
@@ -47,17 +40,17 @@ def test_grafana_admin_comes_from_a_secret_and_dashboards_only_from_platform_nam
     assert "adminPassword" not in grafana
     # No namespaces named: the sidecar reads only Grafana's own, the release namespace with konduktor-core's dashboards.
     assert grafana["sidecar"]["dashboards"]["searchNamespace"] is None
-    [secret] = [o for o in rendered() if o["kind"] == "Secret"]
+    [secret] = [o for o in umbrella_objects() if o["kind"] == "Secret"]
     assert secret["metadata"]["name"] == settings["grafanaAdmin"]["secretName"]
     assert secret["metadata"]["namespace"] == NAMESPACE
     assert {grafana["admin"]["userKey"], grafana["admin"]["passwordKey"]} == set(secret["data"])
     assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-    off = rendered("--set", "grafanaAdmin.createSecret=false")
+    off = umbrella_objects("--set", "grafanaAdmin.createSecret=false")
     assert not [o for o in off if o["kind"] == "Secret"]
 
 
 def test_only_the_collector_grafana_and_the_controller_reach_loki() -> None:
-    objects = rendered()
+    objects = umbrella_objects()
     loki = policy(objects, "loki-clients")
     assert loki["metadata"]["namespace"] == NAMESPACE
     assert loki["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "loki"}}
@@ -77,7 +70,7 @@ def test_only_the_collector_grafana_and_the_controller_reach_loki() -> None:
 
 
 def test_only_prometheus_reaches_the_controllers_metrics() -> None:
-    objects = rendered()
+    objects = umbrella_objects()
     metrics = policy(objects, "konduktor-health-metrics")
     assert metrics["metadata"]["namespace"] == NAMESPACE
     [deployment] = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-health")]
@@ -89,13 +82,13 @@ def test_only_prometheus_reaches_the_controllers_metrics() -> None:
     assert rule["from"] == [
         {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}},
     ]
-    assert not [o for o in rendered("--set", "networkPolicies.enabled=false") if o["kind"] == "NetworkPolicy"]
+    assert not [o for o in umbrella_objects("--set", "networkPolicies.enabled=false") if o["kind"] == "NetworkPolicy"]
 
 
 @pytest.mark.sim
 def test_the_policies_and_the_secret_are_accepted_by_the_apiserver(sim: Sim) -> None:
     """Server-side dry run with strict field validation."""
-    objects = [o for o in rendered() if o["kind"] in ("NetworkPolicy", "Secret")]
+    objects = [o for o in umbrella_objects() if o["kind"] in ("NetworkPolicy", "Secret")]
     sim.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     for obj in objects:
         sim.kube.apply(obj, dry_run=True)

@@ -33,6 +33,7 @@ from support import (
     isolated_helm_env,
     render_umbrella,
     rendered_health_settings,
+    umbrella_objects,
     values,
 )
 
@@ -358,7 +359,7 @@ def test_the_charts_renders_read_the_same_with_libyaml_as_with_load_documents() 
     for result in (umbrella, core):
         assert result.returncode == 0, result.stderr
         assert load_generated(result.stdout) == load_documents(result.stdout)
-    kueue = kueue_chart_output(json.dumps({"enableKueueViz": True}))
+    kueue = kueue_chart_output(enableKueueViz=True)
     assert load_generated(kueue) == load_documents(kueue)
 
 
@@ -370,14 +371,14 @@ def render_kueue_chart(**overrides: Any) -> list[dict[str, Any]]:
 
 @functools.cache
 def _rendered_kueue_chart(overrides: str) -> list[dict[str, Any]]:
-    return load_generated(kueue_chart_output(overrides))
+    return load_generated(kueue_chart_output(**json.loads(overrides)))
 
 
-def kueue_chart_output(overrides: str) -> str:
-    """helm's output for the pinned Kueue chart with the umbrella's Kueue values and the overrides (JSON)."""
+def kueue_chart_output(**overrides: Any) -> str:
+    """helm's output for the pinned Kueue chart with the umbrella's Kueue values and the overrides."""
     with tempfile.TemporaryDirectory(prefix="konduktor-kueue-chart-") as scratch:
         values_file = Path(scratch) / "kueue-values.yaml"
-        YAML().dump({**values()["kueue"], **json.loads(overrides)}, values_file)
+        YAML().dump({**values()["kueue"], **overrides}, values_file)
         chart = module_dir(Toolbox().tools["kueue"]) / "charts" / "kueue"
         result = helm("template", "konduktor", str(chart), "--namespace", NAMESPACE, "--values", str(values_file))
     assert result.returncode == 0, result.stderr
@@ -445,9 +446,7 @@ def test_kueueviz_is_an_opt_in() -> None:
 @pytest.mark.parametrize("values_file", [None, *OVERLAY_VALUES], ids=lambda p: p.parent.name if p else "default")
 def test_umbrella_templates_render_under_its_schema(values_file: Path | None) -> None:
     """Helm enforces the umbrella's values.schema.json on values.yaml and on each environment's values."""
-    result = render_umbrella(*(["--values", str(values_file)] if values_file else []))
-    assert result.returncode == 0, result.stderr
-    objects = load_generated(result.stdout)
+    objects = umbrella_objects(*(["--values", str(values_file)] if values_file else []))
     # The subcharts' pre-install hooks run before any template, so the only namespace they can use is the release
     # namespace, which helm, `up` and Argo CD create first (test_umbrella_install.py). The one Namespace the chart
     # renders is konduktor-core's burn-in namespace, which no hook uses.
@@ -467,9 +466,7 @@ def test_schema_refuses_a_misspelt_component() -> None:
 def test_prometheus_may_read_kueue_metrics() -> None:
     """Kueue's metrics need authorization: the umbrella binds the reader role Kueue's chart defines to the
     ServiceAccount kube-prometheus-stack gives Prometheus."""
-    result = render_umbrella()
-    assert result.returncode == 0, result.stderr
-    [binding] = [o for o in load_generated(result.stdout) if o["metadata"]["name"].endswith("kueue-metrics-reader")]
+    [binding] = [o for o in umbrella_objects() if o["metadata"]["name"].endswith("kueue-metrics-reader")]
     reader_roles = {o["metadata"]["name"] for o in render_kueue_chart() if o["kind"] == "ClusterRole"}
     assert binding["roleRef"]["name"] in reader_roles
     stack = values()["kube-prometheus-stack"]
@@ -490,9 +487,7 @@ def test_prometheus_selects_every_monitor_and_rule() -> None:
 
 def test_the_umbrella_turns_on_the_core_charts_monitor_and_alert_rules() -> None:
     """konduktor-core leaves the Prometheus operator's kinds off; the umbrella, which brings it, turns them on."""
-    result = render_umbrella()
-    assert result.returncode == 0, result.stderr
-    monitoring = [o for o in load_generated(result.stdout) if o["apiVersion"] == "monitoring.coreos.com/v1"]
+    monitoring = [o for o in umbrella_objects() if o["apiVersion"] == "monitoring.coreos.com/v1"]
     assert sorted(o["kind"] for o in monitoring) == ["PrometheusRule", "ServiceMonitor"]
 
 
