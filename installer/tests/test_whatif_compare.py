@@ -18,6 +18,7 @@ from konduktor.cli.main import main
 from konduktor.errors import ExitCode
 from konduktor.whatif.metrics import Event
 from konduktor.whatif.run import run_one
+from konduktor.whatif.trace import read_trace
 
 # The faithfulness the virtual engine is held to: per team, p50 and p95 waits within 10%, or within the cluster
 # engine's own latency: its control plane takes a few wall seconds to evict and start pods (2.5 s measured for
@@ -84,8 +85,12 @@ def test_whatif_against_a_proposal_compares_both_and_writes_the_report(
     assert "GPUs in use per team: config.yaml" in drawn and "GPUs in use per team: proposal.yaml" in drawn
     assert "team-a quota" in drawn and "cluster GPUs" in drawn and "How to read this page" in drawn
     assert main(["whatif", str(EXAMPLE), "--trace", trace, "--against", str(proposal), "--horizon", "2400"]) == 0
-    table = capsys.readouterr().out
-    assert table.index("team-a: waits better") < table.index("SCOPE")  # the verdict leads
+    shown = capsys.readouterr()
+    assert shown.out.index("team-a: waits better") < shown.out.index("SCOPE")  # the verdict leads
+    # Both replays ran at once, their progress one bar: it ends once, with both configs' jobs.
+    jobs = len(read_trace(DATA / "greedy.csv")[0])
+    finals = [line for line in shown.err.splitlines() if "ETA 0s" in line]
+    assert len(finals) == 1 and f"/{2 * jobs} jobs done" in finals[0], shown.err
 
 
 def test_sweep_names_the_smallest_value_meeting_the_target(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -21,7 +21,7 @@ from konduktor.whatif.run import (
     load_all,
     report,
     rows,
-    run_loaded,
+    run_all,
     run_sweep,
     verdict_lines,
 )
@@ -118,19 +118,16 @@ def whatif(
         return
     if target is not None:
         raise UsageError("--target needs --sweep", hint="e.g. --sweep team-a.h100.quota=16:32:4 --target team-a.p95=1h")
-    runs = []
-    bar = _Bar()
     paths = [config, *([against] if against is not None else [])]
     loaded = load_all(paths, trace)
-    for path, (checked, jobs) in zip(paths, loaded, strict=True):
-        say(f"whatif: replaying {trace} against {path} ({engine} engine)")
-        run = run_loaded(
-            path, checked, jobs, engine, speedup or DEFAULT_SPEEDUP, horizon, progress=bar, say=lambda m: say(f"  {m}")
-        )
+    say(f"whatif: replaying {trace} against {' and '.join(map(str, paths))} ({engine} engine)")
+    runs = run_all(
+        paths, loaded, engine, speedup or DEFAULT_SPEEDUP, horizon, progress=_Bar(), say=lambda m: say(f"  {m}")
+    )
+    for run in runs:
         for line in run.replay.scaled:
-            say(f"  scaled with the speedup: {line}")
-        say(f"  replayed in {run.replay.wall_seconds:.1f} s")
-        runs.append(run)
+            say(f"  {run.config_path}: scaled with the speedup: {line}")
+        say(f"  {run.config_path}: replayed in {run.replay.wall_seconds:.1f} s")
     if output == "json":
         print_document(document(runs), "json")
     else:

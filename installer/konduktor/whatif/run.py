@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -245,6 +246,66 @@ def job_rows(run: Run) -> list[dict[str, Any]]:
         if event.kind in ("submitted", "admitted", "finished"):
             row.setdefault(event.kind, round(event.time, 1))
     return list(seen.values())
+
+
+def run_all(
+    config_paths: list[Path],
+    loaded: list[tuple[Config, list[TraceJob]]],
+    engine: Engine = "virtual",
+    speedup: float = DEFAULT_SPEEDUP,
+    horizon: float | None = None,
+    progress: Callable[[Progress], None] | None = None,
+    say: Callable[[str], None] | None = None,
+) -> list[Run]:
+    """Each config's replay of the trace. On the virtual engine the replays run at once, as many as the machine
+    has cores (each is a process of its own, and one replay uses about one core), their progress shown as one; on
+    the cluster engine one after another, each on a new simulated cluster."""
+    if engine != "virtual":
+        return [
+            run_loaded(path, config, jobs, engine, speedup, horizon, progress, say)
+            for path, (config, jobs) in zip(config_paths, loaded, strict=True)
+        ]
+    binary, crds = virtual_engine(say)
+    together = _Together(len(loaded), progress)
+
+    def replayed(index: int) -> Run:
+        config, jobs = loaded[index]
+        replay = replay_virtual(config, jobs, binary, crds, horizon, say, progress=together.part(index))
+        return Run(config_paths[index], config, replay, measured(config, jobs, replay))
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(loaded), os.cpu_count() or 1))) as pool:
+        return list(pool.map(replayed, range(len(loaded))))
+
+
+class _Together:
+    """The progress of replays running at once, as one replay's: their jobs done added up, the trace time of the
+    one furthest behind, final when every one is."""
+
+    def __init__(self, count: int, progress: Callable[[Progress], None] | None) -> None:
+        self.parts: list[Progress | None] = [None] * count
+        self.progress = progress
+        self.lock = threading.Lock()
+
+    def part(self, index: int) -> Callable[[Progress], None] | None:
+        if self.progress is None:
+            return None
+
+        def told(step: Progress) -> None:
+            with self.lock:
+                self.parts[index] = step
+                steps = [part for part in self.parts if part is not None]
+                final = len(steps) == len(self.parts) and all(part.final for part in steps)
+                combined = Progress(
+                    replayed=min(part.replayed for part in steps),
+                    done=sum(part.done for part in steps),
+                    total=sum(part.total for part in steps),
+                    eta=0.0 if final else None,
+                    final=final,
+                )
+                if self.progress is not None:
+                    self.progress(combined)
+
+        return told
 
 
 def report(runs: list[Run], trace: Path) -> str:
