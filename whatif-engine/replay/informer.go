@@ -29,6 +29,7 @@ type informer struct {
 	signal  chan struct{}
 	writeMu sync.Mutex                // a write and its delivery happen together, so one Workload's deliveries keep its writes' order
 	reads   map[readKey]client.Object // under writeMu: each object as a Get decoded it, until the next write to it
+	tracker *fieldManagedTracker      // the in-memory API's store: Workload status applies go to it directly (nil: through the fake client)
 }
 
 type readKey struct {
@@ -36,11 +37,12 @@ type readKey struct {
 	key  types.NamespacedName
 }
 
-func newInformer() *informer {
+func newInformer(tracker *fieldManagedTracker) *informer {
 	return &informer{
-		last:   map[types.NamespacedName]*kueue.Workload{},
-		signal: make(chan struct{}, 1),
-		reads:  map[readKey]client.Object{},
+		last:    map[types.NamespacedName]*kueue.Workload{},
+		signal:  make(chan struct{}, 1),
+		reads:   map[readKey]client.Object{},
+		tracker: tracker,
 	}
 }
 
@@ -191,7 +193,14 @@ func (i *informer) interceptors() interceptor.Funcs {
 			return written(ctx, c, obj, func() error { return c.SubResource(sub).Update(ctx, obj, opts...) })
 		},
 		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-			return written(ctx, c, obj, func() error { return c.SubResource(sub).Patch(ctx, obj, patch, opts...) })
+			return written(ctx, c, obj, func() error {
+				if i.tracker != nil {
+					if handled, err := i.tracker.applyStatus(sub, obj, patch, opts); handled {
+						return err
+					}
+				}
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			})
 		},
 	}
 }

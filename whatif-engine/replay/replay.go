@@ -71,8 +71,8 @@ func Run(ctx context.Context, cfg *configapi.Configuration, in *Input, progress 
 	if err != nil {
 		return nil, err
 	}
-	informer := newInformer()
 	tracker := newFieldManagedTracker(scheme, kueueSchemas, clientgoapply.NewTypeConverter(clientgoscheme.Scheme))
+	informer := newInformer(tracker)
 	builder := utiltesting.NewClientBuilder().WithScheme(scheme).
 		WithStatusSubresource(&kueue.Workload{}, &kueue.ClusterQueue{}, &kueue.LocalQueue{}, &batchv1.Job{}).
 		// Server-side apply as the API server does it (field managers, list-maps merged by key), from Kueue's

@@ -25,7 +25,7 @@ func stored(namespace, name, version string) *kueue.Workload {
 // Writes Kueue makes from several goroutines at once come out by namespace and name, each Workload's in the order
 // they were written; a write that changed nothing is not delivered.
 func TestInformerHandsOutChangesInACanonicalOrder(t *testing.T) {
-	i := newInformer()
+	i := newInformer(nil)
 	i.observe(types.NamespacedName{Namespace: "team-b", Name: "x"}, stored("team-b", "x", "1"))
 	i.observe(types.NamespacedName{Namespace: "team-a", Name: "y"}, stored("team-a", "y", "2"))
 	i.observe(types.NamespacedName{Namespace: "team-a", Name: "y"}, stored("team-a", "y", "3"))
@@ -80,7 +80,7 @@ func TestTraceUIDsSortInTraceOrder(t *testing.T) {
 
 // A Get reads an object as it was last written: a copy, which the reader may change, until the next write.
 func TestGetReadsTheLastWriteAndHandsOutCopies(t *testing.T) {
-	i := newInformer()
+	i := newInformer(nil)
 	cl := utiltesting.NewClientBuilder().WithInterceptorFuncs(i.interceptors()).
 		WithObjects(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Labels: map[string]string{"v": "1"}}}).
 		Build()

@@ -53,7 +53,7 @@ func TestReplay(t *testing.T) {
 	}
 	// The replay keeps every object in memory and allocates briskly: collect garbage less often, but more often
 	// again as the heap nears 1.5 GiB, so that a large replay stays within 2 GiB.
-	debug.SetGCPercent(400)
+	debug.SetGCPercent(1000)
 	debug.SetMemoryLimit(1536 << 20)
 	var events []replay.Event
 	synctest.Test(t, func(t *testing.T) {
