@@ -3,13 +3,14 @@ borrowing and lending, utilisation."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
 from conftest import EXAMPLE
 
 from konduktor.config.load import load_config
-from konduktor.whatif.metrics import Event, cause_of, measure, percentile
+from konduktor.whatif.metrics import Event, _wait_hours, cause_of, measure, percentile
 from konduktor.whatif.replay import Replay
 from konduktor.whatif.run import Run, columns, document, rows
 from konduktor.whatif.trace import TraceJob
@@ -170,3 +171,37 @@ def test_two_configs_side_by_side_with_the_difference() -> None:
             "finished": 4200,
         }
     ]
+
+
+def _by_definition(segments: list[tuple[str, float, float, str]]) -> dict[str, dict[str, float]]:
+    """The attribution of waits without a verdict as the docs define it, one small piece of time at a time."""
+    hours: dict[str, dict[str, float]] = {}
+    for team, start, stop, cause in segments:
+        totals = hours.setdefault(team, {"quota": 0.0, "fragmentation": 0.0, "other": 0.0})
+        if cause != "other":
+            totals[cause] += (stop - start) / HOUR
+            continue
+        for second in range(int(start), int(stop)):  # the traces below change only on whole seconds
+            causes = {c for t, a, b, c in segments if t == team and c != "other" and a <= second < b}
+            piece = "quota" if "quota" in causes else "fragmentation" if causes else "other"
+            totals[piece] += 1 / HOUR
+    return hours
+
+
+def test_waits_without_a_verdict_take_the_cause_of_their_teams_waits_then() -> None:
+    # Overlapping waits of two teams, some with a verdict (quota, a node), most without: each second of a wait
+    # without one is counted as quota if a job of its team waited for quota then, else as fragmentation if one
+    # waited for a node, else as other.
+    rng = random.Random(7)
+    segments = []
+    for _ in range(400):
+        start = rng.randrange(0, 5000)
+        stop = start + rng.randrange(0, 600)
+        segments.append(
+            (rng.choice("ab"), float(start), float(stop), rng.choice(["quota", "fragmentation", "other", "other"]))
+        )
+    expected = _by_definition(segments)
+    got = _wait_hours(segments)
+    assert got.keys() == expected.keys()
+    for team in got:
+        assert got[team] == pytest.approx(expected[team], abs=1e-9), team
