@@ -287,7 +287,8 @@ class _Together:
         self.lock = threading.Lock()
 
     def part(self, index: int) -> Callable[[Progress], None] | None:
-        if self.progress is None:
+        progress = self.progress
+        if progress is None:
             return None
 
         def told(step: Progress) -> None:
@@ -302,8 +303,7 @@ class _Together:
                     eta=0.0 if final else None,
                     final=final,
                 )
-                if self.progress is not None:
-                    self.progress(combined)
+                progress(combined)
 
         return told
 
