@@ -147,33 +147,43 @@ func (c change) key() types.NamespacedName {
 	return types.NamespacedName{Namespace: c.old.Namespace, Name: c.old.Name}
 }
 
-// deliver re-reads a Workload after a write and hands its state to the informer.
-func (i *informer) deliver(ctx context.Context, c client.Client, obj client.Object) {
-	if _, ok := obj.(*kueue.Workload); !ok {
-		return
-	}
+// write makes a write and hands the Workload it leaves to the informer: read back, or as the write left it in obj
+// when that is what a Get would read (asRead: a status apply made on the store, applyStatus).
+func (i *informer) write(ctx context.Context, c client.Client, obj client.Object, write func() (asRead bool, err error)) error {
+	i.writeMu.Lock()
+	defer i.writeMu.Unlock()
+	asRead, err := write()
 	key := client.ObjectKeyFromObject(obj)
-	var fresh kueue.Workload
-	if err := c.Get(ctx, key, &fresh); err != nil {
-		i.observe(key, nil)
-		return
+	delete(i.reads, readKey{reflect.TypeOf(obj), key})
+	if err != nil {
+		return err
 	}
-	i.reads[readKey{reflect.TypeOf(obj), key}] = &fresh // never changed: a Get hands out copies
-	i.observe(key, &fresh)
+	wl, ok := obj.(*kueue.Workload)
+	switch {
+	case !ok:
+	case asRead:
+		i.keep(key, wl.DeepCopy())
+	default:
+		var fresh kueue.Workload
+		if err := c.Get(ctx, key, &fresh); err != nil {
+			i.observe(key, nil)
+			return nil
+		}
+		i.keep(key, &fresh)
+	}
+	return nil
 }
 
-// interceptors route every write through deliver.
+// keep makes a Workload as just written what reads get (as copies: it is never changed) and delivers it.
+func (i *informer) keep(key types.NamespacedName, fresh *kueue.Workload) {
+	i.reads[readKey{reflect.TypeOf(fresh), key}] = fresh
+	i.observe(key, fresh)
+}
+
+// interceptors route every write through write.
 func (i *informer) interceptors() interceptor.Funcs {
 	written := func(ctx context.Context, c client.Client, obj client.Object, write func() error) error {
-		i.writeMu.Lock()
-		defer i.writeMu.Unlock()
-		err := write()
-		delete(i.reads, readKey{reflect.TypeOf(obj), client.ObjectKeyFromObject(obj)})
-		if err != nil {
-			return err
-		}
-		i.deliver(ctx, c, obj)
-		return nil
+		return i.write(ctx, c, obj, func() (bool, error) { return false, write() })
 	}
 	return interceptor.Funcs{
 		Get: i.get,
@@ -193,13 +203,13 @@ func (i *informer) interceptors() interceptor.Funcs {
 			return written(ctx, c, obj, func() error { return c.SubResource(sub).Update(ctx, obj, opts...) })
 		},
 		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-			return written(ctx, c, obj, func() error {
+			return i.write(ctx, c, obj, func() (bool, error) {
 				if i.tracker != nil {
 					if handled, err := i.tracker.applyStatus(sub, obj, patch, opts); handled {
-						return err
+						return true, err
 					}
 				}
-				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+				return false, c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 			})
 		},
 	}

@@ -53,8 +53,9 @@ func kueueCRDs(t *testing.T) []apiextensionsv1.CustomResourceDefinition {
 }
 
 // A Workload status apply made directly on the tracker leaves the same stored object (managedFields, resource
-// version and all) and hands the writer the same object as the fake client's own way, through a write sequence
-// Kueue makes: a pending message, an admission, an eviction that drops the admission, and a stale strict apply.
+// version and all) and hands the writer and the informer the same objects as the fake client's own way, through a
+// write sequence Kueue makes: a pending message, an admission, an eviction that drops the admission, and a stale
+// strict apply.
 func TestStatusApplyStoresWhatTheFakeClientStores(t *testing.T) {
 	crds := kueueCRDs(t)
 	synctest.Test(t, func(t *testing.T) {
@@ -86,7 +87,8 @@ func TestStatusApplyStoresWhatTheFakeClientStores(t *testing.T) {
 					return update(w), nil
 				}, options...)
 				shown, _ := json.Marshal(read)
-				returned[side] = append(returned[side], string(shown))
+				delivered, _ := json.Marshal(i.last[types.NamespacedName{Namespace: "team-a", Name: "job-1"}])
+				returned[side] = append(returned[side], string(shown), string(delivered))
 				return err
 			}
 			loose := []workloadpatching.PatchStatusOption{workloadpatching.WithLooseOnApply(), workloadpatching.WithRetryOnConflict()}
@@ -132,7 +134,7 @@ func TestStatusApplyStoresWhatTheFakeClientStores(t *testing.T) {
 		}
 		for index := range returned[0] {
 			if returned[0][index] != returned[1][index] {
-				t.Fatalf("write %d handed back different objects:\ndirect: %s\nfake:   %s", index, returned[0][index], returned[1][index])
+				t.Fatalf("write %d: the writer's or the informer's object differs (%d):\ndirect: %s\nfake:   %s", index/2, index%2, returned[0][index], returned[1][index])
 			}
 		}
 	})
