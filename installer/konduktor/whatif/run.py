@@ -323,11 +323,11 @@ def run_sweep(
 ) -> list[tuple[int, Result]]:
     """The trace replayed on the virtual engine once per swept value, as many at once as the machine has cores;
     every value's config is checked before any replay."""
-    binary, crds = virtual_engine(say)
     trace = read_trace(trace_path)  # once, checked against each value's config
     with tempfile.TemporaryDirectory(prefix="konduktor-sweep-") as scratch:
+        paths = write_variants(config_path, sweep, Path(scratch))
         loaded = []
-        for value, path in zip(sweep.values, write_variants(config_path, sweep, Path(scratch)), strict=True):
+        for value, path in zip(sweep.values, paths, strict=True):
             try:
                 loaded.append(load(path, trace_path, trace))
             except ConfigError as problem:
@@ -336,11 +336,5 @@ def run_sweep(
                     f"--sweep {sweep.name}={value}: the config it makes is not valid: {first.message}",
                     hint=first.hint or "sweep values the config allows",
                 ) from None
-
-    def replayed(checked: tuple[Config, list[TraceJob]]) -> Result:
-        config, jobs = checked
-        return measured(config, jobs, replay_virtual(config, jobs, binary, crds, horizon))
-
-    with ThreadPoolExecutor(max_workers=max(1, min(len(loaded), os.cpu_count() or 1))) as pool:
-        results = list(pool.map(replayed, loaded))
-    return list(zip(sweep.values, results, strict=True))
+    runs = run_all(paths, loaded, horizon=horizon, say=say)
+    return [(value, run.result) for value, run in zip(sweep.values, runs, strict=True)]
