@@ -101,11 +101,64 @@ func (c *namedTypeConverter) ObjectToTyped(obj runtime.Object, opts ...typed.Val
 }
 
 func (c *namedTypeConverter) TypedToObject(value *typed.TypedValue) (runtime.Object, error) {
-	content, ok := value.AsValue().Unstructured().(map[string]any)
-	if !ok {
+	if !value.AsValue().IsMap() {
 		return nil, fmt.Errorf("failed to convert value to unstructured for type %T", value.AsValue().Unstructured())
 	}
-	return &unstructured.Unstructured{Object: content}, nil
+	return &typedObject{value: value}, nil
+}
+
+// typedObject is the unstructured object a typed value converts to, made when something reads more than its
+// kind. On every apply, apimachinery's version converter turns the live object and the result into objects
+// again and again only to read their version, and hands the typed value back unchanged when it is the version
+// wanted (managedfields/internal/versionconverter.go Convert), as it always is here: each kind has one version.
+type typedObject struct {
+	value *typed.TypedValue
+	made  *unstructured.Unstructured
+}
+
+func (o *typedObject) object() *unstructured.Unstructured {
+	if o.made == nil {
+		o.made = &unstructured.Unstructured{Object: o.value.AsValue().Unstructured().(map[string]any)}
+	}
+	return o.made
+}
+
+func (o *typedObject) GetObjectKind() schema.ObjectKind { return o }
+
+// GroupVersionKind reads apiVersion and kind as unstructured.Unstructured's GroupVersionKind reads them.
+func (o *typedObject) GroupVersionKind() schema.GroupVersionKind {
+	if o.made != nil {
+		return o.made.GroupVersionKind()
+	}
+	fields := o.value.AsValue().AsMap()
+	text := func(name string) string {
+		if v, ok := fields.Get(name); ok && v.IsString() {
+			return v.AsString()
+		}
+		return ""
+	}
+	gv, err := schema.ParseGroupVersion(text("apiVersion"))
+	if err != nil {
+		return schema.GroupVersionKind{}
+	}
+	return gv.WithKind(text("kind"))
+}
+
+func (o *typedObject) SetGroupVersionKind(gvk schema.GroupVersionKind) {
+	o.object().SetGroupVersionKind(gvk)
+}
+func (o *typedObject) DeepCopyObject() runtime.Object         { return o.object().DeepCopy() }
+func (o *typedObject) NewEmptyInstance() runtime.Unstructured { return o.object().NewEmptyInstance() }
+func (o *typedObject) UnstructuredContent() map[string]any    { return o.object().UnstructuredContent() }
+func (o *typedObject) SetUnstructuredContent(content map[string]any) {
+	o.object().SetUnstructuredContent(content)
+}
+func (o *typedObject) IsList() bool { return o.object().IsList() }
+func (o *typedObject) EachListItem(fn func(runtime.Object) error) error {
+	return o.object().EachListItem(fn)
+}
+func (o *typedObject) EachListItemWithAlloc(fn func(runtime.Object) error) error {
+	return o.object().EachListItemWithAlloc(fn)
 }
 
 // nameInlinedTypes moves every inlined object and list type into a type definition of its own, referred to by

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"sort"
 	"testing"
+	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,7 +13,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apimachinery/pkg/util/managedfields/managedfieldstest"
+	smdschema "sigs.k8s.io/structured-merge-diff/v6/schema"
+	"sigs.k8s.io/structured-merge-diff/v6/typed"
+	"sigs.k8s.io/structured-merge-diff/v6/value"
 	"sigs.k8s.io/yaml"
+
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	testingwl "sigs.k8s.io/kueue/pkg/util/testing/v1beta2"
 )
 
 // A CRD whose status nests objects and lists inline, as Kueue's do: conditions a list-map keyed by type.
@@ -121,10 +128,11 @@ func TestNamedInlinedTypesMergeAsInlinedOnes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	named, err := newNamedTypeConverter(models)
+	lazy, err := newNamedTypeConverter(models)
 	if err != nil {
 		t.Fatal(err)
 	}
+	named := madeConverter{lazy} // the test field manager keeps what the type converter gives, as it gives it
 	gvk := schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}
 	head := "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w, namespace: team-a}\n"
 	steps := []struct {
@@ -171,5 +179,68 @@ func TestNamedInlinedTypesMergeAsInlinedOnes(t *testing.T) {
 	}
 	if _, found, _ := unstructured.NestedMap(live.Object, "status", "admission"); found {
 		t.Fatalf("the admission the scheduler stopped applying is still there: %v", live.Object["status"])
+	}
+}
+
+// madeConverter makes the typed objects its converter gives whole, as Kueue's scheme does when the field manager
+// converts them to their Go types.
+type madeConverter struct{ *namedTypeConverter }
+
+func (c madeConverter) TypedToObject(value *typed.TypedValue) (runtime.Object, error) {
+	obj, err := c.namedTypeConverter.TypedToObject(value)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*typedObject).object(), nil
+}
+
+// A typed value's object reads the kind of the object it stands for without making it, and converts through
+// Kueue's scheme to the same Workload as that object.
+func TestTypedObjectStandsForTheUnstructuredObject(t *testing.T) {
+	crds := kueueCRDs(t)
+	models, err := crdModels(crds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	converter, err := newNamedTypeConverter(models)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := Scheme()
+	wl := testingwl.MakeWorkload("job-1", "team-a").Queue("default").Request("nvidia.com/gpu", "8").
+		ReserveQuotaAt(testingwl.MakeAdmission("team-a").Obj(), time.Unix(1_800_000_000, 0)).Obj()
+	wl.SetGroupVersionKind(kueue.SchemeGroupVersion.WithKind("Workload"))
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(wl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, source := range map[string]runtime.Object{"typed": wl, "unstructured": &unstructured.Unstructured{Object: content}} {
+		value, err := converter.ObjectToTyped(source)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		obj, err := converter.TypedToObject(value)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		lazy := obj.(*typedObject)
+		made := &unstructured.Unstructured{Object: value.AsValue().Unstructured().(map[string]any)}
+		if got, want := lazy.GetObjectKind().GroupVersionKind(), made.GroupVersionKind(); got != want || lazy.made != nil {
+			t.Fatalf("%s: kind %v (made: %t), want %v unmade", name, got, lazy.made != nil, want)
+		}
+		fromLazy, err := scheme.ConvertToVersion(lazy, kueue.SchemeGroupVersion)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		fromMade, err := scheme.ConvertToVersion(made, kueue.SchemeGroupVersion)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !reflect.DeepEqual(fromLazy, fromMade) || fromLazy.(*kueue.Workload).Status.Admission == nil {
+			t.Fatalf("%s: the scheme converts the two differently:\n%+v\n%+v", name, fromLazy, fromMade)
+		}
+	}
+	if _, err := converter.TypedToObject(typed.AsTypedUnvalidated(value.NewValueInterface("text"), nil, smdschema.TypeRef{})); err == nil {
+		t.Fatal("a value that is no object converted")
 	}
 }

@@ -195,13 +195,16 @@ func (c firstConverter) TypedToObject(value *typed.TypedValue) (runtime.Object, 
 
 // applyStatus makes a server-side apply of a Workload's status as controller-runtime's fake client makes it
 // (pkg/client/fake/client.go patch, versioned_tracker.go Apply and updateObject, v0.24.1), without its trips
-// through JSON maps and call stacks: the stored Workload as JSON gives it, with the applied status (through JSON
-// too: times to the second, as the API server keeps them), managedFields and resourceVersion; an unconditional
+// through JSON maps and call stacks: the stored Workload with the applied status (through JSON, as the fake client
+// sends it: times to the second, as the API server keeps them), managedFields and resourceVersion; an unconditional
 // apply takes the stored resourceVersion, a stale one is a conflict; then the field manager's apply, and the
-// caller's object becomes what was stored. Kueue writes Workload status so on every admission, eviction, finish
-// and failed attempt whose message changed: most of a long replay's writes. handled is false for what it leaves
-// to the fake client: another kind, subresource or patch type, a dry run, no field manager, a Workload not stored
-// or being deleted.
+// caller's object becomes what was stored. The fake client copies the stored Workload through JSON on the way in
+// and out; here the store's own copies do, as what it keeps is what a JSON copy would give (the apply's result
+// comes out of structured-merge-diff as JSON-like maps; TestStatusApplyStoresWhatTheFakeClientStores compares the
+// two ways value for value). Kueue writes Workload status so on every admission, eviction, finish and failed
+// attempt whose message changed: most of a long replay's writes. handled is false for what it leaves to the fake
+// client: another kind, subresource or patch type, a dry run, no field manager, a Workload not stored or being
+// deleted.
 func (t *fieldManagedTracker) applyStatus(sub string, obj client.Object, patch client.Patch, opts []client.SubResourcePatchOption) (handled bool, err error) {
 	applied, ok := obj.(*kueue.Workload)
 	if !ok || sub != "status" || patch.Type() != types.ApplyPatchType {
@@ -216,39 +219,32 @@ func (t *fieldManagedTracker) applyStatus(sub string, obj client.Object, patch c
 	if err != nil {
 		return false, nil
 	}
-	old, ok := stored.(*kueue.Workload)
-	if !ok || old.DeletionTimestamp != nil {
+	merged, ok := stored.(*kueue.Workload) // the tracker's own copy
+	if !ok || merged.DeletionTimestamp != nil {
 		return false, nil
 	}
-	var merged kueue.Workload
-	if err := roundTrip(old, &merged); err != nil {
-		return true, err
+	if version := applied.ResourceVersion; version != "" && version != merged.ResourceVersion {
+		return true, apierrors.NewConflict(workloadsResource.GroupResource(), applied.Name, errors.New("object was modified"))
+	}
+	version, err := strconv.ParseUint(merged.ResourceVersion, 10, 64)
+	if err != nil {
+		return true, fmt.Errorf("resourceVersion %q: %w", merged.ResourceVersion, err)
 	}
 	merged.Status = kueue.WorkloadStatus{}
 	if err := roundTrip(&applied.Status, &merged.Status); err != nil {
 		return true, err
 	}
 	merged.ManagedFields = applied.ManagedFields
-	if version := applied.ResourceVersion; version != "" && version != old.ResourceVersion {
-		return true, apierrors.NewConflict(workloadsResource.GroupResource(), applied.Name, errors.New("object was modified"))
-	}
-	version, err := strconv.ParseUint(old.ResourceVersion, 10, 64)
-	if err != nil {
-		return true, fmt.Errorf("resourceVersion %q: %w", old.ResourceVersion, err)
-	}
 	merged.ResourceVersion = strconv.FormatUint(version+1, 10)
 	merged.SetGroupVersionKind(kueue.SchemeGroupVersion.WithKind("Workload"))
-	if err := t.Apply(workloadsResource, &merged, applied.Namespace, *options.AsPatchOptions()); err != nil {
+	if err := t.Apply(workloadsResource, merged, applied.Namespace, *options.AsPatchOptions()); err != nil {
 		return true, err
 	}
 	written, err := t.ObjectTracker.Get(workloadsResource, applied.Namespace, applied.Name, metav1.GetOptions{})
 	if err != nil {
 		return true, err
 	}
-	*applied = kueue.Workload{}
-	if err := roundTrip(written, applied); err != nil {
-		return true, err
-	}
+	*applied = *written.(*kueue.Workload) // the tracker's own copy again
 	applied.ManagedFields = nil
 	applied.TypeMeta = metav1.TypeMeta{}
 	return true, nil

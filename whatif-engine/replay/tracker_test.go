@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -55,13 +56,16 @@ func kueueCRDs(t *testing.T) []apiextensionsv1.CustomResourceDefinition {
 // A Workload status apply made directly on the tracker leaves the same stored object (managedFields, resource
 // version and all) and hands the writer and the informer the same objects as the fake client's own way, through a
 // write sequence Kueue makes: a pending message, an admission, an eviction that drops the admission, and a stale
-// strict apply.
+// strict apply. Compared as Go values too, not only as JSON: the fake client copies every object through JSON,
+// the direct way hands out the store's own copies, so a difference JSON does not show (a time's fraction of a
+// second, an empty list against none) would change what Kueue reads.
 func TestStatusApplyStoresWhatTheFakeClientStores(t *testing.T) {
 	crds := kueueCRDs(t)
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		var stored [2]string
 		var returned [2][]string
+		var values [2][]any
 		for side, direct := range []bool{true, false} {
 			schemas, err := crdTypeConverter(crds)
 			if err != nil {
@@ -89,6 +93,7 @@ func TestStatusApplyStoresWhatTheFakeClientStores(t *testing.T) {
 				shown, _ := json.Marshal(read)
 				delivered, _ := json.Marshal(i.last[types.NamespacedName{Namespace: "team-a", Name: "job-1"}])
 				returned[side] = append(returned[side], string(shown), string(delivered))
+				values[side] = append(values[side], read.DeepCopy(), i.last[types.NamespacedName{Namespace: "team-a", Name: "job-1"}].DeepCopy())
 				return err
 			}
 			loose := []workloadpatching.PatchStatusOption{workloadpatching.WithLooseOnApply(), workloadpatching.WithRetryOnConflict()}
@@ -128,6 +133,7 @@ func TestStatusApplyStoresWhatTheFakeClientStores(t *testing.T) {
 			}
 			shown, _ := json.Marshal(final)
 			stored[side] = string(shown)
+			values[side] = append(values[side], final)
 		}
 		if stored[0] != stored[1] {
 			t.Fatalf("stored Workloads differ:\ndirect: %s\nfake:   %s", stored[0], stored[1])
@@ -135,6 +141,11 @@ func TestStatusApplyStoresWhatTheFakeClientStores(t *testing.T) {
 		for index := range returned[0] {
 			if returned[0][index] != returned[1][index] {
 				t.Fatalf("write %d: the writer's or the informer's object differs (%d):\ndirect: %s\nfake:   %s", index/2, index%2, returned[0][index], returned[1][index])
+			}
+		}
+		for index := range values[0] {
+			if !reflect.DeepEqual(values[0][index], values[1][index]) {
+				t.Fatalf("object %d: equal as JSON, different as Go values:\ndirect: %#v\nfake:   %#v", index, values[0][index], values[1][index])
 			}
 		}
 	})
