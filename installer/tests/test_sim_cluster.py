@@ -299,7 +299,8 @@ def test_kwok_holds_each_nodes_lease_for_the_sims_duration_and_keeps_it_renewed(
         assert lease["spec"]["leaseDurationSeconds"] == NODE_LEASE_SECONDS, name
     commands = [Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0") for pid in cluster_pids(sim.cluster)]
     manager = next(c for c in commands if Path(c[0]).name == "kube-controller-manager")
-    assert f"--node-monitor-grace-period={NODE_MONITOR_GRACE_MS // 60_000}m0s" in manager
+    hours, minutes = divmod(NODE_MONITOR_GRACE_MS // 60_000, 60)  # as Go prints a duration
+    assert f"--node-monitor-grace-period={f'{hours}h' if hours else ''}{minutes}m0s" in manager
     assert f"--node-startup-grace-period={NODE_MONITOR_GRACE_MS // 1000}s" in manager
 
 

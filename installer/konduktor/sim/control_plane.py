@@ -46,12 +46,14 @@ KWOK_PARALLELISM = {"nodePlayStageParallelism": 16, "nodeLeaseParallelism": 32, 
 # Each node's Lease, which kwok renews every quarter of its duration: kwokctl's default (40 s x its heartbeatFactor
 # of 5 = 200 s, renewed every 50 s) is 200 writes a second at 10,000 nodes, and when they lagged, the node lifecycle
 # controller marked the nodes Unknown and kwok initialized them again, over and over: at 5,000 nodes on a busy
-# machine 2,121 were NotReady 4 minutes into the start, their leases not renewed since their creation. 600 s
-# (renewed every 150 s) is 67 writes a second at 10,000 nodes; the controller manager waits 20 minutes for a
-# renewal before it calls a node Unknown. A fake node never dies unless kwok does: the sim loses nothing by it.
-NODE_LEASE_SECONDS = 600
+# machine 2,121 were NotReady 4 minutes into the start, their leases not renewed since their creation. At 600 s
+# (renewed every 150 s) a settled 10,000-node cluster still renewed 60-100 a second, most of a core of the 2 that
+# kube-apiserver, etcd and kwok share with what runs on it. 3,600 s (renewed every 15 minutes) is 11 a second;
+# the controller manager waits 2 hours for a renewal before it calls a node Unknown. A fake node never dies unless
+# kwok does (a restarted sim hands kwok the Leases at once: hand_node_leases_to_kwok): the sim loses nothing by it.
+NODE_LEASE_SECONDS = 3_600
 NODE_LEASE_NAMESPACE = "kube-node-lease"
-NODE_MONITOR_GRACE_MS = 1_200_000
+NODE_MONITOR_GRACE_MS = 7_200_000
 NODE_MONITOR_PERIOD_MS = 25_000  # kwokctl's 5 s x 5, as before: one pass over every node
 
 
@@ -247,8 +249,8 @@ class ControlPlane:
 
     def hand_node_leases_to_kwok(self) -> None:
         """Give the nodes' Leases to the kwok just started. Each kwok process holds them under an identity of its own
-        (host name and a new UUID), and leaves another's alone until it expires: 600 s here (NODE_LEASE_SECONDS), so
-        for up to 10 minutes after a restart nothing would play the nodes' pods (none started, none deleted). The
+        (host name and a new UUID), and leaves another's alone until it expires: an hour here (NODE_LEASE_SECONDS), so
+        for up to an hour after a restart nothing would play the nodes' pods (none started, none deleted). The
         sim runs one kwok, so the Leases a cluster started again finds are a stopped process's: kwok is stopped,
         they are deleted, and kwokctl starts kwok alone again (it starts only the components not running)."""
         self.progress("control plane: handing the nodes' leases to the new kwok")
