@@ -108,9 +108,10 @@ func (c *namedTypeConverter) TypedToObject(value *typed.TypedValue) (runtime.Obj
 }
 
 // typedObject is the unstructured object a typed value converts to, made when something reads more than its
-// kind. On every apply, apimachinery's version converter turns the live object and the result into objects
-// again and again only to read their version, and hands the typed value back unchanged when it is the version
-// wanted (managedfields/internal/versionconverter.go Convert), as it always is here: each kind has one version.
+// kind. On every apply, apimachinery's version converter turns the live object into an object once for each field
+// manager only to read its version, and hands the typed value back unchanged when it is the version wanted
+// (managedfields/internal/versionconverter.go Convert), as it always is here: each kind has one version. The field
+// manager's own result goes through Kueue's scheme, which reads any runtime.Unstructured's content into the Go type.
 type typedObject struct {
 	value *typed.TypedValue
 	made  *unstructured.Unstructured
