@@ -106,6 +106,18 @@ def run_once_cli(sim: Sim, config: Path) -> dict[str, Any]:
     return result
 
 
+def writers(obj: dict[str, Any], *path: str) -> set[str]:
+    """The field managers that own the field at `path` (fieldsV1 keys) of the object."""
+    found = set()
+    for entry in obj["metadata"].get("managedFields") or ():
+        fields = entry.get("fieldsV1") or {}
+        for key in path:
+            fields = fields.get(key) if isinstance(fields, dict) else None
+        if fields is not None:
+            found.add(entry["manager"])
+    return found
+
+
 # --- acceptance ------------------------------------------------------------------------------------------------
 
 
@@ -118,6 +130,9 @@ def test_a_lost_gpu_is_quarantined_and_a_passing_requalification_releases_it(kub
     condition = gpu_condition(quarantined)
     assert condition is not None and (condition["status"], condition["reason"]) == ("False", "GPULost")
     assert quarantined["metadata"]["annotations"][QUARANTINE_REASON].startswith("GPULost")
+    # `kubectl get node --show-managed-fields` names the controller as the writer of its taint and its condition.
+    assert writers(quarantined, "f:spec", "f:taints") == {"konduktor-health"}
+    assert writers(quarantined, "f:status", "f:conditions", f'k:{{"type":"{CONDITION_TYPE}"}}') == {"konduktor-health"}
     (evented,) = our_events(kube, victim)
     assert (evented["type"], evented["reason"]) == ("Warning", "GPULost")
     assert "allocatable nvidia.com/gpu 8 < expected 10" in evented["message"]

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from konduktor.health.logs import log
+from konduktor.health.node_writes import FIELD_MANAGER
 from konduktor.health.telemetry import HealthMetrics
 from konduktor.kube.client import ApiError, Kube
 
@@ -138,7 +139,7 @@ class LeaderLease:
             },
         }
         try:
-            self.lease = self.kube.create(lease)
+            self.lease = self.kube.create(lease, field_manager=FIELD_MANAGER)
         except ApiError as problem:
             if problem.status == 409:
                 return False  # another replica created it first
@@ -150,7 +151,9 @@ class LeaderLease:
         patch: dict[str, Any] = {"metadata": {"resourceVersion": lease["metadata"]["resourceVersion"]}, "spec": spec}
         if annotations:
             patch["metadata"]["annotations"] = annotations
-        return self.kube.patch(LEASE_API, "Lease", self.name, patch, namespace=self.namespace)
+        return self.kube.patch(
+            LEASE_API, "Lease", self.name, patch, namespace=self.namespace, field_manager=FIELD_MANAGER
+        )
 
     def _observe(self, spec: Mapping[str, Any]) -> None:
         record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseDurationSeconds"))

@@ -132,7 +132,7 @@ def update_node(kube: Kube, update: UpdateNode, node: dict[str, Any] | None = No
         if patch is None:
             return None
         try:
-            written: dict[str, Any] = kube.patch("v1", "Node", update.node, patch)
+            written: dict[str, Any] = kube.patch("v1", "Node", update.node, patch, field_manager=FIELD_MANAGER)
             return written
         except ApiError as problem:
             if problem.status != 409:
@@ -161,7 +161,7 @@ def write(
     if isinstance(action, SetCondition):
         return kube.apply_status(condition_status(action, now), field_manager=FIELD_MANAGER)
     node = known(action.node) if known else kube.get("v1", "Node", action.node)
-    kube.create(event(action, node, component, instance, now))
+    kube.create(event(action, node, component, instance, now), field_manager=FIELD_MANAGER)
     return None
 
 

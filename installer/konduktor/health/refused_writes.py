@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from konduktor.health.node_writes import object_event
+from konduktor.health.node_writes import FIELD_MANAGER, object_event
 from konduktor.health.refused import (
     FAILED_CREATE,
     PODS_REFUSED_EVENT,
@@ -67,7 +67,7 @@ def give_back(kube: Kube, action: GiveBack, component: str, instance: str, now: 
         },
         "spec": {"active": False},
     }
-    kube.patch(KUEUE_API, "Workload", action.name, patch, action.namespace)
+    kube.patch(KUEUE_API, "Workload", action.name, patch, action.namespace, field_manager=FIELD_MANAGER)
     when = time.time() if now is None else now
     involved = [{"apiVersion": KUEUE_API, "kind": "Workload", "name": action.name, "namespace": action.namespace}]
     if action.owner is not None:
@@ -76,5 +76,6 @@ def give_back(kube: Kube, action: GiveBack, component: str, instance: str, now: 
         kube.create(
             object_event(
                 obj, action.namespace, "Warning", PODS_REFUSED_EVENT, action.message, component, instance, when
-            )
+            ),
+            field_manager=FIELD_MANAGER,
         )

@@ -114,7 +114,7 @@ class Requalifier:
         )
         job["metadata"]["labels"][REQUALIFICATION_LABEL] = "true"
         job["spec"]["template"]["spec"]["serviceAccountName"] = self.settings.service_account
-        created = self.kube.create(job)
+        created = self.kube.create(job, field_manager=FIELD_MANAGER)
         # Owned by the Job: removed with it when its TTL ends.
         self.kube.apply(
             owned_by(scripts_configmap(run_id, self.settings.namespace), [created]), field_manager=FIELD_MANAGER

@@ -20,7 +20,7 @@ from konduktor.health.affected import AffectedWorkload, ObjectRef, RequeuingWork
 from konduktor.health.decide import DeactivateWorkload, ReactivateWorkload, TellOwner
 from konduktor.health.fanout import at_once
 from konduktor.health.health_view import gpu_pods
-from konduktor.health.node_writes import object_event
+from konduktor.health.node_writes import FIELD_MANAGER, object_event
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.conditions import is_true
 from konduktor.vocabulary import KUEUE_API, REQUEUE_LABEL, REQUEUE_REASON
@@ -87,7 +87,7 @@ def deactivate(kube: Kube, action: DeactivateWorkload) -> None:
         "metadata": {"labels": {REQUEUE_LABEL: "true"}, "annotations": {REQUEUE_REASON: action.reason}},
         "spec": {"active": False},
     }
-    kube.patch(KUEUE_API, "Workload", action.name, patch, action.namespace)
+    kube.patch(KUEUE_API, "Workload", action.name, patch, action.namespace, field_manager=FIELD_MANAGER)
 
 
 def reactivate(kube: Kube, action: ReactivateWorkload) -> None:
@@ -95,12 +95,13 @@ def reactivate(kube: Kube, action: ReactivateWorkload) -> None:
         "metadata": {"labels": {REQUEUE_LABEL: None}, "annotations": {REQUEUE_REASON: None}},
         "spec": {"active": True},
     }
-    kube.patch(KUEUE_API, "Workload", action.name, patch, action.namespace)
+    kube.patch(KUEUE_API, "Workload", action.name, patch, action.namespace, field_manager=FIELD_MANAGER)
 
 
 def tell_owner(kube: Kube, action: TellOwner, component: str, instance: str, now: float | None = None) -> None:
     for obj in action.objects:
-        kube.create(owner_event(action, obj, component, instance, time.time() if now is None else now))
+        when = time.time() if now is None else now
+        kube.create(owner_event(action, obj, component, instance, when), field_manager=FIELD_MANAGER)
 
 
 def owner_event(action: TellOwner, obj: ObjectRef, component: str, instance: str, now: float) -> dict[str, Any]:

@@ -335,11 +335,17 @@ class Kube:
         patch: dict[str, Any],
         namespace: str | None = None,
         subresource: str | None = None,
+        field_manager: str = FIELD_MANAGER,
     ) -> dict[str, Any]:
-        """A JSON merge patch, for fields of objects Konduktor does not own (a taint on a Node)."""
+        """A JSON merge patch, for fields of objects Konduktor does not own (a taint on a Node). The object's
+        managedFields name `field_manager` as the writer of what it changed (without it, the client's User-Agent)."""
         resource = self.resource(api_version, kind)
         result: dict[str, Any] = self.request(
-            "PATCH", resource.path(namespace, name, subresource), body=patch, content_type=MERGE_PATCH
+            "PATCH",
+            resource.path(namespace, name, subresource),
+            query={"fieldManager": field_manager},
+            body=patch,
+            content_type=MERGE_PATCH,
         )
         return result
 
