@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 from admission import policies_lifted
 from ruamel.yaml import YAML
-from sim_fixture import EXAMPLE, Sim, patch_node
+from sim_fixture import EXAMPLE, Sim, health_taints, patch_node
 
 from konduktor.config.load import load_config
 from konduktor.errors import KonduktorError
+from konduktor.health.decide import CONDITION_TYPE
 from konduktor.health.leader import LEASE_API, LEASE_NAME
 from konduktor.health.loop import HealthController
 from konduktor.health.settings import BreakerSettings, HealthSettings, RequalificationSettings
@@ -57,6 +58,33 @@ XID_31 = (
     "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ"
 )
 XID_43 = "NVRM: Xid (PCI:0000:ab:00): 43, pid=2003, name=python, Ch 00000008"
+
+
+def gpu_condition(obj: dict[str, Any]) -> dict[str, Any] | None:
+    return next((c for c in obj["status"].get("conditions", []) if c["type"] == CONDITION_TYPE), None)
+
+
+def write_order(kube: Kube, since: str, count: int) -> list[tuple[str, str]]:
+    """(node, "taint" | "condition"): the first time each node showed the controller's taint and its condition, in
+    the order of a Node watch from resourceVersion `since` (the order the API server made the writes in), until
+    `count` of them."""
+    changes: list[tuple[str, str]] = []
+    stream = kube.watch("v1", "Node", since, timeout_seconds=30)
+    try:
+        for event in stream:
+            if event["type"] != "MODIFIED":
+                continue
+            obj = event["object"]
+            name = obj["metadata"]["name"]
+            if health_taints(obj) and (name, "taint") not in changes:
+                changes.append((name, "taint"))
+            if gpu_condition(obj) is not None and (name, "condition") not in changes:
+                changes.append((name, "condition"))
+            if len(changes) == count:
+                break
+    finally:
+        stream.close()
+    return changes
 
 
 def our_events(kube: Kube, name: str | None = None) -> list[dict[str, Any]]:

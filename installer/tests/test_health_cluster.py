@@ -34,12 +34,14 @@ from health_cluster import (  # noqa: F401 (fixtures: `kube`, the controller's n
     XID_79,
     clean,
     controller,
+    gpu_condition,
     kube_with_controller_namespace,
     our_events,
     set_allocatable,
     settings,
     wait_for_job,
     write_config,
+    write_order,
 )
 from loki_api import LokiApi
 from otelcol import Collector, collector, kernel_pipeline
@@ -78,10 +80,6 @@ pytestmark = pytest.mark.sim
 
 
 # --- the cluster side ------------------------------------------------------------------------------------------
-
-
-def gpu_condition(obj: dict[str, Any]) -> dict[str, Any] | None:
-    return next((c for c in obj["status"].get("conditions", []) if c["type"] == CONDITION_TYPE), None)
 
 
 # --- a Loki that speaks query_range ----------------------------------------------------------------------------
@@ -408,22 +406,7 @@ def test_a_burst_taints_every_node_before_any_node_gets_its_condition(kube: Kube
     health = controller(kube, settings(loki=loki.settings(), node_concurrency=1))
     health.reconcile_once()
 
-    changes: list[tuple[str, str]] = []  # (node, "taint" | "condition") in the order the API server made them
-    stream = kube.watch("v1", "Node", listed_at, timeout_seconds=30)
-    try:
-        for event in stream:
-            if event["type"] != "MODIFIED":
-                continue
-            obj = event["object"]
-            name = obj["metadata"]["name"]
-            if health_taints(obj) and (name, "taint") not in changes:
-                changes.append((name, "taint"))
-            if gpu_condition(obj) is not None and (name, "condition") not in changes:
-                changes.append((name, "condition"))
-            if len(changes) == 2 * len(NODES):
-                break
-    finally:
-        stream.close()
+    changes = write_order(kube, listed_at, 2 * len(NODES))
     assert [what for _, what in changes] == ["taint"] * len(NODES) + ["condition"] * len(NODES), changes
 
 

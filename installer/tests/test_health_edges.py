@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 
 from konduktor.gpu.kernel_log import parse_line
 from konduktor.health.classify import DcgmSample, DuplicateFilter, Finding, LostGpuWatch, classify_report
-from konduktor.health.decide import CONDITION_TYPE, Taint, UpdateNode
+from konduktor.health.decide import CONDITION_TYPE, RecordEvent, SetCondition, Taint, UpdateNode, first_taints
 from konduktor.health.logs import JsonFormatter
 from konduktor.health.loki import LokiCursor, cursor_after, entries, line_key, unseen
 from konduktor.health.node_reading import expected_gpus, is_gpu_node, node_state
@@ -152,6 +152,18 @@ def test_release_removes_only_our_taint_and_deletes_annotations() -> None:
     assert patch is not None
     assert patch["spec"]["taints"] == [GPU_POOL, {"key": "other", "effect": "NoExecute"}]
     assert patch["metadata"]["annotations"] == {QUARANTINED_AT: None, REQUALIFIED_AT: "t2"}
+
+
+def test_a_nodes_first_write_goes_first_only_when_it_adds_a_taint() -> None:
+    ours = Taint(HEALTH_TAINT_KEY, "NoSchedule", "unhealthy")
+    quarantine = UpdateNode("gpu-1", add_taints=(ours,), annotations={QUARANTINED_AT: "t"})
+    condition = SetCondition("gpu-1", False, "GPULost", "GPU_LOST")
+    release = UpdateNode("gpu-2", remove_taints=(ours,))
+    also = RecordEvent("gpu-3", "Warning", "Xid79", "also: ...")
+    escalation = UpdateNode("gpu-3", add_taints=(Taint(HEALTH_TAINT_KEY, "NoExecute", "unhealthy"),))
+    first, rest = first_taints([quarantine, condition, release, also, escalation])
+    assert first == [quarantine]
+    assert rest == [condition, release, also, escalation]
 
 
 # --- Loki ------------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Which nodes a pass of the health controller judges: those whose inputs changed, those whose signal lasts, and,
-in the safety net's full pass after a new list of the Nodes, every GPU node. Counted, never timed. (The node
+in the safety net's full pass after a new list of the Nodes, every GPU node; and the faults a pass takes in while
+it writes its taints. Counted or ordered, never timed. (The node
 cache's own notes of what changed: test_health_edges.py.)
 
 The session cluster has 4 fake nodes gpu-h100-0000..0003 with 10 H100 each (health_cluster.py).
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections import Counter
 
 import pytest
 from health_cluster import (  # noqa: F401 (fixtures: `kube`, the controller's namespace; `clean`, nodes reset)
@@ -18,11 +20,13 @@ from health_cluster import (  # noqa: F401 (fixtures: `kube`, the controller's n
     kube_with_controller_namespace,
     set_allocatable,
     settings,
+    write_order,
 )
 from sim_fixture import health_taints, node
 
 from konduktor.health.loop import HealthController
 from konduktor.health.nodes import list_nodes
+from konduktor.health.settings import BreakerSettings
 from konduktor.kube.client import Kube
 from konduktor.kube.watch import WatchEvent
 from konduktor.waiting import wait_until
@@ -103,3 +107,41 @@ def test_the_loop_lists_and_judges_every_node_again_each_full_pass(kube: Kube) -
         stop.set()
         loop.join(timeout=30)
     assert not loop.is_alive()
+
+
+def burst_over_a_pass(kube: Kube, health: HealthController) -> str:
+    """One lost GPU when the pass begins and three more that the Node watch delivers while it writes the first one's
+    taint (put in its queue here, where the watch puts them, so that the order is sure). Returns the resourceVersion
+    the API server was at before the pass."""
+    listed(health, kube)
+    health.pass_once(poll=False)
+    _, since = list_nodes(kube)
+    first, *later = NODES
+    set_allocatable(kube, first, 9)
+    health.nodes.apply(WatchEvent("Node", "MODIFIED", (node(kube, first),)))
+    for name in later:
+        set_allocatable(kube, name, 9)
+        health.node_events.put(WatchEvent("Node", "MODIFIED", (node(kube, name),)))
+    return since
+
+
+def test_faults_that_arrive_while_a_pass_writes_its_taints_are_tainted_before_its_conditions(kube: Kube) -> None:
+    """The pass takes the later faults in: every node's taint, then every node's condition, in the order of the
+    Node watch's changes (one node at a time, so that the order is the controller's and not its threads')."""
+    health = controller(kube, settings(node_concurrency=1))
+    since = burst_over_a_pass(kube, health)
+    plan = health.pass_once(poll=False)
+
+    assert [what for _, what in write_order(kube, since, 2 * len(NODES))] == ["taint"] * 4 + ["condition"] * 4
+    assert Counter(type(a).__name__ for a in plan.actions) == {"UpdateNode": 4, "SetCondition": 4, "RecordEvent": 4}
+    assert health.metrics.sample("konduktor_quarantines_total", {"reason": "GPULost"}) == 4
+
+
+def test_the_breaker_counts_the_faults_a_pass_takes_in(kube: Kube) -> None:
+    health = controller(kube, settings(breaker=BreakerSettings(max_fraction=1, max_nodes=2)))
+    burst_over_a_pass(kube, health)
+    plan = health.pass_once(poll=False)
+
+    assert sum(1 for name in NODES if health_taints(node(kube, name))) == 2
+    assert plan.breaker.tripped
+    assert health.metrics.sample("konduktor_quarantines_blocked_total") == 2

@@ -52,6 +52,12 @@ class Outcome:
     finished: dict[str, float] = field(default_factory=dict)
     failed: set[str] = field(default_factory=set)
 
+    def after(self, earlier: Outcome) -> Outcome:
+        """These writes' outcome and that of writes made before them (whose failed nodes they skipped), as one."""
+        finished = {**earlier.finished, **self.finished}
+        failed = earlier.failed | self.failed
+        return Outcome({node: at for node, at in finished.items() if node not in failed}, failed)
+
 
 class Actuator:
     def __init__(

@@ -181,10 +181,37 @@ class Plan:
     work_withheld: tuple[WorkAction, ...] = ()
     held: tuple[Finding, ...] = ()  # quarantining findings the breaker held back: due again once it is reset
 
+    def followed_by(self, later: Plan) -> Plan:
+        """This plan and a later one made from its breaker, as one: the later one's writes after this one's."""
+        return Plan(
+            actions=self.actions + later.actions,
+            withheld=self.withheld + later.withheld,
+            notices=self.notices + later.notices,
+            breaker=later.breaker,
+            work=self.work + later.work,
+            work_withheld=self.work_withheld + later.work_withheld,
+            held=self.held + later.held,
+        )
+
 
 # Whatever the fraction, the breaker lets this many quarantines through per window: two faulty nodes in ten
 # minutes are an ordinary week on a small cluster, not a storm.
 BREAKER_FLOOR = 2
+
+
+def first_taints(actions: Sequence[Action]) -> tuple[list[Action], list[Action]]:
+    """Each node's first write when it adds a taint (a quarantine's, an escalation's), and the other writes, in their
+    order. The first ones go out before any of the others (`in_waves`, and the rounds of a pass)."""
+    first: list[Action] = []
+    rest: list[Action] = []
+    seen: set[str] = set()
+    for action in actions:
+        if action.node not in seen and isinstance(action, UpdateNode) and action.add_taints:
+            first.append(action)
+        else:
+            rest.append(action)
+        seen.add(action.node)
+    return first, rest
 
 
 def breaker_limit(gpu_nodes: int, settings: BreakerSettings) -> int:
@@ -242,8 +269,10 @@ def decide(
     work: Mapping[str, Sequence[AffectedWorkload]] | None = None,
     requeuing: Sequence[RequeuingWorkload] = (),
     attribution: Mapping[str, Attribution] | None = None,
+    requalify: bool = True,
 ) -> Plan:
-    """Plan the writes for new findings and burn-in results, then start due requalifications.
+    """Plan the writes for new findings and burn-in results, then start due requalifications (unless not
+    `requalify`: a pass's later rounds leave them to its first).
 
     `nodes` holds every GPU node by name (the breaker's fraction is of these); `now` is wall-clock
     seconds since the epoch, as recorded in the annotations. `work` holds the workloads with pods on the nodes
@@ -257,7 +286,8 @@ def decide(
         planner.burnin_result(result)
     for finding in findings:
         planner.finding(finding)
-    planner.start_requalifications()
+    if requalify:
+        planner.start_requalifications()
     writes = tuple(planner.writes)
     work_writes = tuple(planner.work.writes)
     notices, breaker_state = tuple(planner.notices), BreakerState(tuple(planner.recent), planner.tripped_at)

@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from konduktor.burnin.results import NodeVerdict
 from konduktor.errors import KonduktorError
 from konduktor.gpu.kernel_log import parse_line
 from konduktor.health.actuator import COMPONENT, Actuator, Outcome, action_name
@@ -37,6 +38,7 @@ from konduktor.health.classify import (
     classify_report,
 )
 from konduktor.health.decide import (
+    Action,
     BreakerState,
     NodeState,
     Plan,
@@ -45,6 +47,7 @@ from konduktor.health.decide import (
     WorkAction,
     breaker_limit,
     decide,
+    first_taints,
     quarantined_by_us,
     restore_breaker,
 )
@@ -73,6 +76,9 @@ CURSOR_ANNOTATION = "konduktor.ai/loki-cursor"
 # A cursor that moved past nothing is saved at most this often: a quiet cluster need not write the Lease on every
 # poll, and a new leader then reads again at most this much of nothing.
 CURSOR_SAVE_SECONDS = 60.0
+# A pass takes in the faults that arrive while it writes its taints at most this many times: a storm that goes on
+# delays the pass's conditions, Events and work by that many rounds of taints, no more.
+LATER_ROUNDS = 8
 # Signals read once (a log line past the cursor, a DCGM rise): the breaker's reset hands them to the decision again.
 # The others are read again on every pass while they last, so a reset only lets them past the duplicate filter.
 _READ_ONCE = ("kernel_log", "dcgm")
@@ -346,25 +352,21 @@ class HealthController:
             return Plan(actions=(), withheld=(), notices=(), breaker=self.breaker)
         for found in fresh:
             self.metrics.fault(found.finding)
-        work, requeued = self._work([s.finding for s in fresh], states, poll)
-        attribution = self.sources.attribution([s for s in fresh if s.finding.node in work], now)
-        plan = decide(
-            [s.finding for s in fresh],
-            states,
-            self.breaker,
-            self.settings,
-            now,
-            [r.verdict for r in results],
-            work=work,
-            requeuing=requeued,
-            attribution=attribution,
-        )
-        self.breaker = plan.breaker
-        held = {finding.dedup_key for finding in plan.held}
-        self._held.update((s.finding.node, s) for s in fresh if s.finding.dedup_key in held)
-        for notice in plan.notices:
-            log(_LEVELS[notice.level], notice.message, node=notice.node)
-        outcome = self._act(plan, states)
+        verdicts = [r.verdict for r in results]
+        plan, rest, tainted = self._plan_and_taint(fresh, states, self.breaker, verdicts, poll, now)
+        # A burst spread over the pass: the faults the Node watch delivered while the pass wrote its taints are
+        # judged, decided and tainted in the pass too, before any of its conditions, Events and work, so that a
+        # burst's last node waits for the taints before it, not for every write of the pass before.
+        for _ in range(LATER_ROUNDS):
+            arrived = self._arrived(now)
+            if not arrived:
+                break
+            fresh += arrived
+            later, later_rest, later_tainted = self._plan_and_taint(
+                arrived, states, plan.breaker, (), False, now, first=False
+            )
+            plan, rest, tainted = plan.followed_by(later), rest + later_rest, later_tainted.after(tainted)
+        outcome = self._act(plan, rest, states, tainted)
         if poll:
             self._give_back_refused()
         self._measure(outcome, fresh, results)
@@ -385,6 +387,53 @@ class HealthController:
             self._lead({BREAKER_ANNOTATION: format_time(plan.breaker.tripped_at)})
         self._report_state(now)
         return plan
+
+    def _plan_and_taint(
+        self,
+        fresh: Sequence[Signal],
+        states: dict[str, NodeState],
+        breaker: BreakerState,
+        verdicts: Sequence[NodeVerdict],
+        poll: bool,
+        now: float,
+        first: bool = True,
+    ) -> tuple[Plan, list[Action], Outcome]:
+        """Decide on the fresh signals (and the burn-in verdicts) from `breaker`, and write the taints that go first
+        (`first_taints`): the plan, its writes still to make, and the taints' outcome. Only a pass's first round
+        starts requalifications."""
+        work, requeued = self._work([s.finding for s in fresh], states, poll)
+        attribution = self.sources.attribution([s for s in fresh if s.finding.node in work], now)
+        plan = decide(
+            [s.finding for s in fresh],
+            states,
+            breaker,
+            self.settings,
+            now,
+            verdicts,
+            work=work,
+            requeuing=requeued,
+            attribution=attribution,
+            requalify=first,
+        )
+        self.breaker = plan.breaker
+        held = {finding.dedup_key for finding in plan.held}
+        self._held.update((s.finding.node, s) for s in fresh if s.finding.dedup_key in held)
+        for notice in plan.notices:
+            log(_LEVELS[notice.level], notice.message, node=notice.node)
+        taints, rest = first_taints(plan.actions)
+        return plan, rest, self.actuator.execute(taints, states)
+
+    def _arrived(self, now: float) -> list[Signal]:
+        """The watch signals of the Node changes delivered since they were last taken, past the duplicate filter:
+        mostly the pass's own taints coming back, which judge to nothing; a burst's next faults."""
+        if self.node_events.empty():
+            return []
+        self._take_node_events(timeout=0)
+        self._refresh_states()
+        arrived = [s for s in self.node_states.watch_signals(False, now) if self.duplicates.admit(s.finding)]
+        for found in arrived:
+            self.metrics.fault(found.finding)
+        return arrived
 
     def _work(
         self, findings: Sequence[Finding], states: dict[str, NodeState], poll: bool
@@ -470,7 +519,9 @@ class HealthController:
             and s.at > (parse_time(states[s.finding.node].annotations.get(REQUALIFIED_AT)) or 0.0)
         ]
 
-    def _act(self, plan: Plan, states: dict[str, NodeState]) -> Outcome:
+    def _act(self, plan: Plan, rest: Sequence[Action], states: dict[str, NodeState], tainted: Outcome) -> Outcome:
+        """The plan's writes after its first taints (`rest`; the taints' outcome `tainted`) and its work, but none
+        on a node whose taint failed; dry-run's bookkeeping. The outcome of all of them, the taints included."""
         suppressed = [a for a in (*plan.actions, *plan.withheld) if isinstance(a, RecordEvent)]
         self.metrics.quarantines_blocked.inc(sum(1 for a in suppressed if a.reason == "QuarantineSuppressed"))
         withheld = (*plan.withheld, *plan.work_withheld)
@@ -478,7 +529,8 @@ class HealthController:
             self.metrics.withheld.labels(action=action_name(action)).inc()
             log(logging.INFO, f"dry-run: would {action_name(action)}", node=action.node, action=repr(action))
         work = [a for a in plan.work if self._untold(a)] if self.settings.dry_run else plan.work
-        outcome = self.actuator.execute((*plan.actions, *work), states)
+        due = [action for action in (*rest, *work) if action.node not in tainted.failed]
+        outcome = self.actuator.execute(due, states).after(tainted)
         self._told.update(_telling(a) for a in work if isinstance(a, TellOwner) and a.node not in outcome.failed)
         done = time.time()
         for action in withheld:
