@@ -362,8 +362,15 @@ class Bench:
         while self.loki.loki.query_ranges() < answered + 2 and time.monotonic() < deadline:
             time.sleep(0.1)
 
-    def settle(self) -> None:
-        """The condition and the Event follow each taint; a read takes up to a poll."""
+    def settle(self, since: int | None = None, events: int = 0) -> None:
+        """The condition and the Event follow each taint; a read takes up to a poll. With `since`, first until the
+        controller has recorded `events` Events after that audit log offset: in a burst they come after every taint
+        and every condition."""
+        deadline = time.monotonic() + 120
+        while since is not None and self.audit.writes_since(since)["events"] < events:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the controller recorded fewer than {events} Events in 120 s")
+            time.sleep(0.5)
         time.sleep(2 * self.poll + 1)
 
 
@@ -503,8 +510,8 @@ def run(count: int, args: argparse.Namespace) -> Figures:
         figures.watch = bench.lost_gpus(watch_nodes)
         figures.log = bench.xid_lines(log_nodes)
         bench.burst(burst_nodes, figures)
-        bench.settle()
         figures.faults = len(watch_nodes) + len(log_nodes) + len(burst_nodes)
+        bench.settle(since=start_mark, events=figures.faults)
         figures.fault_writes = audit.writes_since(start_mark)
 
         duplicate_mark = audit.mark()
