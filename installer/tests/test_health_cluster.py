@@ -82,6 +82,18 @@ pytestmark = pytest.mark.sim
 # --- the cluster side ------------------------------------------------------------------------------------------
 
 
+def writers(obj: dict[str, Any], *path: str) -> set[str]:
+    """The field managers that own the field at `path` (fieldsV1 keys) of the object."""
+    found = set()
+    for entry in obj["metadata"].get("managedFields") or ():
+        fields = entry.get("fieldsV1") or {}
+        for key in path:
+            fields = fields.get(key) if isinstance(fields, dict) else None
+        if fields is not None:
+            found.add(entry["manager"])
+    return found
+
+
 # --- a Loki that speaks query_range ----------------------------------------------------------------------------
 
 
@@ -102,18 +114,6 @@ def run_once_cli(sim: Sim, config: Path) -> dict[str, Any]:
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout)
     return result
-
-
-def writers(obj: dict[str, Any], *path: str) -> set[str]:
-    """The field managers that own the field at `path` (fieldsV1 keys) of the object."""
-    found = set()
-    for entry in obj["metadata"].get("managedFields") or ():
-        fields = entry.get("fieldsV1") or {}
-        for key in path:
-            fields = fields.get(key) if isinstance(fields, dict) else None
-        if fields is not None:
-            found.add(entry["manager"])
-    return found
 
 
 # --- acceptance ------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Which nodes a pass of the health controller judges: those whose inputs changed, those whose signal lasts, and,
 in the safety net's full pass after a new list of the Nodes, every GPU node; and the faults a pass takes in while
-it writes its taints. Counted or ordered, never timed. (The node
-cache's own notes of what changed: test_health_edges.py.)
+it writes its taints. Counted or ordered, never timed. (The node cache's own notes of what changed:
+test_health_edges.py.)
 
 The session cluster has 4 fake nodes gpu-h100-0000..0003 with 10 H100 each (health_cluster.py).
 """
