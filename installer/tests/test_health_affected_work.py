@@ -25,6 +25,8 @@ from konduktor.health.decide import (
     TellOwner,
     UpdateNode,
     decide,
+    plan_nodes,
+    plan_work,
 )
 from konduktor.health.settings import AffectedWorkSettings, BreakerSettings, HealthSettings
 
@@ -199,3 +201,19 @@ def test_the_owner_message_without_pods_and_for_policy_none() -> None:
     message = owner_message(workload(pods=()), xid("gpu-1", 79), NOW, "untouched", dry_run=False, opt_out_label=OPT_OUT)
     assert "Pods of this workload on it: none." in message
     assert message.endswith("Next: nothing is done to the workload (affected-work policy none).")
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_the_node_writes_are_planned_without_the_work_and_the_work_after(dry_run: bool) -> None:
+    """The decision's two steps (`decide` is both): the Node writes and the nodes whose work they affect, with no
+    workload read yet (the controller writes the taints first), then the work's writes from those nodes alone."""
+    findings = [xid("gpu-1", 79), xid("gpu-2", 48)]
+    health = HealthSettings(dry_run=dry_run)
+    nodes_only = plan_nodes(findings, NODES, BreakerState(), health, NOW)
+    assert nodes_only.work == nodes_only.work_withheld == ()
+    assert [(a.state.name, a.finding.code) for a in nodes_only.affected] == [("gpu-1", 79), ("gpu-2", 48)]
+    work = {"gpu-1": [workload()], "gpu-2": [workload("gpu-2", name="other", uid="uid-other")]}
+    planned = plan_work(nodes_only, health, NOW, work)
+    told = [a for a in (*planned.work, *planned.work_withheld) if isinstance(a, TellOwner)]
+    assert [(a.node, a.objects[-1].name) for a in told] == [("gpu-1", "job-train-1a2b3"), ("gpu-2", "other")]
+    assert planned.actions == nodes_only.actions and planned.withheld == nodes_only.withheld

@@ -172,6 +172,16 @@ class BreakerState:
 
 
 @dataclass(frozen=True)
+class AffectedNode:
+    """A node quarantined now, as the plan left it, with the fault: its workloads are requeued, drained or left. With
+    `requeues_only` it was quarantined before and told then: only a workload this fault requeues is handled."""
+
+    state: NodeState
+    finding: Finding
+    requeues_only: bool = False
+
+
+@dataclass(frozen=True)
 class Plan:
     actions: tuple[Action, ...]
     withheld: tuple[Action, ...]  # dry-run: what would have been written
@@ -180,6 +190,8 @@ class Plan:
     work: tuple[WorkAction, ...] = ()  # made after `actions`, so that a failed Node write stops its node's work
     work_withheld: tuple[WorkAction, ...] = ()
     held: tuple[Finding, ...] = ()  # quarantining findings the breaker held back: due again once it is reset
+    # The nodes whose workloads the plan's quarantines affect (`plan_work` plans the work's writes from them).
+    affected: tuple[AffectedNode, ...] = ()
 
     def followed_by(self, later: Plan) -> Plan:
         """This plan and a later one made from its breaker, as one: the later one's writes after this one's."""
@@ -191,6 +203,7 @@ class Plan:
             work=self.work + later.work,
             work_withheld=self.work_withheld + later.work_withheld,
             held=self.held + later.held,
+            affected=self.affected + later.affected,
         )
 
 
@@ -279,9 +292,23 @@ def decide(
     of quarantining findings; `requeuing` the workloads this controller deactivated and has not yet reactivated;
     `attribution` what DCGM says of the GPUs of the nodes that lost some (none where it could not be read).
     """
-    planner = _Planner(nodes, breaker, settings, now, work or {}, attribution or {})
-    for workload in requeuing:
-        planner.work.requeue_done(workload)
+    planned = plan_nodes(findings, nodes, breaker, settings, now, results, requalify)
+    return plan_work(planned, settings, now, work or {}, requeuing, attribution or {})
+
+
+def plan_nodes(
+    findings: Sequence[Finding],
+    nodes: Mapping[str, NodeState],
+    breaker: BreakerState,
+    settings: HealthSettings,
+    now: float,
+    results: Sequence[NodeVerdict] = (),
+    requalify: bool = True,
+) -> Plan:
+    """`decide`'s Node writes, notices and breaker, with the nodes whose work they affect but none of the work's
+    writes: those need the workloads on the nodes, which the Node writes do not (the controller writes a burst's
+    taints before it reads the pods of their nodes)."""
+    planner = _Planner(nodes, breaker, settings, now)
     for result in results:
         planner.burnin_result(result)
     for finding in findings:
@@ -289,19 +316,38 @@ def decide(
     if requalify:
         planner.start_requalifications()
     writes = tuple(planner.writes)
-    work_writes = tuple(planner.work.writes)
-    notices, breaker_state = tuple(planner.notices), BreakerState(tuple(planner.recent), planner.tripped_at)
-    held = tuple(planner.held)
-    if not settings.dry_run:
-        return Plan(actions=writes, withheld=(), notices=notices, breaker=breaker_state, work=work_writes, held=held)
     return Plan(
-        actions=(),
-        withheld=writes,
-        notices=notices,
-        breaker=breaker_state,
-        work=tuple(a for a in work_writes if isinstance(a, TellOwner)),
-        work_withheld=tuple(a for a in work_writes if not isinstance(a, TellOwner)),
-        held=held,
+        actions=() if settings.dry_run else writes,
+        withheld=writes if settings.dry_run else (),
+        notices=tuple(planner.notices),
+        breaker=BreakerState(tuple(planner.recent), planner.tripped_at),
+        held=tuple(planner.held),
+        affected=tuple(planner.affected),
+    )
+
+
+def plan_work(
+    plan: Plan,
+    settings: HealthSettings,
+    now: float,
+    work: Mapping[str, Sequence[AffectedWorkload]],
+    requeuing: Sequence[RequeuingWorkload] = (),
+    attribution: Mapping[str, Attribution] | None = None,
+) -> Plan:
+    """The plan with the writes of the work on its affected nodes (`work`: their workloads) and the reactivations of
+    the `requeuing` workloads whose eviction is done; dry-run makes only the Events on their owners."""
+    planner = _WorkPlanner(settings, now, work, attribution or {})
+    for workload in requeuing:
+        planner.requeue_done(workload)
+    for affected in plan.affected:
+        planner.affected(affected.state, affected.finding, requeues_only=affected.requeues_only)
+    writes = tuple(planner.writes)
+    if not settings.dry_run:
+        return replace(plan, work=writes)
+    return replace(
+        plan,
+        work=tuple(a for a in writes if isinstance(a, TellOwner)),
+        work_withheld=tuple(a for a in writes if not isinstance(a, TellOwner)),
     )
 
 
@@ -315,11 +361,9 @@ class _Planner:
         breaker: BreakerState,
         settings: HealthSettings,
         now: float,
-        work: Mapping[str, Sequence[AffectedWorkload]],
-        attribution: Mapping[str, Attribution],
     ) -> None:
         self.nodes = dict(nodes)
-        self.work = _WorkPlanner(settings, now, work, attribution)
+        self.affected: list[AffectedNode] = []
         self.settings = settings
         self.now = now
         self.stamp = _stamp(now)
@@ -430,7 +474,7 @@ class _Planner:
         self._unhealthy(node, finding)
         self._event(node.name, "Warning", finding.reason, f"quarantined ({taint.effect}): {_describe(finding)}")
         self.fresh.add(node.name)
-        self.work.affected(self.nodes[node.name], finding)
+        self.affected.append(AffectedNode(self.nodes[node.name], finding))
 
     def _already_quarantined(self, node: NodeState, finding: Finding) -> None:
         self.fresh.add(node.name)
@@ -450,7 +494,7 @@ class _Planner:
         if finding.kind == "gpu_lost":
             # The Xid that made the device plugin withdraw the GPU often quarantined the node first (DCGM is read
             # every poll, a lost GPU counts after its grace), with a policy that left the GPU's holder to finish.
-            self.work.affected(self.nodes[node.name], finding, requeues_only=True)
+            self.affected.append(AffectedNode(self.nodes[node.name], finding, requeues_only=True))
 
     def _release(self, node: NodeState, detail: str) -> None:
         ours = tuple(t for t in node.taints if t.key == HEALTH_TAINT_KEY)

@@ -31,7 +31,6 @@ from konduktor.health.affected import AffectedWorkload, RequeuingWorkload
 from konduktor.health.breaker import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION
 from konduktor.health.classify import (
     DuplicateFilter,
-    Finding,
     LostGpuWatch,
     XidConfirmations,
     classify_dcgm,
@@ -46,9 +45,9 @@ from konduktor.health.decide import (
     TellOwner,
     WorkAction,
     breaker_limit,
-    decide,
     first_taints,
-    quarantined_by_us,
+    plan_nodes,
+    plan_work,
     restore_breaker,
 )
 from konduktor.health.gpu_loss import Attribution
@@ -353,7 +352,7 @@ class HealthController:
         for found in fresh:
             self.metrics.fault(found.finding)
         verdicts = [r.verdict for r in results]
-        plan, rest, tainted = self._plan_and_taint(fresh, states, self.breaker, verdicts, poll, now)
+        plan, rest, tainted = self._plan_and_taint(fresh, states, self.breaker, verdicts, now)
         # A burst spread over the pass: the faults the Node watch delivered while the pass wrote its taints are
         # judged, decided and tainted in the pass too, before any of its conditions, Events and work, so that a
         # burst's last node waits for the taints before it, not for every write of the pass before.
@@ -362,10 +361,9 @@ class HealthController:
             if not arrived:
                 break
             fresh += arrived
-            later, later_rest, later_tainted = self._plan_and_taint(
-                arrived, states, plan.breaker, (), False, now, first=False
-            )
+            later, later_rest, later_tainted = self._plan_and_taint(arrived, states, plan.breaker, (), now, first=False)
             plan, rest, tainted = plan.followed_by(later), rest + later_rest, later_tainted.after(tainted)
+        plan = self._with_work(plan, fresh, poll, now)
         outcome = self._act(plan, rest, states, tainted)
         if poll:
             self._give_back_refused()
@@ -394,27 +392,15 @@ class HealthController:
         states: dict[str, NodeState],
         breaker: BreakerState,
         verdicts: Sequence[NodeVerdict],
-        poll: bool,
         now: float,
         first: bool = True,
     ) -> tuple[Plan, list[Action], Outcome]:
-        """Decide on the fresh signals (and the burn-in verdicts) from `breaker`, and write the taints that go first
-        (`first_taints`): the plan, its writes still to make, and the taints' outcome. Only a pass's first round
-        starts requalifications."""
-        work, requeued = self._work([s.finding for s in fresh], states, poll)
-        attribution = self.sources.attribution([s for s in fresh if s.finding.node in work], now)
-        plan = decide(
-            [s.finding for s in fresh],
-            states,
-            breaker,
-            self.settings,
-            now,
-            verdicts,
-            work=work,
-            requeuing=requeued,
-            attribution=attribution,
-            requalify=first,
-        )
+        """Plan the Node writes for the fresh signals (and the burn-in verdicts) from `breaker`, and write the taints
+        that go first (`first_taints`): the plan, its Node writes still to make, and the taints' outcome. The work
+        on the nodes is read and planned after every round (`_with_work`). Only a pass's first round starts
+        requalifications."""
+        findings = [s.finding for s in fresh]
+        plan = plan_nodes(findings, states, breaker, self.settings, now, verdicts, requalify=first)
         self.breaker = plan.breaker
         held = {finding.dedup_key for finding in plan.held}
         self._held.update((s.finding.node, s) for s in fresh if s.finding.dedup_key in held)
@@ -435,22 +421,20 @@ class HealthController:
             self.metrics.fault(found.finding)
         return arrived
 
-    def _work(
-        self, findings: Sequence[Finding], states: dict[str, NodeState], poll: bool
-    ) -> tuple[dict[str, list[AffectedWorkload]], list[RequeuingWorkload]]:
-        """The workloads on nodes that may be quarantined in this pass, and (on polls) the ones we are requeueing.
-        A cluster without Kueue, or an API error, leaves the work alone: the quarantine itself still goes ahead."""
-        nodes = {f.node for f in findings if f.quarantine and f.node in states}
-        # A node quarantined before has its work handled again only for a lost GPU, whose holder it requeues.
-        lost = {f.node for f in findings if f.kind == "gpu_lost"}
-        nodes = {name for name in nodes if not quarantined_by_us(states[name]) or name in lost}
+    def _with_work(self, plan: Plan, fresh: Sequence[Signal], poll: bool, now: float) -> Plan:
+        """The plan with the writes of the work on the nodes its quarantines affect, and (on polls) the
+        reactivations of the workloads we are requeueing. A cluster without Kueue, or an API error, leaves the work
+        alone: the quarantine itself still goes ahead."""
+        nodes = {affected.state.name for affected in plan.affected}
+        work: dict[str, list[AffectedWorkload]] = {}
+        requeued: list[RequeuingWorkload] = []
         try:
             work = workloads_on(self.kube, nodes, self.settings.node_concurrency) if nodes else {}
             requeued = requeuing(self.kube) if poll else []
         except ApiError as problem:
             log(logging.WARNING, "cannot read the Kueue workloads on faulty nodes", error=problem.message)
-            return {}, []
-        return work, requeued
+        attribution = self.sources.attribution([s for s in fresh if s.finding.node in work], now)
+        return plan_work(plan, self.settings, now, work, requeued, attribution)
 
     def _give_back_refused(self) -> None:
         """Admitted workloads whose pods admission keeps refusing give their quota back (controller.refused)."""
