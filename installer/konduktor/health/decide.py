@@ -352,7 +352,7 @@ def plan_work(
 
 
 class _Planner:
-    """The working state of one `decide` call: nodes are updated as writes are planned, so that a second
+    """The working state of one `plan_nodes` call: nodes are updated as writes are planned, so that a second
     finding for a node quarantined a moment ago sees it quarantined."""
 
     def __init__(
@@ -578,7 +578,7 @@ class _Planner:
 
 
 class _WorkPlanner:
-    """The affected work of one `decide` call: which workloads on a node quarantined now are requeued, drained or
+    """The affected work of one `plan_work` call: which workloads on a node quarantined now are requeued, drained or
     left where they are, what their owners are told, and which requeued ones get their place back."""
 
     def __init__(
