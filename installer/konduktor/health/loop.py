@@ -397,8 +397,8 @@ class HealthController:
     ) -> tuple[Plan, list[Action], Outcome]:
         """Plan the Node writes for the fresh signals (and the burn-in verdicts) from `breaker`, and write the taints
         that go first (`first_taints`): the plan, its Node writes still to make, and the taints' outcome. The work
-        on the nodes is read and planned after every round (`_with_work`). Only a pass's first round starts
-        requalifications."""
+        on the nodes is read and planned after the pass's last round (`_with_work`). Only a pass's first round
+        starts requalifications."""
         findings = [s.finding for s in fresh]
         plan = plan_nodes(findings, states, breaker, self.settings, now, verdicts, requalify=first)
         self.breaker = plan.breaker
