@@ -282,18 +282,16 @@ def decide(
     work: Mapping[str, Sequence[AffectedWorkload]] | None = None,
     requeuing: Sequence[RequeuingWorkload] = (),
     attribution: Mapping[str, Attribution] | None = None,
-    requalify: bool = True,
 ) -> Plan:
-    """Plan the writes for new findings and burn-in results, then start due requalifications (unless not
-    `requalify`: a pass's later rounds leave them to its first).
+    """Plan the writes for new findings and burn-in results, then start due requalifications.
 
     `nodes` holds every GPU node by name (the breaker's fraction is of these); `now` is wall-clock
     seconds since the epoch, as recorded in the annotations. `work` holds the workloads with pods on the nodes
     of quarantining findings; `requeuing` the workloads this controller deactivated and has not yet reactivated;
     `attribution` what DCGM says of the GPUs of the nodes that lost some (none where it could not be read).
     """
-    planned = plan_nodes(findings, nodes, breaker, settings, now, results, requalify)
-    return plan_work(planned, settings, now, work or {}, requeuing, attribution or {})
+    planned = plan_nodes(findings, nodes, breaker, settings, now, results)
+    return plan_work(planned, settings, now, work or {}, requeuing, attribution)
 
 
 def plan_nodes(
@@ -307,7 +305,8 @@ def plan_nodes(
 ) -> Plan:
     """`decide`'s Node writes, notices and breaker, with the nodes whose work they affect but none of the work's
     writes: those need the workloads on the nodes, which the Node writes do not (the controller writes a burst's
-    taints before it reads the pods of their nodes)."""
+    taints before it reads the pods of their nodes). Unless `requalify`, no requalification starts: a pass's later
+    rounds leave them to its first."""
     planner = _Planner(nodes, breaker, settings, now)
     for result in results:
         planner.burnin_result(result)
