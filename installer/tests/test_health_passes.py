@@ -145,3 +145,18 @@ def test_the_breaker_counts_the_faults_a_pass_takes_in(kube: Kube) -> None:
     assert sum(1 for name in NODES if health_taints(node(kube, name))) == 2
     assert plan.breaker.tripped
     assert health.metrics.sample("konduktor_quarantines_blocked_total") == 2
+
+
+def test_a_pass_takes_faults_in_for_a_bounded_time_and_the_next_pass_has_the_rest(kube: Kube) -> None:
+    """A storm that goes on delays a pass's conditions and Events by `take_in_seconds` at most (none here): the
+    faults delivered after it wait for the next pass, which taints them."""
+    health = controller(kube, settings(node_concurrency=1))
+    health.take_in_seconds = 0
+    since = burst_over_a_pass(kube, health)
+    health.pass_once(poll=False)
+    assert [bool(health_taints(node(kube, name))) for name in NODES] == [True, False, False, False]
+    assert [what for _, what in write_order(kube, since, 2)] == ["taint", "condition"]
+
+    health._take_node_events(timeout=0)  # as the loop does before each pass
+    health.pass_once(poll=False)
+    assert all(health_taints(node(kube, name)) for name in NODES)

@@ -75,9 +75,10 @@ CURSOR_ANNOTATION = "konduktor.ai/loki-cursor"
 # A cursor that moved past nothing is saved at most this often: a quiet cluster need not write the Lease on every
 # poll, and a new leader then reads again at most this much of nothing.
 CURSOR_SAVE_SECONDS = 60.0
-# A pass takes in the faults that arrive while it writes its taints at most this many times: a storm that goes on
-# delays the pass's conditions, Events and work by that many rounds of taints, no more.
-LATER_ROUNDS = 8
+# A pass takes in the faults that arrive while it writes its taints for at most this long: a storm that goes on
+# delays the pass's conditions, Events and work by this much, no more. A burst of a few hundred lost GPUs reaches a
+# 2-core simulated cluster over about 5 s (bench/README.md): all of it is tainted before the first condition.
+TAKE_IN_SECONDS = 10.0
 # Signals read once (a log line past the cursor, a DCGM rise): the breaker's reset hands them to the decision again.
 # The others are read again on every pass while they last, so a reset only lets them past the duplicate filter.
 _READ_ONCE = ("kernel_log", "dcgm")
@@ -217,6 +218,7 @@ class HealthController:
         self._held: dict[str, Signal] = {}
         self._replay: list[Signal] = []
         self._next_renewal = 0.0
+        self.take_in_seconds = TAKE_IN_SECONDS
 
     # --- entry points ---------------------------------------------------------------------------------------
 
@@ -353,16 +355,7 @@ class HealthController:
             self.metrics.fault(found.finding)
         verdicts = [r.verdict for r in results]
         plan, rest, tainted = self._plan_and_taint(fresh, states, self.breaker, verdicts, now)
-        # A burst spread over the pass: the faults the Node watch delivered while the pass wrote its taints are
-        # judged, decided and tainted in the pass too, before any of its conditions, Events and work, so that a
-        # burst's last node waits for the taints before it, not for every write of the pass before.
-        for _ in range(LATER_ROUNDS):
-            arrived = self._arrived(now)
-            if not arrived:
-                break
-            fresh += arrived
-            later, later_rest, later_tainted = self._plan_and_taint(arrived, states, plan.breaker, (), now, first=False)
-            plan, rest, tainted = plan.followed_by(later), rest + later_rest, later_tainted.after(tainted)
+        plan, rest, tainted = self._take_in(fresh, states, plan, rest, tainted)
         plan = self._with_work(plan, fresh, poll, now)
         outcome = self._act(plan, rest, states, tainted)
         if poll:
@@ -408,6 +401,23 @@ class HealthController:
             log(_LEVELS[notice.level], notice.message, node=notice.node)
         taints, rest = first_taints(plan.actions)
         return plan, rest, self.actuator.execute(taints, states)
+
+    def _take_in(
+        self, fresh: list[Signal], states: dict[str, NodeState], plan: Plan, rest: list[Action], tainted: Outcome
+    ) -> tuple[Plan, list[Action], Outcome]:
+        """A burst spread over the pass: the faults the Node watch delivered while the pass wrote its taints are
+        judged, decided and tainted in the pass too (added to `fresh`), before any of its conditions, Events and
+        work, so that a burst's last node waits for the taints before it, not for every write of the pass before."""
+        taking_in_until = time.monotonic() + self.take_in_seconds
+        while time.monotonic() < taking_in_until:
+            now = time.time()
+            arrived = self._arrived(now)
+            if not arrived:
+                break
+            fresh += arrived
+            later, later_rest, later_tainted = self._plan_and_taint(arrived, states, plan.breaker, (), now, first=False)
+            plan, rest, tainted = plan.followed_by(later), rest + later_rest, later_tainted.after(tainted)
+        return plan, rest, tainted
 
     def _arrived(self, now: float) -> list[Signal]:
         """The watch signals of the Node changes delivered since they were last taken, past the duplicate filter:
