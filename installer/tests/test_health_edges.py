@@ -17,6 +17,7 @@ from konduktor.health.decide import CONDITION_TYPE, RecordEvent, SetCondition, T
 from konduktor.health.logs import JsonFormatter
 from konduktor.health.loki import LokiCursor, cursor_after, entries, line_key, unseen
 from konduktor.health.node_reading import expected_gpus, is_gpu_node, node_state
+from konduktor.health.node_states import NodeStates
 from konduktor.health.node_writes import node_patch
 from konduktor.health.nodes import NodeCache
 from konduktor.health.prometheus import DcgmSeries, Novelty, shape, signal
@@ -121,6 +122,23 @@ def test_the_cache_notes_which_nodes_changed_for_the_next_pass() -> None:
     # A new list replaces the cache: a node gone since counts as changed too.
     cache.apply(WatchEvent("Node", "SYNC", (a_node("d", version="16"),)))
     assert cache.take_changed() == ({"b", "d"}, True)
+
+
+def test_a_later_round_judges_the_changed_nodes_and_keeps_the_lasting_ones_for_the_next_pass() -> None:
+    """A pass judged the lasting signals (a GPU missing, within its grace) when it began; its later rounds judge only
+    the nodes that changed since, and the lasting ones stay due for the next pass."""
+    clock = [1000.0]
+    states = NodeStates(HealthSettings(gpu_lost_grace_seconds=60), LostGpuWatch(60, clock=lambda: clock[0]))
+    nodes = {"a": a_node("a", allocatable="7"), "b": a_node("b")}
+    states.refresh(nodes, True, nodes.get, set())
+    assert states.watch_signals(False, clock[0]) == []  # a is short of a GPU, in its grace
+    nodes["b"] = a_node("b", allocatable="7", version="101")
+    states.refresh({"b"}, False, nodes.get, set())
+    assert states.watch_signals(False, clock[0], lasting=False) == []
+    assert states.judgements == {"a": 1, "b": 2}
+    clock[0] += 61
+    assert [s.finding.node for s in states.watch_signals(False, clock[0])] == ["a", "b"]
+    assert states.judgements == {"a": 2, "b": 3}
 
 
 # --- Node writes -----------------------------------------------------------------------------------------------

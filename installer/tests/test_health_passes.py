@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from collections import Counter
+from collections.abc import Sequence
 
 import pytest
 from health_cluster import (  # noqa: F401 (fixtures: `kube`, the controller's namespace; `clean`, nodes reset)
@@ -24,6 +26,7 @@ from health_cluster import (  # noqa: F401 (fixtures: `kube`, the controller's n
 )
 from sim_fixture import health_taints, node
 
+from konduktor.health.decide import RecordEvent, UpdateNode
 from konduktor.health.loop import HealthController
 from konduktor.health.nodes import list_nodes
 from konduktor.health.settings import BreakerSettings
@@ -109,14 +112,38 @@ def test_the_loop_lists_and_judges_every_node_again_each_full_pass(kube: Kube) -
     assert not loop.is_alive()
 
 
-def burst_over_a_pass(kube: Kube, health: HealthController) -> str:
-    """One lost GPU when the pass begins and three more that the Node watch delivers while it writes the first one's
-    taint (put in its queue here, where the watch puts them, so that the order is sure). Returns the resourceVersion
-    the API server was at before the pass."""
+def other_tool_condition(kube: Kube, name: str, status: str | None) -> None:
+    """A GPU condition node-problem-detector's rules (or NVSentinel) set; None takes it away."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    conditions = [
+        {
+            "type": "GpuMemWatch",
+            "status": status,
+            "reason": "GpuMemWatchIsNotHealthy",
+            "message": "ErrorCode:DCGM_FR_VOLATILE_DBE_DETECTED GPU:3",
+            "lastTransitionTime": now,
+            "lastHeartbeatTime": now,
+        }
+    ]
+    kube.apply_status(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name},
+            "status": {"conditions": conditions if status else []},
+        },
+        "nvsentinel-test",
+    )
+
+
+def burst_over_a_pass(kube: Kube, health: HealthController, later: Sequence[str] = NODES[1:]) -> str:
+    """One lost GPU when the pass begins and more (`later`) that the Node watch delivers while it writes the first
+    one's taint (put in its queue here, where the watch puts them, so that the order is sure). Returns the
+    resourceVersion the API server was at before the pass."""
     listed(health, kube)
     health.pass_once(poll=False)
     _, since = list_nodes(kube)
-    first, *later = NODES
+    first = NODES[0]
     set_allocatable(kube, first, 9)
     health.nodes.apply(WatchEvent("Node", "MODIFIED", (node(kube, first),)))
     for name in later:
@@ -160,3 +187,48 @@ def test_a_pass_takes_faults_in_for_a_bounded_time_and_the_next_pass_has_the_res
     health._take_node_events(timeout=0)  # as the loop does before each pass
     health.pass_once(poll=False)
     assert all(health_taints(node(kube, name)) for name in NODES)
+
+
+def test_a_new_fault_of_a_node_whose_taint_is_on_its_way_is_decided_once_it_is_written(kube: Kube) -> None:
+    """One writer (node_concurrency 1) taints the four nodes in turn; meanwhile another tool's GPU condition on the
+    last of them arrives. It is decided after that node's taint is written, on the node as quarantined: one taint."""
+    health = controller(kube, settings(node_concurrency=1))
+    listed(health, kube)
+    health.pass_once(poll=False)
+    for name in NODES:
+        set_allocatable(kube, name, 9)
+        health.nodes.apply(WatchEvent("Node", "MODIFIED", (node(kube, name),)))
+    victim = NODES[-1]
+    other_tool_condition(kube, victim, "True")
+    try:
+        health.node_events.put(WatchEvent("Node", "MODIFIED", (node(kube, victim),)))
+        plan = health.pass_once(poll=False)
+        taints = [a for a in plan.actions if isinstance(a, UpdateNode) and a.add_taints]
+        assert sorted(a.node for a in taints) == NODES
+        also = [a for a in plan.actions if isinstance(a, RecordEvent) and a.node == victim]
+        assert [a.reason for a in also] == ["GPULost", "GpuMemWatch"]
+        assert also[1].message.startswith("also: GpuMemWatch")
+    finally:
+        other_tool_condition(kube, victim, None)
+
+
+def test_once_a_fault_arrived_during_a_pass_it_waits_a_moment_for_the_next(kube: Kube) -> None:
+    """A burst's reports come unevenly: one that comes after the pass wrote every taint it knew of, but before a
+    quiet moment passed, is tainted in the pass too, before any condition."""
+    health = controller(kube, settings(node_concurrency=1))
+    health.take_in_quiet_seconds = 5
+    *early, late = NODES
+    since = burst_over_a_pass(kube, health, later=early[1:])
+
+    def report_late() -> None:
+        wait_until("the pass's first taints", lambda: all(health_taints(node(kube, name)) for name in early))
+        set_allocatable(kube, late, 9)
+        health.node_events.put(WatchEvent("Node", "MODIFIED", (node(kube, late),)))
+
+    reporter = threading.Thread(target=report_late)
+    reporter.start()
+    try:
+        health.pass_once(poll=False)
+    finally:
+        reporter.join(timeout=60)
+    assert [what for _, what in write_order(kube, since, 2 * len(NODES))] == ["taint"] * 4 + ["condition"] * 4

@@ -8,7 +8,8 @@ cache and the cache kept current with what it wrote, the metrics, the log, and t
 Each node's writes are made in the plan's order; different nodes are written at the same time (up to
 `node_concurrency`), so a burst of faults does not queue behind one node's round trips, and in waves (every node's
 first write, its taint, before any node's second), so the burst's last node is not quarantined behind the other
-nodes' conditions and Events. How many nodes are
+nodes' conditions and Events. A pass's taints go out as they are decided (`TaintWriter`), so that the faults that
+arrive while they are on their way need not wait for the slowest of them. How many nodes are
 quarantined was decided before any write (the breaker is part of the plan), so concurrency never changes it.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,6 +128,51 @@ class Actuator:
             self.metrics.quarantines.labels(reason=quarantine_reason(update.annotations)).inc()
         elif update.remove_taints and QUARANTINED_AT in update.annotations:
             self.metrics.releases.inc()
+
+
+class TaintWriter:
+    """A pass's taints, each written as soon as it is decided, up to the actuator's `concurrency` at a time: in a
+    burst, a node decided while other nodes' taints are on their way waits for a free writer, not for the slowest of
+    those taints. A node has at most one write on its way (`busy`)."""
+
+    def __init__(self, actuator: Actuator, states: Mapping[str, NodeState]) -> None:
+        self._actuator = actuator
+        self._states = states
+        self._pool = ThreadPoolExecutor(max_workers=max(1, actuator.concurrency), thread_name_prefix="taints")
+        self._on_the_way: dict[str, Future[bool]] = {}
+        self._outcome = Outcome()
+
+    def start(self, taints: Sequence[Action]) -> None:
+        """Each node's taint (`first_taints`; none of a `busy` node)."""
+        for action in taints:
+            assert action.node not in self._on_the_way, f"{action.node} has a write on its way"
+            self._on_the_way[action.node] = self._pool.submit(
+                self._actuator._write, action.node, action, self._states, self._outcome
+            )
+
+    def busy(self) -> set[str]:
+        """The nodes whose taint is on its way."""
+        self._collect()
+        return set(self._on_the_way)
+
+    def wait(self, timeout: float) -> None:
+        """Until a taint on its way is written, or `timeout`."""
+        wait(list(self._on_the_way.values()), timeout=timeout, return_when=FIRST_COMPLETED)
+
+    def close(self) -> Outcome:
+        """Every taint written: their outcome (as `Actuator.execute`'s)."""
+        self._pool.shutdown(wait=True)
+        self._collect()
+        for node in self._outcome.failed:
+            self._outcome.finished.pop(node, None)
+        return self._outcome
+
+    def _collect(self) -> None:
+        for node, written in list(self._on_the_way.items()):
+            if written.done():
+                del self._on_the_way[node]
+                if not written.result():
+                    self._outcome.failed.add(node)
 
 
 def quarantine_reason(annotations: Mapping[str, str | None]) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 from konduktor.burnin.results import NodeVerdict
 from konduktor.errors import KonduktorError
 from konduktor.gpu.kernel_log import parse_line
-from konduktor.health.actuator import COMPONENT, Actuator, Outcome, action_name
+from konduktor.health.actuator import COMPONENT, Actuator, Outcome, TaintWriter, action_name
 from konduktor.health.affected import AffectedWorkload, RequeuingWorkload
 from konduktor.health.breaker import BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION
 from konduktor.health.classify import (
@@ -79,6 +79,10 @@ CURSOR_SAVE_SECONDS = 60.0
 # delays the pass's conditions, Events and work by this much, no more. A burst of a few hundred lost GPUs reaches a
 # 2-core simulated cluster over about 5 s (bench/README.md): all of it is tainted before the first condition.
 TAKE_IN_SECONDS = 10.0
+# Meanwhile it looks for them at least this often, and whenever a taint has been written; once a fault has arrived
+# during the pass, it waits this long for the next before it ends (a burst's reports come unevenly).
+TAKE_IN_WAIT_SECONDS = 0.05
+TAKE_IN_QUIET_SECONDS = 1.0
 # Signals read once (a log line past the cursor, a DCGM rise): the breaker's reset hands them to the decision again.
 # The others are read again on every pass while they last, so a reset only lets them past the duplicate filter.
 _READ_ONCE = ("kernel_log", "dcgm")
@@ -219,6 +223,7 @@ class HealthController:
         self._replay: list[Signal] = []
         self._next_renewal = 0.0
         self.take_in_seconds = TAKE_IN_SECONDS
+        self.take_in_quiet_seconds = TAKE_IN_QUIET_SECONDS
 
     # --- entry points ---------------------------------------------------------------------------------------
 
@@ -309,17 +314,18 @@ class HealthController:
 
     # --- one pass -------------------------------------------------------------------------------------------
 
-    def _take_node_events(self, timeout: float) -> None:
+    def _take_node_events(self, timeout: float) -> bool:
+        """Apply the Node events the watch delivered, waiting up to `timeout` for the first; whether there were any."""
         try:
-            event = self.node_events.get(timeout=timeout)
+            event = self.node_events.get(timeout=timeout) if timeout > 0 else self.node_events.get_nowait()
         except queue.Empty:
-            return
+            return False
         while True:
             self.nodes.apply(event)
             try:
                 event = self.node_events.get_nowait()
             except queue.Empty:
-                return
+                return True
 
     def _refresh_states(self) -> None:
         """Bring the states of the nodes that changed, or whose requalification started or ended, up to date."""
@@ -342,7 +348,7 @@ class HealthController:
             kernel, dcgm, cursor = self.sources.read(self.cursor, now)
             signals += kernel + dcgm
             results = self.requalifier.results(states)
-        self.breaker = self._breaker(now)
+        self.breaker = breaker = self._breaker(now)
         replayed = self._replayed(states)
         fresh = [s for s in signals if self.duplicates.admit(s.finding)]
         admitted = {s.finding.dedup_key for s in fresh}
@@ -354,8 +360,7 @@ class HealthController:
         for found in fresh:
             self.metrics.fault(found.finding)
         verdicts = [r.verdict for r in results]
-        plan, rest, tainted = self._plan_and_taint(fresh, states, self.breaker, verdicts, now)
-        plan, rest, tainted = self._take_in(fresh, states, plan, rest, tainted)
+        plan, rest, tainted = self._quarantine(fresh, states, breaker, verdicts, now)
         plan = self._with_work(plan, fresh, poll, now)
         outcome = self._act(plan, rest, states, tainted)
         if poll:
@@ -379,19 +384,72 @@ class HealthController:
         self._report_state(now)
         return plan
 
-    def _plan_and_taint(
+    def _quarantine(
+        self,
+        fresh: list[Signal],
+        states: dict[str, NodeState],
+        breaker: BreakerState,
+        verdicts: Sequence[NodeVerdict],
+        now: float,
+    ) -> tuple[Plan, list[Action], Outcome]:
+        """Plan the Node writes for the fresh signals (and the burn-in verdicts) from `breaker` and write their taints
+        (`first_taints`) as soon as they are decided: the plan, its Node writes still to make, and the taints'
+        outcome. The work on the nodes is read and planned after the last taint (`_with_work`).
+
+        A burst spread over the pass: the faults the Node watch delivers meanwhile (and once one has, those that come
+        before none came for `take_in_quiet_seconds`), for up to `take_in_seconds`, are judged, decided from the
+        breaker as the plan before left it, and tainted in the pass too (added to `fresh`),
+        before any of its conditions, Events and work, so that a burst's last node waits for a free writer, not
+        for every write of the pass before. A new fault of a node whose taint is on its way is decided once that
+        taint is written."""
+        writer = TaintWriter(self.actuator, states)
+        try:
+            plan, rest = self._plan_nodes(fresh, states, breaker, verdicts, now, writer, first=True)
+            taking_in_until = time.monotonic() + self.take_in_seconds
+            last_arrival: float | None = None  # monotonic: when a fault last arrived during the pass
+            waiting: list[Signal] = []
+            while True:
+                busy = writer.busy()
+                listening = time.monotonic() < taking_in_until
+                if listening:
+                    arrived = self._arrived(self._quiet_left(last_arrival, taking_in_until) if not busy else 0.0)
+                    if arrived:
+                        last_arrival = time.monotonic()
+                    waiting += arrived
+                ready = [s for s in waiting if s.finding.node not in busy]
+                waiting = [s for s in waiting if s.finding.node in busy]
+                if ready:
+                    self._refresh_states()  # the taints written since, as their nodes' states
+                    fresh += ready
+                    later, later_rest = self._plan_nodes(ready, states, plan.breaker, (), time.time(), writer)
+                    plan, rest = plan.followed_by(later), rest + later_rest
+                elif busy:
+                    writer.wait(timeout=TAKE_IN_WAIT_SECONDS)
+                elif not (listening and self._quiet_left(last_arrival, taking_in_until) > 0):
+                    break
+        finally:
+            tainted = writer.close()
+        return plan, rest, tainted
+
+    def _quiet_left(self, last_arrival: float | None, taking_in_until: float) -> float:
+        """How much longer a pass waits for a burst's next fault: until none came for `take_in_quiet_seconds` (none
+        at all when no fault came during the pass: one fault, or a few at once, is not a burst)."""
+        if last_arrival is None:
+            return 0.0
+        return max(0.0, min(last_arrival + self.take_in_quiet_seconds, taking_in_until) - time.monotonic())
+
+    def _plan_nodes(
         self,
         fresh: Sequence[Signal],
         states: dict[str, NodeState],
         breaker: BreakerState,
         verdicts: Sequence[NodeVerdict],
         now: float,
-        first: bool = True,
-    ) -> tuple[Plan, list[Action], Outcome]:
-        """Plan the Node writes for the fresh signals (and the burn-in verdicts) from `breaker`, and write the taints
-        that go first (`first_taints`): the plan, its Node writes still to make, and the taints' outcome. The work
-        on the nodes is read and planned after the pass's last round (`_with_work`). Only a pass's first round
-        starts requalifications."""
+        writer: TaintWriter,
+        first: bool = False,
+    ) -> tuple[Plan, list[Action]]:
+        """Plan the Node writes for `fresh` (and the burn-in verdicts) from `breaker` and start their taints: the
+        plan and its Node writes still to make. Only a pass's first plan starts requalifications."""
         findings = [s.finding for s in fresh]
         plan = plan_nodes(findings, states, breaker, self.settings, now, verdicts, requalify=first)
         self.breaker = plan.breaker
@@ -400,33 +458,18 @@ class HealthController:
         for notice in plan.notices:
             log(_LEVELS[notice.level], notice.message, node=notice.node)
         taints, rest = first_taints(plan.actions)
-        return plan, rest, self.actuator.execute(taints, states)
+        writer.start(taints)
+        return plan, rest
 
-    def _take_in(
-        self, fresh: list[Signal], states: dict[str, NodeState], plan: Plan, rest: list[Action], tainted: Outcome
-    ) -> tuple[Plan, list[Action], Outcome]:
-        """A burst spread over the pass: the faults the Node watch delivered while the pass wrote its taints are
-        judged, decided and tainted in the pass too (added to `fresh`), before any of its conditions, Events and
-        work, so that a burst's last node waits for the taints before it, not for every write of the pass before."""
-        taking_in_until = time.monotonic() + self.take_in_seconds
-        while time.monotonic() < taking_in_until:
-            now = time.time()
-            arrived = self._arrived(now)
-            if not arrived:
-                break
-            fresh += arrived
-            later, later_rest, later_tainted = self._plan_and_taint(arrived, states, plan.breaker, (), now, first=False)
-            plan, rest, tainted = plan.followed_by(later), rest + later_rest, later_tainted.after(tainted)
-        return plan, rest, tainted
-
-    def _arrived(self, now: float) -> list[Signal]:
+    def _arrived(self, timeout: float = 0.0) -> list[Signal]:
         """The watch signals of the Node changes delivered since they were last taken, past the duplicate filter:
-        mostly the pass's own taints coming back, which judge to nothing; a burst's next faults."""
-        if self.node_events.empty():
+        mostly the pass's own taints coming back, which judge to nothing; a burst's next faults. (The lasting
+        signals were judged at the start of the pass.)"""
+        if not self._take_node_events(timeout):
             return []
-        self._take_node_events(timeout=0)
         self._refresh_states()
-        arrived = [s for s in self.node_states.watch_signals(False, now) if self.duplicates.admit(s.finding)]
+        changed = self.node_states.watch_signals(False, time.time(), lasting=False)
+        arrived = [s for s in changed if self.duplicates.admit(s.finding)]
         for found in arrived:
             self.metrics.fault(found.finding)
         return arrived

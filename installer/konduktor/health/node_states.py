@@ -77,14 +77,18 @@ class NodeStates:
             else:
                 self.ours.discard(name)
 
-    def watch_signals(self, full: bool, now: float) -> list[Signal]:
-        """Judge the nodes due: changed ones and lasting signals; in a full pass, every GPU node."""
-        judged = list(self.states) if full or self._relisted else sorted(self._to_judge | self._lasting)
+    def watch_signals(self, full: bool, now: float, lasting: bool = True) -> list[Signal]:
+        """Judge the nodes due: changed ones and lasting signals; in a full pass, every GPU node. Without `lasting`,
+        the changed ones only (a pass's later rounds: it judged the lasting ones a moment ago)."""
+        if full or self._relisted:
+            judged = list(self.states)
+        else:
+            judged = sorted(self._to_judge | self._lasting if lasting else self._to_judge)
         self._to_judge, self.judge_all, self._relisted = set(), False, False
         self.judgements.update(judged)
         lost, short = self._lost_gpu_signals(judged, now)
         conditions = self._condition_signals(judged, now)
-        self._lasting = short | {s.finding.node for s in conditions}
+        self._lasting = (self._lasting - set(judged)) | short | {s.finding.node for s in conditions}
         return lost + conditions
 
     def _lost_gpu_signals(self, due: Sequence[str], now: float) -> tuple[list[Signal], set[str]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import threading
 from collections.abc import Iterator
 
 from konduktor.health.logs import log
@@ -29,7 +30,8 @@ def newer(candidate: Node, current: Node | None) -> bool:
 
 class NodeCache:
     """Every Node by name, as the controller last saw it (watch events and its own writes' responses), and which
-    of them changed since the controller last asked (`take_changed`): a pass judges those, not the whole fleet."""
+    of them changed since the controller last asked (`take_changed`): a pass judges those, not the whole fleet.
+    The pass's taint writers store their responses while the pass applies the watch's events (`TaintWriter`)."""
 
     def __init__(self) -> None:
         self.nodes: dict[str, Node] = {}
@@ -38,43 +40,48 @@ class NodeCache:
         self.synced = False
         self._changed: set[str] = set()
         self._relisted = False
+        self._lock = threading.Lock()
 
     def apply(self, event: WatchEvent) -> None:
         """A watch event (kube/watch.py): SYNC replaces every node, the others change one."""
-        if event.type == "SYNC":
-            self._changed |= self.nodes.keys()
-            self.nodes = {n["metadata"]["name"]: slim(n) for n in event.objects}
-            self._changed |= self.nodes.keys()
-            self._relisted = True
-            self.synced = True
-            return
-        for node in event.objects:
-            name = node["metadata"]["name"]
-            if event.type == "DELETED":
-                if self.nodes.pop(name, None) is not None:
+        with self._lock:
+            if event.type == "SYNC":
+                self._changed |= self.nodes.keys()
+                self.nodes = {n["metadata"]["name"]: slim(n) for n in event.objects}
+                self._changed |= self.nodes.keys()
+                self._relisted = True
+                self.synced = True
+                return
+            for node in event.objects:
+                name = node["metadata"]["name"]
+                if event.type == "DELETED":
+                    if self.nodes.pop(name, None) is not None:
+                        self._changed.add(name)
+                elif newer(node, self.nodes.get(name)):
+                    self.nodes[name] = slim(node)
                     self._changed.add(name)
-            elif newer(node, self.nodes.get(name)):
-                self.nodes[name] = slim(node)
-                self._changed.add(name)
 
     def store(self, node: Node) -> None:
         name = node["metadata"]["name"]
-        if newer(node, self.nodes.get(name)):
-            self.nodes[name] = slim(node)
-            self._changed.add(name)
+        with self._lock:
+            if newer(node, self.nodes.get(name)):
+                self.nodes[name] = slim(node)
+                self._changed.add(name)
 
     def take_changed(self) -> tuple[set[str], bool]:
         """The names of the Nodes added, changed or deleted since the last call, and whether a list replaced the
         cache meanwhile (after a start or a 410 Gone: the controller then judges every node again)."""
-        changed, relisted = self._changed, self._relisted
-        self._changed, self._relisted = set(), False
+        with self._lock:
+            changed, relisted = self._changed, self._relisted
+            self._changed, self._relisted = set(), False
         return changed, relisted
 
     def get(self, name: str) -> Node | None:
         return self.nodes.get(name)
 
     def __iter__(self) -> Iterator[Node]:
-        return iter(self.nodes.values())
+        with self._lock:
+            return iter(list(self.nodes.values()))
 
 
 def slim(node: Node) -> Node:
