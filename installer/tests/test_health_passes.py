@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import pytest
 from health_cluster import (  # noqa: F401 (fixtures: `kube`, the controller's namespace; `clean`, nodes reset)
+    NAMESPACE,
     NODES,
     clean,
     controller,
@@ -27,6 +28,7 @@ from health_cluster import (  # noqa: F401 (fixtures: `kube`, the controller's n
 from sim_fixture import health_taints, node
 
 from konduktor.health.decide import RecordEvent, UpdateNode
+from konduktor.health.leader import LEASE_API, LEASE_NAME
 from konduktor.health.loop import HealthController
 from konduktor.health.nodes import list_nodes
 from konduktor.health.settings import BreakerSettings
@@ -110,6 +112,12 @@ def test_the_loop_lists_and_judges_every_node_again_each_full_pass(kube: Kube) -
         stop.set()
         loop.join(timeout=30)
     assert not loop.is_alive()
+
+
+def lease_version(kube: Kube) -> str:
+    lease = kube.get(LEASE_API, "Lease", LEASE_NAME, NAMESPACE)
+    assert lease is not None
+    return str(lease["metadata"]["resourceVersion"])
 
 
 def other_tool_condition(kube: Kube, name: str, status: str | None) -> None:
@@ -214,11 +222,14 @@ def test_a_new_fault_of_a_node_whose_taint_is_on_its_way_is_decided_once_it_is_w
 
 def test_once_a_fault_arrived_during_a_pass_it_waits_a_moment_for_the_next(kube: Kube) -> None:
     """A burst's reports come unevenly: one that comes after the pass wrote every taint it knew of, but before a
-    quiet moment passed, is tainted in the pass too, before any condition."""
-    health = controller(kube, settings(node_concurrency=1))
+    quiet moment passed, is tainted in the pass too, before any condition. The leader renews its Lease meanwhile
+    (the wait outlasts a third of it)."""
+    health = controller(kube, settings(node_concurrency=1))  # a 3-s Lease
     health.take_in_quiet_seconds = 5
+    wait_until("the controller leads", health._lead, timeout=30)
     *early, late = NODES
     since = burst_over_a_pass(kube, health, later=early[1:])
+    renewed = lease_version(kube)
 
     def report_late() -> None:
         wait_until("the pass's first taints", lambda: all(health_taints(node(kube, name)) for name in early))
@@ -232,3 +243,4 @@ def test_once_a_fault_arrived_during_a_pass_it_waits_a_moment_for_the_next(kube:
     finally:
         reporter.join(timeout=60)
     assert [what for _, what in write_order(kube, since, 2 * len(NODES))] == ["taint"] * 4 + ["condition"] * 4
+    assert lease_version(kube) != renewed and health.leading

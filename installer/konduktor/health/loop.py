@@ -79,8 +79,9 @@ CURSOR_SAVE_SECONDS = 60.0
 # delays the pass's conditions, Events and work by this much, no more. A burst of a few hundred lost GPUs reaches a
 # 2-core simulated cluster over about 5 s (bench/README.md): all of it is tainted before the first condition.
 TAKE_IN_SECONDS = 10.0
-# Meanwhile it looks for them at least this often, and whenever a taint has been written; once a fault has arrived
-# during the pass, it waits this long for the next before it ends (a burst's reports come unevenly).
+# Meanwhile it looks for them (and renews its Lease when due) at least this often, and whenever a taint has been
+# written; once a fault has arrived during the pass, it waits this long for the next before it ends (a burst's
+# reports come unevenly).
 TAKE_IN_WAIT_SECONDS = 0.05
 TAKE_IN_QUIET_SECONDS = 1.0
 # Signals read once (a log line past the cursor, a DCGM rise): the breaker's reset hands them to the decision again.
@@ -397,11 +398,11 @@ class HealthController:
         outcome. The work on the nodes is read and planned after the last taint (`_with_work`).
 
         A burst spread over the pass: the faults the Node watch delivers meanwhile (and once one has, those that come
-        before none came for `take_in_quiet_seconds`), for up to `take_in_seconds`, are judged, decided from the
-        breaker as the plan before left it, and tainted in the pass too (added to `fresh`),
-        before any of its conditions, Events and work, so that a burst's last node waits for a free writer, not
-        for every write of the pass before. A new fault of a node whose taint is on its way is decided once that
-        taint is written."""
+        before none came for `take_in_quiet_seconds`), for up to `take_in_seconds` and while it leads, are judged,
+        decided from the breaker as the plan before left it, and tainted in the pass too (added to `fresh`), before
+        any of its conditions, Events and work, so that a burst's last node waits for a free writer, not for every
+        write of the pass before. A new fault of a node whose taint is on its way is decided once that taint is
+        written."""
         writer = TaintWriter(self.actuator, states)
         try:
             plan, rest = self._plan_nodes(fresh, states, breaker, verdicts, now, writer, first=True)
@@ -410,9 +411,10 @@ class HealthController:
             waiting: list[Signal] = []
             while True:
                 busy = writer.busy()
-                listening = time.monotonic() < taking_in_until
+                listening = time.monotonic() < taking_in_until and self._still_leading()
                 if listening:
-                    arrived = self._arrived(self._quiet_left(last_arrival, taking_in_until) if not busy else 0.0)
+                    quiet = 0.0 if busy else min(self._quiet_left(last_arrival, taking_in_until), TAKE_IN_WAIT_SECONDS)
+                    arrived = self._arrived(quiet)
                     if arrived:
                         last_arrival = time.monotonic()
                     waiting += arrived
@@ -430,6 +432,13 @@ class HealthController:
         finally:
             tainted = writer.close()
         return plan, rest, tainted
+
+    def _still_leading(self) -> bool:
+        """A leader renews its Lease when it is due during a pass too: one that takes in a storm can outlast a
+        third of the Lease. False once another replica holds it."""
+        if self.lease is None or not self.leading or time.monotonic() < self._next_renewal:
+            return True
+        return self._lead()
 
     def _quiet_left(self, last_arrival: float | None, taking_in_until: float) -> float:
         """How much longer a pass waits for a burst's next fault: until none came for `take_in_quiet_seconds` (none

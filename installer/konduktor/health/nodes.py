@@ -44,10 +44,11 @@ class NodeCache:
 
     def apply(self, event: WatchEvent) -> None:
         """A watch event (kube/watch.py): SYNC replaces every node, the others change one."""
+        listed = {n["metadata"]["name"]: slim(n) for n in event.objects} if event.type == "SYNC" else {}
         with self._lock:
             if event.type == "SYNC":
                 self._changed |= self.nodes.keys()
-                self.nodes = {n["metadata"]["name"]: slim(n) for n in event.objects}
+                self.nodes = listed
                 self._changed |= self.nodes.keys()
                 self._relisted = True
                 self.synced = True
