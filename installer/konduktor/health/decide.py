@@ -214,7 +214,7 @@ BREAKER_FLOOR = 2
 
 def first_taints(actions: Sequence[Action]) -> tuple[list[Action], list[Action]]:
     """Each node's first write when it adds a taint (a quarantine's, an escalation's), and the other writes, in their
-    order. The first ones go out before any of the others (`in_waves`, and the rounds of a pass)."""
+    order. The first ones go out before any of the others (`in_waves`; a pass's taints as soon as they are decided)."""
     first: list[Action] = []
     rest: list[Action] = []
     seen: set[str] = set()
@@ -305,8 +305,8 @@ def plan_nodes(
 ) -> Plan:
     """`decide`'s Node writes, notices and breaker, with the nodes whose work they affect but none of the work's
     writes: those need the workloads on the nodes, which the Node writes do not (the controller writes a burst's
-    taints before it reads the pods of their nodes). Unless `requalify`, no requalification starts: a pass's later
-    rounds leave them to its first."""
+    taints before it reads the pods of their nodes). Unless `requalify`, no requalification starts: the plans for
+    the faults a pass takes in leave them to its first."""
     planner = _Planner(nodes, breaker, settings, now)
     for result in results:
         planner.burnin_result(result)

@@ -79,7 +79,7 @@ class NodeStates:
 
     def watch_signals(self, full: bool, now: float, lasting: bool = True) -> list[Signal]:
         """Judge the nodes due: changed ones and lasting signals; in a full pass, every GPU node. Without `lasting`,
-        the changed ones only (a pass's later rounds: it judged the lasting ones a moment ago)."""
+        the changed ones only (the faults a pass takes in: it judged the lasting ones when it began)."""
         if full or self._relisted:
             judged = list(self.states)
         else:
