@@ -244,3 +244,18 @@ def test_once_a_fault_arrived_during_a_pass_it_waits_a_moment_for_the_next(kube:
         reporter.join(timeout=60)
     assert [what for _, what in write_order(kube, since, 2 * len(NODES))] == ["taint"] * 4 + ["condition"] * 4
     assert lease_version(kube) != renewed and health.leading
+
+
+def test_when_a_poll_is_due_the_node_watchs_faults_are_decided_in_a_pass_before_it(kube: Kube) -> None:
+    """A poll waits on Loki, Prometheus and the API server; a lost GPU need not: the loop's first pass reads no polled
+    source, and the poll's pass has nothing left to do for that node."""
+    health = controller(kube, settings())
+    listed(health, kube)
+    health.pass_once(poll=False)
+    victim = NODES[2]
+    set_allocatable(kube, victim, 9)
+    health.nodes.apply(WatchEvent("Node", "MODIFIED", (node(kube, victim),)))
+    first, polled = health.passes(poll=True)
+    assert [a.node for a in first.actions if isinstance(a, UpdateNode) and a.add_taints] == [victim]
+    assert [a for a in polled.actions if a.node == victim] == []
+    assert len(health.passes(poll=False)) == 1

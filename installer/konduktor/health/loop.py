@@ -263,7 +263,7 @@ class HealthController:
                         self._next_full_pass = now + self.settings.full_pass_seconds
                     poll = now >= next_poll
                     next_poll = now + self.settings.poll_seconds if poll else next_poll
-                    self.pass_once(poll, full=self.node_states.judge_all)
+                    self.passes(poll)
                 self.last_tick = time.monotonic()
         finally:
             self.watch.stop()
@@ -332,6 +332,13 @@ class HealthController:
         """Bring the states of the nodes that changed, or whose requalification started or ended, up to date."""
         changed, relisted = self.nodes.take_changed()
         self.node_states.refresh(changed, relisted, self.nodes.get, self.requalifier.running())
+
+    def passes(self, poll: bool) -> list[Plan]:
+        """The loop's passes: when a poll is due, a pass without it first. The Node watch's faults are in memory,
+        while a poll reads Loki, Prometheus and the requalification Jobs and waits on each; a lost GPU's taint need
+        not wait for them (nor the first taints of a burst, when its first reports come as a poll is due)."""
+        plans = [self.pass_once(False, full=self.node_states.judge_all)] if poll else []
+        return [*plans, self.pass_once(poll, full=self.node_states.judge_all)]
 
     def pass_once(self, poll: bool, full: bool = False) -> Plan:
         """One pass as the leader: judge the GPU nodes that changed since the last one (`full`: every GPU node),
