@@ -43,16 +43,14 @@ from loki_api import Loki, LokiApi, new_tenant
 from otelcol import Collector, collector, kernel_pipeline
 from ruamel.yaml import YAML
 
-from konduktor.gpu.node import Taint
-from konduktor.health.decide import TAINT_VALUE, UpdateNode
+from konduktor.health.decide import TAINT_VALUE
 from konduktor.health.loop import HealthController
-from konduktor.health.node_writes import FIELD_MANAGER, node_patch
 from konduktor.health.settings import BreakerSettings, GpuTypeSettings, HealthSettings, LokiSettings
 from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.watch import WatchEvent
 from konduktor.sim.cluster import SimCluster, SimSpec, free_port, tail
 from konduktor.sim.nodes import PRODUCTS, node_manifests, node_name, parse_nodes_spec
-from konduktor.vocabulary import HEALTH_TAINT_KEY, QUARANTINE_REASON, QUARANTINED_AT
+from konduktor.vocabulary import HEALTH_TAINT_KEY
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE = Path(os.environ["KONDUKTOR_STATE"])
@@ -258,7 +256,7 @@ class Figures:
     burst: list[float] = field(default_factory=list)
     burst_inject: float = 0.0
     burst_last: float = 0.0
-    burst_ceiling: float = 0.0  # the same burst's Node writes, reports and taints, made by this process alone
+    faults: int = 0
     fault_writes: Counter[str] = field(default_factory=Counter)
     duplicates: int = 0
     duplicate_writes: Counter[str] = field(default_factory=Counter)
@@ -279,16 +277,10 @@ class Figures:
     load_runs: float = 0.0
     run_seconds: float = 0.0
 
-    @property
-    def faults(self) -> int:
-        return len(self.watch) + len(self.log) + len(self.burst)
 
-
-def lose_gpu(kube: Kube, name: str) -> dict[str, Any]:
-    """What the device plugin reports when a GPU falls off the bus: allocatable below the type's count. The Node."""
-    return kube.patch(
-        "v1", "Node", name, {"status": {"allocatable": {"nvidia.com/gpu": str(GPUS - 1)}}}, subresource="status"
-    )
+def lose_gpu(kube: Kube, name: str) -> None:
+    """What the device plugin reports when a GPU falls off the bus: allocatable below the type's count."""
+    kube.patch("v1", "Node", name, {"status": {"allocatable": {"nvidia.com/gpu": str(GPUS - 1)}}}, subresource="status")
 
 
 def health_settings(loki: LokiSettings, poll: float, nodes: int, node_concurrency: int) -> HealthSettings:
@@ -358,23 +350,6 @@ class Bench:
         seen = self.watch.wait(names, timeout=300)
         figures.burst = [seen[name] - at[name] for name in names]
         figures.burst_last = max(seen.values()) - first
-
-    def ceiling(self, names: Sequence[str], figures: Figures) -> None:
-        """With the controller stopped: each node's fault report and right after it the taint the controller would
-        write (the same merge patch), 64 nodes at a time. The API server's pace for a burst's Node writes on this
-        machine, with no controller to wait for: the most a controller could reach here."""
-        update = UpdateNode(
-            "", (Taint(HEALTH_TAINT_KEY, "NoSchedule", TAINT_VALUE),), (), {QUARANTINED_AT: "x", QUARANTINE_REASON: "x"}
-        )
-
-        def report_and_taint(name: str) -> None:
-            reported = lose_gpu(self.kube, name)
-            self.kube.patch("v1", "Node", name, node_patch(reported, update) or {}, field_manager=FIELD_MANAGER)
-
-        first = time.monotonic()
-        with ThreadPoolExecutor(max_workers=64) as pool:
-            list(pool.map(report_and_taint, names))
-        figures.burst_ceiling = time.monotonic() - first
 
     def duplicates(self, name: str, repeats: int) -> None:
         """The same line a driver keeps printing, for a node it quarantined a moment ago; returns once read."""
@@ -507,7 +482,7 @@ def run(count: int, args: argparse.Namespace) -> Figures:
     names = [node_name(pool, i) for pool in parse_nodes_spec(f"{count}x{GPUS}:H100") for i in range(pool.count)]
     samples, log_samples = min(args.samples, count // 4), min(args.log_samples, count // 4)
     watch_nodes, log_nodes = names[:samples], names[samples : samples + log_samples]
-    burst_nodes, ceiling_nodes = (names[samples + log_samples :][k * args.burst :][: args.burst] for k in (0, 1))
+    burst_nodes = names[samples + log_samples :][: args.burst]
 
     started = time.monotonic()
     cluster = SimCluster(
@@ -535,22 +510,24 @@ def run(count: int, args: argparse.Namespace) -> Figures:
         figures.watch = bench.lost_gpus(watch_nodes)
         figures.log = bench.xid_lines(log_nodes)
         bench.burst(burst_nodes, figures)
+        figures.faults = len(watch_nodes) + len(log_nodes) + len(burst_nodes)
         bench.settle(since=start_mark, events=figures.faults)
-        figures.fault_writes = but_leases(audit.writes_since(start_mark))
+        figures.fault_writes = audit.writes_since(start_mark)
 
         duplicate_mark = audit.mark()
         bench.duplicates(log_nodes[0], args.duplicates)
         bench.settle()
         figures.duplicates = args.duplicates
-        figures.duplicate_writes = but_leases(audit.writes_since(duplicate_mark))
+        figures.duplicate_writes = audit.writes_since(duplicate_mark)
 
         figures.run_seconds = time.monotonic() - run_start
         figures.load_runs = os.getloadavg()[1]  # 5-minute average: the runs take a few minutes
         figures.cpu = controller.cpu_seconds() - cpu_start
         figures.rss_after, figures.rss_peak = controller.memory_mib()
         figures.lease_writes_per_s = audit.writes_since(start_mark)["leases"] / figures.run_seconds
-        controller.stop()  # the ceiling is the API server's alone
-        bench.ceiling(ceiling_nodes, figures)
+        for counts in (figures.fault_writes, figures.duplicate_writes):
+            for key in [k for k in counts if k.startswith("leases")]:
+                del counts[key]
     finally:
         controller.stop()
         watch.stop()
@@ -559,11 +536,6 @@ def run(count: int, args: argparse.Namespace) -> Figures:
         kube.close()
         cluster.down()
     return figures
-
-
-def but_leases(writes: Counter[str]) -> Counter[str]:
-    """The writes but the Lease's (renewals and the Loki cursor, counted apart)."""
-    return Counter({key: count for key, count in writes.items() if not key.startswith("leases")})
 
 
 # --- the report ---------------------------------------------------------------------------------------------------
@@ -603,11 +575,6 @@ def report(f: Figures) -> None:
         f"({f.burst_last - f.burst_inject:.2f} s after the last): {rate:.0f} nodes quarantined/s   "
         f"goal >= {BURST_RATE_GOAL} nodes/s"
     )
-    if f.burst_ceiling:
-        print(
-            f"  the same burst's Node writes with no controller (each node's report, then its taint, 64 at a time): "
-            f"{f.burst_ceiling:.2f} s: {len(f.burst) / f.burst_ceiling:.0f} nodes/s is this machine's ceiling"
-        )
     print(
         f"  API writes per fault ({f.faults} faults): {node_writes / f.faults:.2f} node "
         f"(patch {f.fault_writes['nodes']}, status {f.fault_writes['nodes/status']}) + "
