@@ -1,16 +1,16 @@
 """The manual quarantine: a burn-in's FAIL nodes quarantined on an operator's word (`konduktor-install burnin
 --quarantine`, `up` with `burnin.quarantine`), and the culprits of a job's triage (`triage --quarantine`).
 
-The writes are planned by the controller's own `decide` and made by its node writes (`node_writes`): the same
-taint, annotations, condition and Events as an unattended quarantine, so the controller later treats these
-quarantines as its own and releases them through requalification.
+The writes are planned by the controller's own `plan_nodes` (without requalification: that is the controller's
+to start, after its cooldown) and made by its node writes (`node_writes`): the same taint, annotations, condition
+and Events as an unattended quarantine, so the controller later treats these quarantines as its own and releases
+them through requalification.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from konduktor.burnin.results import NodeVerdict
@@ -24,7 +24,7 @@ from konduktor.health.decide import (
     SetCondition,
     StartRequalification,
     UpdateNode,
-    decide,
+    plan_nodes,
     restore_breaker,
 )
 from konduktor.health.leader import LEASE_API, LEASE_NAME
@@ -53,14 +53,7 @@ def quarantine_plan(verdicts: Sequence[NodeVerdict], nodes: Sequence[Mapping[str
     states = {state.name: state for state in map(node_state, nodes)}
     settings = HealthSettings(breaker=BreakerSettings(max_fraction=1.0, max_nodes=max(1, len(states))))
     failed = [v for v in verdicts if v.quarantine]
-    return _no_requalification(decide((), states, BreakerState(), settings, now, results=failed))
-
-
-def _no_requalification(plan: Plan) -> Plan:
-    # Requalification is the controller's to start, after its cooldown.
-    actions = tuple(a for a in plan.actions if not isinstance(a, StartRequalification))
-    withheld = tuple(a for a in plan.withheld if not isinstance(a, StartRequalification))
-    return replace(plan, actions=actions, withheld=withheld)
+    return plan_nodes((), states, BreakerState(), settings, now, results=failed, requalify=False)
 
 
 def describe_action(action: UpdateNode | SetCondition | RecordEvent | StartRequalification) -> str:
@@ -88,7 +81,7 @@ def quarantine_failed(kube: Kube, verdicts: Sequence[NodeVerdict], say: Callable
 def quarantine_findings(
     kube: Kube, findings: Sequence[Finding], settings: HealthSettings, say: Callable[[str], None]
 ) -> None:
-    """Quarantine by `findings` as the health controller would on its own signals: its `decide` with its
+    """Quarantine by `findings` as the health controller would on its own signals: its `plan_nodes` with its
     `settings` (opt-out label, taint effect, dry run) and its fleet breaker as the cluster records it (the
     quarantines of its window on the nodes, the trip and the last reset on its Lease). A quarantine the breaker
     holds back is an Event on the node, as the controller's are. A trip is left to the controller to record on its
@@ -103,7 +96,7 @@ def quarantine_findings(
     annotations = lease.get("metadata", {}).get("annotations") or {}
     tripped, reset_at = (parse_time(annotations.get(key)) for key in (BREAKER_ANNOTATION, BREAKER_RESET_ANNOTATION))
     breaker = restore_breaker(states, settings.breaker, now, tripped, reset_at)
-    _carry_out(kube, _no_requalification(decide(findings, states, breaker, settings, now)), say)
+    _carry_out(kube, plan_nodes(findings, states, breaker, settings, now, requalify=False), say)
 
 
 def _carry_out(kube: Kube, plan: Plan, say: Callable[[str], None]) -> None:
