@@ -55,6 +55,7 @@ from konduktor.health.decide import CONDITION_TYPE, Taint, UpdateNode
 from konduktor.health.leader import LEASE_API, LEASE_NAME
 from konduktor.health.loop import CURSOR_ANNOTATION, HealthController
 from konduktor.health.nodes import list_nodes
+from konduktor.health.prometheus import HEALTH_FIELDS, PrometheusSource
 from konduktor.health.requalification_runs import REQUALIFICATION_LABEL
 from konduktor.health.server import HealthServer
 from konduktor.health.settings import (
@@ -63,6 +64,7 @@ from konduktor.health.settings import (
     LokiSettings,
     PrometheusSettings,
 )
+from konduktor.health.telemetry import HealthMetrics
 from konduktor.kube.client import Kube
 from konduktor.kube.watch import WatchEvent
 from konduktor.sim.cluster import free_port
@@ -484,6 +486,34 @@ def test_dcgm_faults_in_prometheus_quarantine_their_nodes(kube: Kube, prometheus
     assert 'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="3"} = 2' in evidence["message"]
     assert health_taints(node(kube, "gpu-h100-0000")) == []
     assert health.metrics.sample("konduktor_signal_source_up", {"source": "prometheus"}) == 1
+
+
+def test_a_poll_reads_the_raw_samples_of_the_nodes_whose_health_series_moved_alone(
+    prometheus: Callable[[str], str],
+) -> None:
+    """A fleet's quiet GPUs are not read sample by sample on every poll: only the nodes with a series that moved in
+    the window, which includes every fault `read` finds. Quiet here: a counter and an Xid code that hold a non-zero
+    value from before the window (old errors), and every health field at zero on 40 more nodes."""
+    now = time.time()
+    lines = openmetrics(now).removesuffix("# EOF\n").splitlines()
+    old = {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 5, "DCGM_FI_DEV_XID_ERRORS": 79}
+    for name, value in old.items():
+        for offset in (80, 60, 40, 20):
+            lines.append(f'{name}{{gpu="1",Hostname="gpu-h100-0004"}} {value} {now - offset:.3f}')
+    for index in range(10, 50):
+        for name in HEALTH_FIELDS:
+            lines += [f'{name}{{gpu="0",Hostname="gpu-h100-{index:04d}"}} 0 {now - t:.3f}' for t in (80, 60, 40, 20)]
+    # OpenMetrics keeps a family's samples together: sorted by name, each series' samples stay in time order.
+    url = prometheus("\n".join([*sorted(lines, key=lambda line: line.split("{")[0]), "# EOF", ""]))
+    source = PrometheusSource(PrometheusSettings(url=url), HealthMetrics())
+
+    assert source.moved_nodes(now) == ["gpu-h100-0002", "gpu-h100-0003"]
+    found = {(f.sample.node, f.sample.metric, f.sample.value) for f in source.read(now)}
+    assert found == {
+        ("gpu-h100-0002", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 2),
+        ("gpu-h100-0003", "DCGM_FI_DEV_ROW_REMAP_FAILURE", 1),
+    }
+    assert source.read(now) == []  # each fault once
 
 
 # --- the watch loop --------------------------------------------------------------------------------------------

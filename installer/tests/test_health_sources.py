@@ -163,6 +163,26 @@ PROMETHEUS_GARBAGE = {
     "a vector instead of a matrix": b'{"status":"success","data":{"resultType":"vector","result":[]}}',
     "truncated JSON": b'{"status":"succ',
 }
+# A poll first asks which nodes' series moved (a vector), then reads those nodes' raw samples (a matrix): each of the
+# answers above comes second, after this one, and a wrong first answer is a failed poll too.
+MOVED_GPU_0 = json.dumps(
+    {
+        "status": "success",
+        "data": {
+            "resultType": "vector",
+            "result": [
+                {"metric": {"konduktor_field": "DCGM_FI_DEV_XID_ERRORS", "Hostname": "gpu-0"}, "value": [1, "1"]}
+            ],
+        },
+    }
+).encode()
+PROMETHEUS_POLLS = {
+    **{f"moved, then {name}": [MOVED_GPU_0, body] for name, body in PROMETHEUS_GARBAGE.items()},
+    **{f"{name} for the moved series": [body] for name, body in PROMETHEUS_GARBAGE.items() if "vector" not in name},
+    "a matrix for the moved series": [
+        b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"Hostname":"gpu-0"},"values":[]}]}}'
+    ],
+}
 
 
 @pytest.mark.parametrize("body", LOKI_GARBAGE.values(), ids=LOKI_GARBAGE.keys())
@@ -175,10 +195,10 @@ def test_a_malformed_loki_answer_is_a_failed_poll(body: bytes) -> None:
     assert metrics.sample("konduktor_signal_source_up", {"source": "loki"}) == 0
 
 
-@pytest.mark.parametrize("body", PROMETHEUS_GARBAGE.values(), ids=PROMETHEUS_GARBAGE.keys())
-def test_a_malformed_prometheus_answer_is_a_failed_poll(body: bytes) -> None:
+@pytest.mark.parametrize("bodies", PROMETHEUS_POLLS.values(), ids=PROMETHEUS_POLLS.keys())
+def test_a_malformed_prometheus_answer_is_a_failed_poll(bodies: list[bytes]) -> None:
     metrics = HealthMetrics()
-    with serving([body]) as url:
+    with serving(bodies) as url:
         source = PrometheusSource(PROMETHEUS.model_copy(update={"url": url}), metrics)
         with pytest.raises(SourceError):
             source.read(2e9)

@@ -1,8 +1,10 @@
 """DCGM exporter series from Prometheus's `/api/v1/query`, read as raw samples and turned into DCGM samples.
 
-One query per poll returns the raw samples of every health field over a short window (a range-vector selector
-evaluated as an instant query). Reading raw samples instead of `increase()` gives the time at which the fault
-showed, which the detection-latency metric measures from, and lets the controller hand out each fault once:
+Each poll reads the raw samples of the health fields over a short window (a range-vector selector evaluated as an
+instant query), of the nodes whose health series moved in it alone: a first query names them (`moved_query`; none
+in a quiet fleet), as the raw samples of every GPU would be 80,000 series of 4 samples and some 40 MB of answer at
+1,000 nodes, each poll. Reading raw samples instead of `increase()` gives the time at which the fault showed, which
+the detection-latency metric measures from, and lets the controller hand out each fault once:
 
 - counters (ECC double-bit total, NVLink error totals, throttle durations): a rise between two samples is a
   fault; its value is the rise over the window;
@@ -182,14 +184,20 @@ class PrometheusSource:
         self.http = requests.Session()
         self.novelty = Novelty(settings.window_seconds)
 
-    @property
-    def query(self) -> str:
-        return health_query(self.settings.window_seconds)
-
     def read(self, now: float) -> list[DcgmSignal]:
         """New faults; raises SourceError when Prometheus cannot be asked or gives an answer of the wrong shape."""
-        found = (signal(s) for s in self._series(self.query, now))
-        return self.novelty.new((f for f in found if f is not None), now)
+        nodes = self.moved_nodes(now)
+        if not nodes:
+            return self.novelty.new((), now)
+        series = self._series(health_query(self.settings.window_seconds, self._matcher(nodes)), now)
+        return self.novelty.new((f for f in map(signal, series) if f is not None), now)
+
+    def moved_nodes(self, now: float) -> list[str]:
+        """The nodes with a health series that moved in the window: a superset of those `signal` finds a fault in
+        (a counter's rise or reset, a code's change, a state set are each a change or a non-zero value)."""
+        window = self.settings.window_seconds
+        answer = self._ask(moved_query(window, ""), now, moved)
+        return sorted({names[self.settings.node_label] for _, names in answer if self.settings.node_label in names})
 
     def faults_between(self, start: float, end: float, nodes: Collection[str]) -> list[DcgmSignal]:
         """The faults the health series of `nodes` show between `start` and `end`, one per series and judged as
@@ -203,11 +211,8 @@ class PrometheusSource:
         if not nodes:
             return []
         seconds = end - start + self.settings.window_seconds
-        # Node names are DNS subdomains: a dot is the only regex character in them (escaped for RE2 and PromQL).
-        names = "|".join(n.replace(".", "\\\\.") for n in sorted(nodes))
-        selector = f'{self.settings.node_label}=~"{names}"'
         found = []
-        for field, series_labels in self._ask(moved_query(seconds, selector), end, moved):
+        for field, series_labels in self._ask(moved_query(seconds, self._matcher(nodes)), end, moved):
             exactly = ",".join(f"{k}={json.dumps(v)}" for k, v in sorted({**series_labels, "__name__": field}.items()))
             series = self._series(f"{{{exactly}}}[{_duration(seconds)}]", end)
             found += [f for f in map(signal, series) if f is not None]
@@ -220,6 +225,12 @@ class PrometheusSource:
         selector = f"{self.settings.node_label}={json.dumps(node)}"
         query = f"{DCGM_XID_FIELD}{{{selector}}}[{_duration(max(end - start, 1.0))}]"
         return self._ask(query, end, lambda answer: attribution(answer, self.settings))
+
+    def _matcher(self, nodes: Collection[str]) -> str:
+        """The label matcher of these nodes' series. Node names are DNS subdomains: a dot is the only regex character
+        in them (escaped for RE2 and PromQL)."""
+        names = "|".join(n.replace(".", "\\\\.") for n in sorted(nodes))
+        return f'{self.settings.node_label}=~"{names}"'
 
     def _series(self, query: str, at: float) -> list[DcgmSeries]:
         return self._ask(query, at, lambda answer: matrix(answer, self.settings.node_label, self.settings.gpu_label))
@@ -243,9 +254,9 @@ class PrometheusSource:
         return found
 
 
-def health_query(seconds: float) -> str:
-    """The raw samples of every health field over the last `seconds`."""
-    return f'{{__name__=~"{"|".join(HEALTH_FIELDS)}"}}[{_duration(seconds)}]'
+def health_query(seconds: float, matcher: str) -> str:
+    """The raw samples of every health field of the series `matcher` selects, over the last `seconds`."""
+    return f'{{__name__=~"{"|".join(HEALTH_FIELDS)}",{matcher}}}[{_duration(seconds)}]'
 
 
 FIELD_LABEL = "konduktor_field"  # names a series' field in `moved_query`'s answer, whose functions drop __name__
