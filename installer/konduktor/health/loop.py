@@ -69,7 +69,7 @@ from konduktor.kube.client import ApiError, Kube
 from konduktor.kube.timestamps import format_time, parse_time
 from konduktor.kube.watch import WatchEvent
 from konduktor.observability.answers import SourceError
-from konduktor.vocabulary import KUEUE_API, QUARANTINE_REASON, REQUALIFIED_AT
+from konduktor.vocabulary import QUARANTINE_REASON, REQUALIFIED_AT
 
 CURSOR_ANNOTATION = "konduktor.ai/loki-cursor"
 # A cursor that moved past nothing is saved at most this often: a quiet cluster need not write the Lease on every
@@ -508,8 +508,7 @@ class HealthController:
     def _give_back_refused(self) -> None:
         """Admitted workloads whose pods admission keeps refusing give their quota back (controller.refused)."""
         try:
-            workloads = self.kube.list(KUEUE_API, "Workload")
-            actions = decide_give_back(workloads, refused_creates(self.kube, workloads))
+            actions = decide_give_back(*refused_creates(self.kube))
         except ApiError as problem:
             log(logging.WARNING, "cannot read the refused pod creations of admitted workloads", error=problem.message)
             return

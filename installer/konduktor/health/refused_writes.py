@@ -22,19 +22,25 @@ from konduktor.vocabulary import KUEUE_API, PODS_REFUSED_LABEL, PODS_REFUSED_REA
 ANNOTATION_LIMIT = 1024  # a refusal names every broken field; the annotation keeps its start
 
 
-def refused_creates(kube: Kube, workloads: list[dict[str, Any]]) -> list[RefusedCreate]:
-    """Every FailedCreate Event that admission caused, matched to the Workload of its job: the job is the
-    Workload's owner (a Job, a training job), or owned by it (a JobSet's Jobs)."""
+def refused_creates(kube: Kube) -> tuple[list[dict[str, Any]], list[RefusedCreate]]:
+    """Every FailedCreate Event that admission caused, matched to the Workload of its job (the job is the Workload's
+    owner, a Job or a training job, or owned by it, a JobSet's Jobs), and the Workloads of the namespaces where such
+    Events are. Only those namespaces' Workloads are read: a busy fleet has thousands, and this runs on every poll."""
+    refusals = [
+        (event, reason)
+        for event in kube.list("v1", "Event", field_selector=f"reason={FAILED_CREATE},type=Warning")
+        if (reason := admission_refusal(str(event.get("message", "")))) is not None
+        and (event.get("involvedObject") or {}).get("uid")
+    ]
+    namespaces = sorted({event["metadata"].get("namespace", "") for event, _ in refusals})
+    workloads = [workload for namespace in namespaces for workload in kube.list(KUEUE_API, "Workload", namespace)]
     by_owner = {
         owner["uid"]: workload for workload in workloads for owner in workload["metadata"].get("ownerReferences", [])
     }
     found = []
     parents: dict[str, str | None] = {}
-    for event in kube.list("v1", "Event", field_selector=f"reason={FAILED_CREATE},type=Warning"):
-        reason = admission_refusal(str(event.get("message", "")))
-        involved = event.get("involvedObject") or {}
-        if reason is None or not involved.get("uid"):
-            continue
+    for event, reason in refusals:
+        involved = event["involvedObject"]
         workload = by_owner.get(involved["uid"])
         if workload is None:
             if involved["uid"] not in parents:
@@ -46,7 +52,7 @@ def refused_creates(kube: Kube, workloads: list[dict[str, Any]]) -> list[Refused
         found.append(
             RefusedCreate(meta.get("namespace", ""), meta["name"], reason, event_count(event), event_time(event))
         )
-    return found
+    return workloads, found
 
 
 def _controller_uid(kube: Kube, involved: dict[str, Any], namespace: str | None) -> str | None:
