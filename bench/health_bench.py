@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import re
@@ -47,6 +48,7 @@ from konduktor.health.decide import TAINT_VALUE
 from konduktor.health.loop import HealthController
 from konduktor.health.settings import BreakerSettings, GpuTypeSettings, HealthSettings, LokiSettings
 from konduktor.kube.client import ApiError, Kube
+from konduktor.kube.timestamps import parse_time
 from konduktor.kube.watch import WatchEvent
 from konduktor.sim.cluster import SimCluster, SimSpec, free_port, tail
 from konduktor.sim.nodes import PRODUCTS, node_manifests, node_name, parse_nodes_spec
@@ -180,6 +182,23 @@ class AuditLog:
                 counts[resource if code < 400 else f"{resource}:{code}"] += 1
         return counts
 
+    def burst_span(self, offset: int, names: Sequence[str]) -> float:
+        """The burst as kube-apiserver saw it: from the first lost GPU's write arriving to the last taint written
+        (the controller's successful patches of those Nodes; its conditions are `nodes/status`)."""
+        wanted, first, last = set(names), math.inf, 0.0
+        with self.path.open("rb") as handle:
+            handle.seek(offset)
+            for raw in handle:
+                entry = json.loads(raw)
+                ref = entry.get("objectRef", {})
+                if ref.get("resource") != "nodes" or ref.get("name") not in wanted or entry.get("verb") != "patch":
+                    continue
+                if entry.get("userAgent") == BENCH_AGENT:
+                    first = min(first, parse_time(entry["requestReceivedTimestamp"]) or math.inf)
+                elif entry.get("userAgent") == self.agent and entry.get("responseStatus", {}).get("code") == 200:
+                    last = max(last, 0.0 if ref.get("subresource") else parse_time(entry["stageTimestamp"]) or 0.0)
+        return last - first
+
 
 class Controller:
     """`konduktor-health run` as its own process, as in the cluster."""
@@ -256,6 +275,9 @@ class Figures:
     burst: list[float] = field(default_factory=list)
     burst_inject: float = 0.0
     burst_last: float = 0.0
+    burst_span: float = 0.0  # in kube-apiserver's audit log
+    burst_cpu: float = 0.0  # the controller's, from the first injection to the last taint seen
+    burst_machine: list[float] = field(default_factory=list)  # the machine's busy and total CPU seconds meanwhile
     faults: int = 0
     fault_writes: Counter[str] = field(default_factory=Counter)
     duplicates: int = 0
@@ -336,8 +358,9 @@ class Bench:
             latencies.append(self.watch.wait([name], timeout=30 + 3 * self.poll)[name] - at)
         return latencies
 
-    def burst(self, names: Sequence[str], figures: Figures) -> None:
+    def burst(self, names: Sequence[str], figures: Figures, controller: Controller) -> None:
         at: dict[str, float] = {}
+        mark, cpu, machine = self.audit.mark(), controller.cpu_seconds(), machine_cpu()
 
         def inject(name: str) -> None:
             at[name] = time.monotonic()
@@ -350,6 +373,9 @@ class Bench:
         seen = self.watch.wait(names, timeout=300)
         figures.burst = [seen[name] - at[name] for name in names]
         figures.burst_last = max(seen.values()) - first
+        figures.burst_cpu = controller.cpu_seconds() - cpu
+        figures.burst_machine = [after - before for after, before in zip(machine_cpu(), machine, strict=True)]
+        figures.burst_span = self.audit.burst_span(mark, names)
 
     def duplicates(self, name: str, repeats: int) -> None:
         """The same line a driver keeps printing, for a node it quarantined a moment ago; returns once read."""
@@ -407,6 +433,12 @@ def write_config(path: Path, settings: HealthSettings) -> Path:
     with path.open("w") as handle:
         YAML(typ="safe").dump(settings.model_dump(mode="json", exclude_none=True), handle)
     return path
+
+
+def machine_cpu() -> tuple[float, float]:
+    """CPU seconds of all cores since boot: busy, and in all."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), sum(ticks) / os.sysconf("SC_CLK_TCK")
 
 
 def node_event_rate(watch: TaintWatch, seconds: float) -> float:
@@ -509,7 +541,7 @@ def run(count: int, args: argparse.Namespace) -> Figures:
 
         figures.watch = bench.lost_gpus(watch_nodes)
         figures.log = bench.xid_lines(log_nodes)
-        bench.burst(burst_nodes, figures)
+        bench.burst(burst_nodes, figures, controller)
         figures.faults = len(watch_nodes) + len(log_nodes) + len(burst_nodes)
         bench.settle(since=start_mark, events=figures.faults)
         figures.fault_writes = audit.writes_since(start_mark)
@@ -574,6 +606,14 @@ def report(f: Figures) -> None:
         f"  burst: injected in {f.burst_inject:.2f} s, last taint {f.burst_last:.2f} s after the first fault "
         f"({f.burst_last - f.burst_inject:.2f} s after the last): {rate:.0f} nodes quarantined/s   "
         f"goal >= {BURST_RATE_GOAL} nodes/s"
+    )
+    busy, total = f.burst_machine or [0.0, 0.0]
+    cores = os.cpu_count() or 1
+    print(
+        f"  burst in kube-apiserver's audit log: first lost GPU received -> last taint written {f.burst_span:.2f} s: "
+        f"{len(f.burst) / f.burst_span if f.burst_span > 0 else 0:.0f} nodes/s; meanwhile the controller used "
+        f"{1000 * f.burst_cpu / len(f.burst):.1f} ms CPU a fault ({100 * f.burst_cpu / f.burst_last:.0f}% of a core), "
+        f"the machine {busy / total * cores if total else 0:.2f} of {cores} cores"
     )
     print(
         f"  API writes per fault ({f.faults} faults): {node_writes / f.faults:.2f} node "
