@@ -40,6 +40,7 @@ os.environ["KWOK_KUBE_AUDIT_POLICY"] = os.path.join(os.environ["KONDUKTOR_STATE"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "installer" / "tests"))
 
 import requests
+from cpu_by_program import TICKS, program, sample
 from loki_api import Loki, LokiApi, new_tenant
 from otelcol import Collector, collector, kernel_pipeline
 from ruamel.yaml import YAML
@@ -278,6 +279,7 @@ class Figures:
     burst_span: float = 0.0  # in kube-apiserver's audit log
     burst_cpu: float = 0.0  # the controller's, from the first injection to the last taint seen
     burst_machine: list[float] = field(default_factory=list)  # the machine's busy and total CPU seconds meanwhile
+    burst_programs: list[tuple[str, float]] = field(default_factory=list)  # cores each program used meanwhile
     faults: int = 0
     fault_writes: Counter[str] = field(default_factory=Counter)
     duplicates: int = 0
@@ -360,7 +362,8 @@ class Bench:
 
     def burst(self, names: Sequence[str], figures: Figures, controller: Controller) -> None:
         at: dict[str, float] = {}
-        mark, cpu, machine = self.audit.mark(), controller.cpu_seconds(), machine_cpu()
+        mark, cpu, machine, processes = self.audit.mark(), controller.cpu_seconds(), machine_cpu(), sample()
+        sampled = time.monotonic()
 
         def inject(name: str) -> None:
             at[name] = time.monotonic()
@@ -376,6 +379,12 @@ class Bench:
         figures.burst_cpu = controller.cpu_seconds() - cpu
         figures.burst_machine = [after - before for after, before in zip(machine_cpu(), machine, strict=True)]
         figures.burst_span = self.audit.burst_span(mark, names)
+        by_program: Counter[str] = Counter()
+        for key, (argv, own, _) in sample().items():
+            if key in processes:
+                by_program[program(argv)] += own - processes[key][1]
+        seconds = time.monotonic() - sampled
+        figures.burst_programs = [(name, ticks / TICKS / seconds) for name, ticks in by_program.most_common(8)]
 
     def duplicates(self, name: str, repeats: int) -> None:
         """The same line a driver keeps printing, for a node it quarantined a moment ago; returns once read."""
@@ -615,6 +624,7 @@ def report(f: Figures) -> None:
         f"{1000 * f.burst_cpu / len(f.burst):.1f} ms CPU a fault ({100 * f.burst_cpu / f.burst_last:.0f}% of a core), "
         f"the machine {busy / total * cores if total else 0:.2f} of {cores} cores"
     )
+    print("  cores used during the burst, by program: " + ", ".join(f"{n} {c:.2f}" for n, c in f.burst_programs))
     print(
         f"  API writes per fault ({f.faults} faults): {node_writes / f.faults:.2f} node "
         f"(patch {f.fault_writes['nodes']}, status {f.fault_writes['nodes/status']}) + "
