@@ -1,7 +1,8 @@
 """Health controller figures on the simulated cluster with many fake GPU nodes: fault-to-taint latency of the Node
 watch signal (a lost GPU) and of the Loki signal (an Xid 79 line), a burst of simultaneous faults, API writes per
 fault and per duplicate, the controller's memory and its CPU with no faults (idle: while the new cluster settles, then
-once it sends no more Node changes) and for a full pass.
+once it sends no more Node changes) and for a full pass. The burst is also timed from kube-apiserver's audit log, with
+the CPU each program on the machine used meanwhile.
 
     .venv/bin/python bench/health_bench.py [--nodes 1000,5000,10000] [--samples 60] [--log-samples 40] [--poll 1]
                                            [--burst 500] [--node-concurrency 32] [--duplicates 1000] [--via-collector]
@@ -447,7 +448,7 @@ def write_config(path: Path, settings: HealthSettings) -> Path:
 def machine_cpu() -> tuple[float, float]:
     """CPU seconds of all cores since boot: busy, and in all."""
     ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), sum(ticks) / os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - ticks[3] - ticks[4]) / TICKS, sum(ticks) / TICKS
 
 
 def node_event_rate(watch: TaintWatch, seconds: float) -> float:
