@@ -7,9 +7,11 @@ allocatable GPUs restored, because other tests schedule Jobs onto these nodes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -892,3 +894,59 @@ def test_a_reset_breaker_quarantines_the_nodes_it_held_back_within_seconds(
         kube.delete(LEASE_API, "Lease", LEASE_NAME, SYSTEM_NAMESPACE)
         for event in breaker_resets(kube):
             kube.delete("v1", "Event", event["metadata"]["name"], SYSTEM_NAMESPACE)
+
+
+@contextlib.contextmanager
+def unanswering_server() -> Iterator[tuple[str, list[socket.socket]]]:
+    """A Prometheus that accepts each connection and never answers (hung, or still evaluating): its URL and the
+    connections it holds. A client that gives up closes its connection; the server closes them all at the end."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, _ = listener.accept()
+                request = b""
+                while b"\r\n\r\n" not in request:  # the request read, so that what is left to read is the close
+                    request += connection.recv(65536)
+                held.append(connection)
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", held
+    finally:
+        listener.close()
+        for connection in held:
+            connection.close()
+
+
+def closed_by_client(connection: socket.socket) -> bool:
+    """Whether the client has closed this connection (its request given up)."""
+    connection.setblocking(False)
+    try:
+        return connection.recv(65536, socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        return False
+    finally:
+        connection.setblocking(True)
+
+
+def test_a_lost_gpu_is_tainted_while_prometheus_has_not_answered_the_dcgm_read(kube: Kube) -> None:
+    """The loop reads DCGM on a thread of its own: a lost GPU reported while Prometheus holds the poll's read
+    unanswered is tainted before that read gives up (its 10-s timeout), not after it."""
+    with unanswering_server() as (url, held):
+        health = controller(kube, settings(prometheus=PrometheusSettings(url=url)), name="dcgm-hung")
+        stop = threading.Event()
+        loop = threading.Thread(target=health.run, args=(stop,))
+        loop.start()
+        try:
+            wait_until("the controller to lead", lambda: health.leading, timeout=30)
+            wait_until("the DCGM read to reach Prometheus", lambda: bool(held), timeout=30)
+            read = held[0]
+            set_allocatable(kube, "gpu-h100-0001", 9)
+            wait_until("the lost GPU to be tainted", lambda: bool(health_taints(node(kube, "gpu-h100-0001"))), 30, 0.05)
+            assert not closed_by_client(read), "the taint waited for the DCGM read to give up"
+        finally:
+            stop.set()
+            loop.join(timeout=30)

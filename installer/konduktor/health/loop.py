@@ -36,6 +36,7 @@ from konduktor.health.classify import (
     classify_dcgm,
     classify_report,
 )
+from konduktor.health.dcgm_reads import DcgmReads
 from konduktor.health.decide import (
     Action,
     BreakerState,
@@ -62,7 +63,7 @@ from konduktor.health.refused import decide_give_back
 from konduktor.health.refused_writes import give_back, refused_creates
 from konduktor.health.requalification import PodLogs, Requalifier, Result, StepLogs
 from konduktor.health.settings import HealthSettings
-from konduktor.health.signals import LogLine
+from konduktor.health.signals import DcgmSignal, LogLine
 from konduktor.health.telemetry import HealthMetrics
 from konduktor.health.workloads import requeuing, workloads_on
 from konduktor.kube.client import ApiError, Kube
@@ -101,6 +102,20 @@ class PolledSources:
         files = settings.kernel_log_files
         self.kernel_files = KernelLogFiles(Path(files.directory)) if files else None
         self.xid_confirmations = XidConfirmations(settings.xid_confirmation_seconds)
+        self.dcgm_reads: DcgmReads | None = None
+
+    def start_reads(self) -> None:
+        """From now on DCGM is read on a thread of its own (the watch loop; a one-shot reconcile reads in its pass)."""
+        if self.prometheus is not None and self.dcgm_reads is None:
+            # A source of its own: the loop's source asks Prometheus too (attribution), one requests session each.
+            background = PrometheusSource(self.prometheus.settings, self.prometheus.metrics)
+            self.dcgm_reads = DcgmReads(background.fetch, self.settings.poll_seconds)
+            self.dcgm_reads.start()
+
+    def stop_reads(self) -> None:
+        if self.dcgm_reads is not None:
+            self.dcgm_reads.stop()
+            self.dcgm_reads = None
 
     def read(self, after: LokiCursor | None, now: float) -> tuple[list[Signal], list[Signal], LokiCursor | None]:
         """The kernel log signals past `after`, the DCGM signals, and the cursor past the lines read (None when
@@ -162,7 +177,7 @@ class PolledSources:
         if self.prometheus is None:
             return []
         try:
-            found = self.prometheus.read(now)
+            found = self._dcgm_faults(self.prometheus, now)
         except SourceError as problem:
             log(logging.WARNING, "cannot read DCGM metrics from Prometheus", error=str(problem))
             return []
@@ -172,6 +187,19 @@ class PolledSources:
             if finding is not None:
                 signals.append(Signal(finding, item.since, "dcgm", item))
         return signals
+
+    def _dcgm_faults(self, prometheus: PrometheusSource, now: float) -> list[DcgmSignal]:
+        """The new DCGM faults: of the answer the reads' thread has made since the last poll when it runs (none while
+        its next read is under way), else read now."""
+        if self.dcgm_reads is None:
+            return prometheus.read(now)
+        answer = self.dcgm_reads.take()
+        if answer is None:
+            return []
+        at, found = answer
+        if isinstance(found, SourceError):
+            raise found
+        return prometheus.novelty.new(found, at)
 
 
 class HealthController:
@@ -248,6 +276,7 @@ class HealthController:
     def run(self, stop: threading.Event) -> None:
         """Watch and act until `stop` is set; then hand the Lease over."""
         self.watch.start()
+        self.sources.start_reads()
         next_poll = 0.0
         self._next_full_pass = time.monotonic() + self.settings.full_pass_seconds  # the watch lists first
         try:
@@ -267,6 +296,7 @@ class HealthController:
                 self.last_tick = time.monotonic()
         finally:
             self.watch.stop()
+            self.sources.stop_reads()
             self._step_down()
 
     def healthy(self) -> bool:

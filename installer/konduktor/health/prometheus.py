@@ -186,11 +186,15 @@ class PrometheusSource:
 
     def read(self, now: float) -> list[DcgmSignal]:
         """New faults; raises SourceError when Prometheus cannot be asked or gives an answer of the wrong shape."""
+        return self.novelty.new(self.fetch(now), now)
+
+    def fetch(self, now: float) -> list[DcgmSignal]:
+        """Every fault the window shows, handed out before or not; raises SourceError as `read` does."""
         nodes = self.moved_nodes(now)
         if not nodes:
-            return self.novelty.new((), now)
+            return []
         series = self._series(health_query(self.settings.window_seconds, self._matcher(nodes)), now)
-        return self.novelty.new((f for f in map(signal, series) if f is not None), now)
+        return [f for f in map(signal, series) if f is not None]
 
     def moved_nodes(self, now: float) -> list[str]:
         """The nodes with a health series that moved in the window: a superset of those `signal` finds a fault in
