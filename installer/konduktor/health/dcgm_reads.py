@@ -20,9 +20,13 @@ Answer = tuple[float, list[DcgmSignal] | SourceError]  # when it was read, and w
 
 
 class DcgmReads:
-    def __init__(self, read: Callable[[float], list[DcgmSignal]], every: float) -> None:
+    """`read` every `every` seconds (or back to back when a read takes longer), while `leading` says so: a standby
+    replica does not add to Prometheus's load."""
+
+    def __init__(self, read: Callable[[float], list[DcgmSignal]], every: float, leading: Callable[[], bool]) -> None:
         self._read = read
         self._every = every
+        self._leading = leading
         self._lock = threading.Lock()
         self._latest: Answer | None = None
         self._stopping = threading.Event()
@@ -44,12 +48,14 @@ class DcgmReads:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
-            at = time.time()
-            found: list[DcgmSignal] | SourceError
-            try:
-                found = self._read(at)
-            except SourceError as problem:
-                found = problem
-            with self._lock:
-                self._latest = (at, found)
-            self._stopping.wait(self._every)
+            started = time.monotonic()
+            if self._leading():
+                at = time.time()
+                found: list[DcgmSignal] | SourceError
+                try:
+                    found = self._read(at)
+                except SourceError as problem:
+                    found = problem
+                with self._lock:
+                    self._latest = (at, found)
+            self._stopping.wait(max(0.0, started + self._every - time.monotonic()))

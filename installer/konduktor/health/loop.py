@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from konduktor.burnin.results import NodeVerdict
@@ -104,12 +104,13 @@ class PolledSources:
         self.xid_confirmations = XidConfirmations(settings.xid_confirmation_seconds)
         self.dcgm_reads: DcgmReads | None = None
 
-    def start_reads(self) -> None:
-        """From now on DCGM is read on a thread of its own (the watch loop; a one-shot reconcile reads in its pass)."""
+    def start_reads(self, leading: Callable[[], bool]) -> None:
+        """From now on DCGM is read on a thread of its own while `leading` (the watch loop; a one-shot reconcile
+        reads in its pass)."""
         if self.prometheus is not None and self.dcgm_reads is None:
             # A source of its own: the loop's source asks Prometheus too (attribution), one requests session each.
             background = PrometheusSource(self.prometheus.settings, self.prometheus.metrics)
-            self.dcgm_reads = DcgmReads(background.fetch, self.settings.poll_seconds)
+            self.dcgm_reads = DcgmReads(background.fetch, self.settings.poll_seconds, leading)
             self.dcgm_reads.start()
 
     def stop_reads(self) -> None:
@@ -276,7 +277,7 @@ class HealthController:
     def run(self, stop: threading.Event) -> None:
         """Watch and act until `stop` is set; then hand the Lease over."""
         self.watch.start()
-        self.sources.start_reads()
+        self.sources.start_reads(lambda: self.leading)
         next_poll = 0.0
         self._next_full_pass = time.monotonic() + self.settings.full_pass_seconds  # the watch lists first
         try:
