@@ -366,8 +366,9 @@ class HealthController:
 
     def passes(self, poll: bool) -> list[Plan]:
         """The loop's passes: when a poll is due, a pass without it first. The Node watch's faults are in memory,
-        while a poll reads Loki, Prometheus and the requalification Jobs and waits on each; a lost GPU's taint need
-        not wait for them (nor the first taints of a burst, when its first reports come as a poll is due)."""
+        while a poll reads Loki and the requalification Jobs and waits on each (DCGM is read apart); a lost GPU's
+        taint need not wait for them (nor the first taints of a burst, when its first reports come as a poll is
+        due)."""
         plans = [self.pass_once(False, full=self.node_states.judge_all)] if poll else []
         return [*plans, self.pass_once(poll, full=self.node_states.judge_all)]
 
