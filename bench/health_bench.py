@@ -281,7 +281,6 @@ class Figures:
     burst_cpu: float = 0.0  # the controller's, from the first injection to the last taint seen
     burst_machine: list[float] = field(default_factory=list)  # the machine's busy and total CPU seconds meanwhile
     burst_programs: list[tuple[str, float]] = field(default_factory=list)  # cores each program used meanwhile
-    faults: int = 0
     fault_writes: Counter[str] = field(default_factory=Counter)
     duplicates: int = 0
     duplicate_writes: Counter[str] = field(default_factory=Counter)
@@ -301,6 +300,10 @@ class Figures:
     load_rest: float = 0.0
     load_runs: float = 0.0
     run_seconds: float = 0.0
+
+    @property
+    def faults(self) -> int:
+        return len(self.watch) + len(self.log) + len(self.burst)
 
 
 def lose_gpu(kube: Kube, name: str) -> None:
@@ -445,6 +448,11 @@ def write_config(path: Path, settings: HealthSettings) -> Path:
     return path
 
 
+def but_leases(writes: Counter[str]) -> Counter[str]:
+    """The writes but the Lease's (renewals and the Loki cursor, counted apart)."""
+    return Counter({key: count for key, count in writes.items() if not key.startswith("leases")})
+
+
 def machine_cpu() -> tuple[float, float]:
     """CPU seconds of all cores since boot: busy, and in all."""
     ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -552,24 +560,20 @@ def run(count: int, args: argparse.Namespace) -> Figures:
         figures.watch = bench.lost_gpus(watch_nodes)
         figures.log = bench.xid_lines(log_nodes)
         bench.burst(burst_nodes, figures, controller)
-        figures.faults = len(watch_nodes) + len(log_nodes) + len(burst_nodes)
         bench.settle(since=start_mark, events=figures.faults)
-        figures.fault_writes = audit.writes_since(start_mark)
+        figures.fault_writes = but_leases(audit.writes_since(start_mark))
 
         duplicate_mark = audit.mark()
         bench.duplicates(log_nodes[0], args.duplicates)
         bench.settle()
         figures.duplicates = args.duplicates
-        figures.duplicate_writes = audit.writes_since(duplicate_mark)
+        figures.duplicate_writes = but_leases(audit.writes_since(duplicate_mark))
 
         figures.run_seconds = time.monotonic() - run_start
         figures.load_runs = os.getloadavg()[1]  # 5-minute average: the runs take a few minutes
         figures.cpu = controller.cpu_seconds() - cpu_start
         figures.rss_after, figures.rss_peak = controller.memory_mib()
         figures.lease_writes_per_s = audit.writes_since(start_mark)["leases"] / figures.run_seconds
-        for counts in (figures.fault_writes, figures.duplicate_writes):
-            for key in [k for k in counts if k.startswith("leases")]:
-                del counts[key]
     finally:
         controller.stop()
         watch.stop()
